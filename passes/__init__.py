@@ -1,0 +1,1 @@
+"""Schedule-tree passes of tcmlir: one pass per file (see docs/architecture.md)."""

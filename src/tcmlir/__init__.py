@@ -1,0 +1,53 @@
+"""tcmlir: Tensor Comprehensions compiled to GPU and CPU kernels through isl and LLVM.
+
+    import tcmlir as tc
+    fn = tc.define("def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }")
+    C = fn(A, B)
+
+The public names are loaded lazily so that ``import tcmlir`` stays cheap (no LLVM or CUDA
+initialisation until a kernel is compiled).
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from .errors import (
+    CallError, CodegenError, CudaError, InferenceError, OptionsError, ParseError, PipelineError,
+    SemaError, TCError,
+)
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "define": "api",
+    "TCFunction": "api",
+    "Kernel": "api",
+    "MappingOptions": "options",
+    "TunerConfig": "tune.config",
+    "OptionsCache": "cache.options_cache",
+    "make_naive_options_factory": "factories",
+    "make_load_from_cache_options_factory": "factories",
+    "make_autotuned_options_factory": "factories",
+    "parse": "lang",
+    "check": "lang",
+}
+
+__all__ = [
+    "CallError", "CodegenError", "CudaError", "InferenceError", "OptionsError", "ParseError",
+    "PipelineError", "SemaError", "TCError", "__version__", *_LAZY,
+]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .api import Kernel, TCFunction, define
+    from .options import MappingOptions
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tcmlir' has no attribute {name!r}")
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value

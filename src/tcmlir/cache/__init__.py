@@ -1,0 +1,1 @@
+"""cache layer of tcmlir (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""codegen layer of tcmlir (see docs/architecture.md)."""

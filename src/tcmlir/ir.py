@@ -1,0 +1,331 @@
+"""The TC IR: a typed, checked function, the output of semantic analysis.
+
+Everything below the front end reads this and nothing else of the source: the reference
+interpreter, the polyhedral model, the code generators. Invariants established by sema:
+
+* every expression carries its *compute* dtype (half types never appear: loads of float16 /
+  bfloat16 tensors are float32 values, stores round back); operands of a `Binary` arithmetic
+  op already have the result type (sema inserts `Cast` nodes), comparisons give BOOL;
+* `Statement.rhs.dtype == tensor.dtype.compute` for the tensor it writes;
+* lets and ``T.k`` are substituted, literals are typed `Const`s;
+* integer ``/`` and ``%`` on values follow C (truncate toward zero); inside tensor indices sema
+  writes ``floordiv`` / ``floormod`` (isl's floor semantics), the only division allowed there;
+* each statement iterates over the box given by its `IndexRange`s (half-open, bounds are
+  `SizeExpr`s in the size parameters): lhs indices first, then reduction indices.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+import islpy as isl
+
+from .dtypes import DType
+from .errors import Source, Span
+
+__all__ = [
+    "BINARY_OPS", "UNARY_OPS", "Binary", "Call", "Cast", "Const", "Expr", "Function", "Index",
+    "IndexRange", "Read", "Reduction", "Role", "Select", "Size", "SizeExpr", "Statement",
+    "Tensor", "Unary", "walk",
+]
+
+# '/' and '%' truncate (C); 'floordiv'/'floormod' floor (index expressions only);
+# 'min'/'max' come from the min/max built-ins; '&&' '||' are on BOOL operands.
+BINARY_OPS = (
+    "+", "-", "*", "/", "%", "floordiv", "floormod", "min", "max",
+    "<", "<=", ">", ">=", "==", "!=", "&&", "||",
+)
+COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
+UNARY_OPS = ("-", "!")
+
+
+# ---------------------------------------------------------------- symbolic sizes
+
+_ISL_CTX = isl.Context()
+
+
+@dataclass(frozen=True)
+class SizeExpr:
+    """A size or bound as an integer function of the size parameters, held as isl text.
+
+    ``isl`` is an `isl.PwAff` in isl syntax over the parameters, e.g. ``[N, K] -> { [(N - K + 1)] }``.
+    """
+
+    isl: str
+
+    @classmethod
+    def constant(cls, value: int) -> SizeExpr:
+        return cls(f"{{ [({value})] }}")
+
+    @classmethod
+    def param(cls, name: str) -> SizeExpr:
+        return cls(f"[{name}] -> {{ [({name})] }}")
+
+    def pw_aff(self, ctx: isl.Context | None = None) -> isl.PwAff:
+        return isl.PwAff.read_from_str(ctx or _ISL_CTX, self.isl)
+
+    def evaluate(self, sizes: Mapping[str, int]) -> int:
+        """The value for concrete sizes (every parameter the expression uses must be given)."""
+        return _evaluate(self.isl, tuple(sorted(sizes.items())))
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        pa = self.pw_aff()
+        return tuple(pa.get_dim_name(isl.dim_type.param, i) for i in range(pa.dim(isl.dim_type.param)))
+
+    def __str__(self) -> str:
+        text = self.isl
+        body = text[text.index("{") + 1 : text.rindex("}")].strip()
+        if body.startswith("[(") and body.endswith(")]") and ";" not in body:
+            return body[2:-2].strip()
+        return body
+
+
+@functools.lru_cache(maxsize=4096)
+def _evaluate(text: str, sizes: tuple[tuple[str, int], ...]) -> int:
+    pa = isl.PwAff.read_from_str(_ISL_CTX, text)
+    given = dict(sizes)
+    for i in range(pa.dim(isl.dim_type.param)):
+        name = pa.get_dim_name(isl.dim_type.param, i)
+        if name not in given:
+            raise KeyError(f"size {name} is not bound")
+    names = [pa.get_dim_name(isl.dim_type.param, i) for i in range(pa.dim(isl.dim_type.param))]
+    if names:
+        cond = " and ".join(f"{n} = {given[n]}" for n in names)
+        pa = pa.intersect_params(isl.Set.read_from_str(_ISL_CTX, f"[{', '.join(names)}] -> {{ : {cond} }}"))
+    if pa.domain().is_empty():
+        raise ValueError(f"{text} is undefined at {given}")
+    val = pa.max_val()
+    return int(val.to_python())
+
+
+# ---------------------------------------------------------------- tensors
+
+
+class Role(enum.Enum):
+    INPUT = "input"
+    OUTPUT = "output"
+    TEMP = "temporary"
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A tensor of the function (rank 0 for scalars). ``shape`` is row-major, symbolic."""
+
+    name: str
+    dtype: DType
+    shape: tuple[SizeExpr, ...]
+    role: Role
+    span: Span | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+
+# ---------------------------------------------------------------- expressions
+
+
+@dataclass(frozen=True)
+class Const:
+    value: int | float | bool
+    dtype: DType
+    span: Span | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Index:
+    """The value of an index variable of the enclosing statement (INT32 in value positions)."""
+
+    name: str
+    dtype: DType = DType.INT32
+    span: Span | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Size:
+    """The value of a size parameter (INT32 in value positions, as in TC)."""
+
+    name: str
+    dtype: DType = DType.INT32
+    span: Span | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Read:
+    """``tensor(indices)``; indices are integer expressions evaluated in 64-bit arithmetic.
+
+    ``dtype`` is the tensor's compute type. An index containing a `Read` makes this a gather.
+    """
+
+    tensor: str
+    indices: tuple[Expr, ...]
+    dtype: DType
+    span: Span | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Unary:
+    op: str
+    operand: Expr
+    dtype: DType
+    span: Span | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Binary:
+    op: str
+    lhs: Expr
+    rhs: Expr
+    dtype: DType
+    span: Span | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Select:
+    cond: Expr
+    then: Expr
+    orelse: Expr
+    dtype: DType
+    span: Span | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Call:
+    """A built-in (names as in `tcmlir.lang.ast.BUILTINS`, without min/max) on float operands."""
+
+    func: str
+    args: tuple[Expr, ...]
+    dtype: DType
+    span: Span | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Cast:
+    operand: Expr
+    dtype: DType
+    span: Span | None = field(default=None, compare=False, repr=False)
+
+
+Expr = Const | Index | Size | Read | Unary | Binary | Select | Call | Cast
+
+
+def children(expr: Expr) -> tuple[Expr, ...]:
+    match expr:
+        case Read(indices=idx):
+            return idx
+        case Unary(operand=x) | Cast(operand=x):
+            return (x,)
+        case Binary(lhs=a, rhs=b):
+            return (a, b)
+        case Select(cond=c, then=t, orelse=e):
+            return (c, t, e)
+        case Call(args=args):
+            return args
+    return ()
+
+
+def walk(expr: Expr) -> Iterator[Expr]:
+    """Pre-order traversal of an expression tree."""
+    yield expr
+    for child in children(expr):
+        yield from walk(child)
+
+
+# ---------------------------------------------------------------- statements and functions
+
+
+class Reduction(enum.Enum):
+    ADD = "+"
+    MUL = "*"
+    MIN = "min"
+    MAX = "max"
+
+    def identity(self, dtype: DType) -> int | float | bool:
+        """The neutral element (the value `!` initialises with)."""
+        if self is Reduction.ADD:
+            return False if dtype is DType.BOOL else (0.0 if dtype.is_float else 0)
+        if self is Reduction.MUL:
+            return True if dtype is DType.BOOL else (1.0 if dtype.is_float else 1)
+        if dtype.is_float:
+            return float("inf") if self is Reduction.MIN else float("-inf")
+        if dtype is DType.BOOL:
+            return self is Reduction.MIN
+        import numpy as np
+
+        info = np.iinfo(dtype.numpy)
+        return int(info.max) if self is Reduction.MIN else int(info.min)
+
+
+@dataclass(frozen=True)
+class IndexRange:
+    """An index variable iterating over ``[lo, hi)``."""
+
+    name: str
+    lo: SizeExpr
+    hi: SizeExpr
+
+
+@dataclass(frozen=True)
+class Statement:
+    """``tensor(lhs) op rhs`` over the box ``ranges``.
+
+    ``reduction`` is None for ``=``; ``init`` is True for the ``!`` forms, which first set the
+    written part of the tensor (the lhs indices' box) to the reduction's identity.
+    """
+
+    tensor: str
+    lhs: tuple[str, ...]
+    reduction: Reduction | None
+    init: bool
+    rhs: Expr
+    ranges: tuple[IndexRange, ...]
+    span: Span | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def index_names(self) -> tuple[str, ...]:
+        return tuple(r.name for r in self.ranges)
+
+    @property
+    def reduction_indices(self) -> tuple[str, ...]:
+        return tuple(r.name for r in self.ranges if r.name not in self.lhs)
+
+    def range_of(self, name: str) -> IndexRange:
+        return next(r for r in self.ranges if r.name == name)
+
+
+@dataclass(frozen=True)
+class Function:
+    """A checked TC definition.
+
+    ``sizes`` are the size parameters in order of first appearance; ``context`` is an isl set
+    over them (sizes >= 1 and whatever the program implies). ``inputs`` and ``outputs`` follow
+    the signature's order; ``temporaries`` are the other tensors written (not returned).
+    """
+
+    name: str
+    sizes: tuple[str, ...]
+    context: str
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+    temporaries: tuple[Tensor, ...]
+    statements: tuple[Statement, ...]
+    source: Source | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def tensors(self) -> tuple[Tensor, ...]:
+        return self.inputs + self.outputs + self.temporaries
+
+    def tensor(self, name: str) -> Tensor:
+        for t in self.tensors:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def __str__(self) -> str:
+        from .ir_printer import format_function
+
+        return format_function(self)

@@ -1,0 +1,1 @@
+"""poly layer of tcmlir (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""runtime layer of tcmlir (see docs/architecture.md)."""
