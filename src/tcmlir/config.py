@@ -1,0 +1,49 @@
+"""Every environment knob of tcmlir, read in one place (documented in the README).
+
+| variable | effect |
+|---|---|
+| ``TCMLIR_CACHE_DIR`` | directory of the persistent cache database (default: the user cache dir) |
+| ``TCMLIR_ALWAYS_COMPILE`` | ``1``: ignore cached kernels (in memory and on disk) and compile again |
+| ``TCMLIR_DUMP`` | comma list of stages to print to stderr on each compile: ``ir,schedule,loops,llvm,ptx`` or ``all`` |
+| ``TCMLIR_THREADS`` | default number of CPU threads for ``target="cpu"`` (default: all cores) |
+| ``TCMLIR_TARGET`` | overrides what ``target="auto"`` picks (``cuda``, ``cpu`` or ``numpy``) |
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+__all__ = ["Config", "get_config"]
+
+DUMP_STAGES = ("ir", "schedule", "loops", "llvm", "ptx")
+
+
+@dataclass(frozen=True)
+class Config:
+    cache_dir: str | None
+    always_compile: bool
+    dump: frozenset[str]
+    threads: int | None
+    target: str | None
+
+
+def _flag(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def get_config() -> Config:
+    """A snapshot of the environment knobs (read at each call: cheap, and tests can set them)."""
+    env = os.environ
+    dump_raw = {s.strip() for s in env.get("TCMLIR_DUMP", "").split(",") if s.strip()}
+    dump = frozenset(DUMP_STAGES) if "all" in dump_raw else frozenset(dump_raw & set(DUMP_STAGES))
+    threads_raw = env.get("TCMLIR_THREADS", "").strip()
+    threads = int(threads_raw) if threads_raw.isdigit() and int(threads_raw) > 0 else None
+    target = env.get("TCMLIR_TARGET", "").strip().lower() or None
+    return Config(
+        cache_dir=env.get("TCMLIR_CACHE_DIR") or None,
+        always_compile=_flag(env.get("TCMLIR_ALWAYS_COMPILE")),
+        dump=dump,
+        threads=threads,
+        target=target if target in ("cuda", "cpu", "numpy") else None,
+    )

@@ -1,0 +1,233 @@
+"""MappingOptions: how a TC function is scheduled, tiled and mapped (TC's options, immutable).
+
+A fluent, immutable value (``opts.tile(32, 32).map_to_threads(32, 8)`` returns a new object)
+that round-trips exactly through JSON and compiles to a pass pipeline string (`to_pipeline`).
+The presets follow Tensor Comprehensions' (`naive`, `pointwise`, `mlp`, `convolution`,
+`group_convolution`). Which fields a backend honours: the CPU uses the schedule options,
+tiling, unrolling and `threads`; the GPU backend uses all of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, fields
+from typing import Any
+
+from .errors import OptionsError
+
+__all__ = ["FUSION_STRATEGIES", "MappingOptions"]
+
+FUSION_STRATEGIES = ("max", "preserve3coincident", "min")
+_JSON_VERSION = 1
+
+
+def _positive_tuple(name: str, values: tuple[int, ...], *, max_len: int | None = None,
+                    allow_zero: bool = False) -> tuple[int, ...]:
+    out = tuple(int(v) for v in values)
+    if max_len is not None and len(out) > max_len:
+        raise OptionsError(f"{name} takes at most {max_len} values, got {len(out)}: {out}")
+    for v in out:
+        if v < 0 or (v == 0 and not allow_zero):
+            raise OptionsError(f"{name} values must be {'>= 0' if allow_zero else '>= 1'}, got {out}")
+    return out
+
+
+@dataclass(frozen=True)
+class MappingOptions:
+    """Scheduling and mapping choices for one kernel; see the README for each field."""
+
+    fusion: str = "preserve3coincident"          # outer schedule fusion strategy
+    allow_skewing: bool = False
+    positive_orthant: bool = True
+    fix_parameters_before_scheduling: bool = False
+    tile_sizes: tuple[int, ...] = ()             # 0 leaves a dimension untiled; () no tiling
+    tile_imperfectly_nested: bool = False
+    block: tuple[int, ...] = (32, 8)              # threads per block (x, y, z)
+    grid: tuple[int, ...] = (256, 256)            # blocks (x, y, z); loops stride beyond
+    unroll_factor: int = 1
+    use_shared_memory: bool = False
+    use_private_memory: bool = False
+    shared_depth: int = 0
+    private_depth: int = 0
+    max_shared_memory: int = 0                   # bytes; 0: the device's limit
+    unroll_copy_shared: bool = False
+    use_readonly_cache: bool = False
+    threads: int = 0                             # CPU worker threads; 0: all cores
+    parametric: bool = False                     # sizes as kernel arguments: one kernel, every size
+
+    def __post_init__(self) -> None:
+        if self.fusion not in FUSION_STRATEGIES:
+            raise OptionsError(
+                f"unknown fusion strategy {self.fusion!r}; choose one of {', '.join(FUSION_STRATEGIES)}")
+        object.__setattr__(self, "tile_sizes",
+                           _positive_tuple("tile sizes", self.tile_sizes, allow_zero=True))
+        object.__setattr__(self, "block", _positive_tuple("block", self.block, max_len=3))
+        object.__setattr__(self, "grid", _positive_tuple("grid", self.grid, max_len=3))
+        if not self.block or not self.grid:
+            raise OptionsError("block and grid need at least one dimension")
+        for name in ("unroll_factor",):
+            if getattr(self, name) < 1:
+                raise OptionsError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("shared_depth", "private_depth", "max_shared_memory", "threads"):
+            if getattr(self, name) < 0:
+                raise OptionsError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+    # ------------------------------------------------------------ presets (TC's)
+
+    @classmethod
+    def naive(cls) -> MappingOptions:
+        return cls(fusion="preserve3coincident", tile_sizes=(32, 32, 32), block=(32, 8),
+                   grid=(256, 256), unroll_factor=1)
+
+    @classmethod
+    def pointwise(cls) -> MappingOptions:
+        return cls(fusion="max", tile_sizes=(32, 32, 32), block=(32, 4, 4), grid=(100, 100, 100),
+                   unroll_factor=128)
+
+    @classmethod
+    def mlp(cls) -> MappingOptions:
+        return cls(fusion="max", tile_sizes=(1,), block=(128,), grid=(128,), unroll_factor=1)
+
+    @classmethod
+    def convolution(cls) -> MappingOptions:
+        return cls(fusion="max", tile_sizes=(4, 8, 8), block=(4, 16, 4), grid=(128, 128),
+                   unroll_factor=1)
+
+    @classmethod
+    def group_convolution(cls) -> MappingOptions:
+        return cls(fusion="max", tile_sizes=(1, 1), block=(4, 16, 4), grid=(128, 128),
+                   unroll_factor=1)
+
+    # ------------------------------------------------------------ fluent setters
+
+    def _with(self, **changes: Any) -> MappingOptions:
+        return dataclasses.replace(self, **changes)
+
+    def tile(self, *sizes: int) -> MappingOptions:
+        return self._with(tile_sizes=tuple(sizes))
+
+    def map_to_threads(self, *block: int) -> MappingOptions:
+        return self._with(block=tuple(block))
+
+    def map_to_blocks(self, *grid: int) -> MappingOptions:
+        return self._with(grid=tuple(grid))
+
+    def unroll(self, factor: int) -> MappingOptions:
+        return self._with(unroll_factor=int(factor))
+
+    def outer_schedule_fusion_strategy(self, strategy: str) -> MappingOptions:
+        return self._with(fusion=strategy.lower())
+
+    def schedule_fusion_strategy(self, strategy: str) -> MappingOptions:
+        return self.outer_schedule_fusion_strategy(strategy)
+
+    def outer_schedule_allow_skewing(self, allow: bool) -> MappingOptions:
+        return self._with(allow_skewing=bool(allow))
+
+    def outer_schedule_positive_orthant(self, positive: bool) -> MappingOptions:
+        return self._with(positive_orthant=bool(positive))
+
+    def fix_parameters(self, fix: bool = True) -> MappingOptions:
+        return self._with(fix_parameters_before_scheduling=bool(fix))
+
+    def shared_memory(self, use: bool = True, depth: int | None = None,
+                      max_bytes: int | None = None) -> MappingOptions:
+        changes: dict[str, Any] = {"use_shared_memory": bool(use)}
+        if depth is not None:
+            changes["shared_depth"] = depth
+        if max_bytes is not None:
+            changes["max_shared_memory"] = max_bytes
+        return self._with(**changes)
+
+    def private_memory(self, use: bool = True, depth: int | None = None) -> MappingOptions:
+        changes: dict[str, Any] = {"use_private_memory": bool(use)}
+        if depth is not None:
+            changes["private_depth"] = depth
+        return self._with(**changes)
+
+    def with_threads(self, threads: int) -> MappingOptions:
+        return self._with(threads=int(threads))
+
+    def with_parametric(self, parametric: bool = True) -> MappingOptions:
+        return self._with(parametric=bool(parametric))
+
+    # ------------------------------------------------------------ serialisation
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"version": _JSON_VERSION}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    def to_json(self) -> str:
+        """Canonical JSON (sorted keys): equal options give equal text."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MappingOptions:
+        data = dict(data)
+        version = data.pop("version", _JSON_VERSION)
+        if version != _JSON_VERSION:
+            raise OptionsError(f"mapping options JSON version {version} is not supported "
+                               f"(this tcmlir reads version {_JSON_VERSION})")
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise OptionsError(f"unknown mapping option(s) {', '.join(unknown)}; "
+                               f"known: {', '.join(known)}")
+        kwargs: dict[str, Any] = {}
+        for name, value in data.items():
+            default = known[name].default
+            if isinstance(default, tuple):
+                if not isinstance(value, list | tuple) or not all(isinstance(v, int) for v in value):
+                    raise OptionsError(f"option {name} must be a list of integers, got {value!r}")
+                value = tuple(value)
+            elif isinstance(default, bool):
+                if not isinstance(value, bool):
+                    raise OptionsError(f"option {name} must be true or false, got {value!r}")
+            elif isinstance(default, int):
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise OptionsError(f"option {name} must be an integer, got {value!r}")
+            elif isinstance(default, str) and not isinstance(value, str):
+                raise OptionsError(f"option {name} must be a string, got {value!r}")
+            kwargs[name] = value
+        return cls(**kwargs)
+
+    @classmethod
+    def from_json(cls, text: str) -> MappingOptions:
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, TypeError) as exc:
+            raise OptionsError(f"mapping options are not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise OptionsError("mapping options JSON must be an object")
+        return cls.from_dict(data)
+
+    # ------------------------------------------------------------ pipelines
+
+    def to_pipeline(self, target: str = "cpu") -> str:
+        """The pass pipeline these options stand for on ``target`` ("cpu" or "cuda")."""
+        steps = [
+            "schedule{fusion=%s,skew=%s,positive-orthant=%s}" % (
+                self.fusion, str(self.allow_skewing).lower(), str(self.positive_orthant).lower()),
+        ]
+        if any(self.tile_sizes):
+            steps.append("tile{sizes=%s}" % ",".join(map(str, self.tile_sizes)))
+        if target == "cpu":
+            steps.append("mark-parallel")
+        elif target == "cuda":
+            steps.append("map-to-blocks{grid=%s}" % ",".join(map(str, self.grid)))
+            steps.append("map-to-threads{block=%s}" % ",".join(map(str, self.block)))
+            if self.use_shared_memory:
+                steps.append("promote-shared{depth=%d,max-bytes=%d}" % (
+                    self.shared_depth, self.max_shared_memory))
+            if self.use_private_memory:
+                steps.append("promote-private{depth=%d}" % self.private_depth)
+        if self.unroll_factor > 1:
+            steps.append("unroll{factor=%d}" % self.unroll_factor)
+        return ",".join(steps)
+
+    def __str__(self) -> str:
+        return self.to_json()
