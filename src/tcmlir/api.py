@@ -1,0 +1,211 @@
+"""The public surface: ``tc.define`` → `TCFunction` (call, compile, autotune) → `Kernel`.
+
+A `TCFunction` holds one checked TC definition. Calling it binds and validates the inputs,
+compiles once per (target, signature, options, arch) — kept in memory — and launches. The
+stages of a compiled kernel (schedule, loops, LLVM IR, PTX) are exposed on the `Kernel`.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import ir
+from .binding import allocate_outputs, bind_host_inputs, check_outputs
+from .config import get_config
+from .errors import CallError, Source, TCError
+from .lang import check, parse
+from .lang.printer import format_def
+from .options import MappingOptions
+from .signature import Signature
+
+__all__ = ["TARGETS", "Kernel", "TCFunction", "define"]
+
+TARGETS = ("auto", "cuda", "cpu", "numpy")
+OptionsFactory = Callable[["TCFunction", Sequence[Any]], MappingOptions]
+
+
+def define(source: str, name: str | None = None, *, target: str = "auto",
+           options_factory: OptionsFactory | None = None, filename: str = "<string>") -> TCFunction:
+    """Parse and check ``source`` and return its definition ``name`` (optional with one def).
+
+    ``target``: ``"cuda"``, ``"cpu"`` (LLVM JIT on the host), ``"numpy"`` (the reference
+    interpreter) or ``"auto"`` (cuda when a GPU is visible, else cpu).
+    """
+    if not isinstance(source, str):
+        raise TCError(f"tc.define expects TC source text, got {type(source).__name__}")
+    _check_target(target)
+    src = Source(source, filename)
+    program = parse(source, filename)
+    fn_ir = check(program, name, source=src)
+    return TCFunction(src, program, fn_ir, target, options_factory)
+
+
+def _check_target(target: str | None) -> None:
+    if target is not None and target not in TARGETS:
+        raise TCError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
+
+
+def resolve_target(target: str) -> str:
+    """What ``auto`` means here: cuda when a GPU is visible, else cpu (``TCMLIR_TARGET`` overrides)."""
+    if target != "auto":
+        return target
+    forced = get_config().target
+    if forced:
+        return forced
+    from .runtime import gpu_available
+
+    return "cuda" if gpu_available() else "cpu"
+
+
+@dataclass
+class Kernel:
+    """A TC definition compiled for one signature, target and set of options.
+
+    ``schedule`` (isl schedule tree text), ``loops`` (C-like code), ``llvm_ir`` and ``ptx`` are
+    the texts of each stage; ``launch(*inputs, outputs=None)`` runs it.
+    """
+
+    function: TCFunction
+    target: str
+    options: MappingOptions
+    signature: Signature
+    sizes: dict[str, int]
+    schedule: str = ""
+    loops: str = ""
+    llvm_ir: str | None = None
+    ptx_text: str | None = None
+    cubin: bytes | None = None
+    arch: str | None = None
+    runner: Any = field(default=None, repr=False)
+
+    @property
+    def ptx(self) -> str:
+        if self.ptx_text is None:
+            raise TCError(f"kernel {self.function.entry} was compiled for {self.target}: it has no PTX "
+                          "(compile with target='cuda')")
+        return self.ptx_text
+
+    def launch(self, *inputs: Any, outputs: Sequence[Any] | None = None) -> Any:
+        return self.function._launch(self, inputs, outputs)
+
+
+class TCFunction:
+    """One checked TC definition; call it like a function on arrays."""
+
+    def __init__(self, source: Source, program: Any, fn: ir.Function, target: str,
+                 options_factory: OptionsFactory | None) -> None:
+        self.source = source
+        self.program = program
+        self.ir = fn
+        self.entry = fn.name
+        self.target = target
+        self.options_factory = options_factory
+        self.canonical_source = format_def(program.get(fn.name))
+        self._kernels: dict[tuple, Kernel] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<tcmlir function {self.entry} target={self.target}>"
+
+    # ------------------------------------------------------------ signatures
+
+    def signature(self, *inputs: Any) -> Signature:
+        return bind_host_inputs(self.ir, inputs).signature
+
+    def size_values(self, *inputs: Any) -> dict[str, int]:
+        return bind_host_inputs(self.ir, inputs).sizes
+
+    def default_arch(self, target: str | None = None) -> str:
+        target = resolve_target(target or self.target)
+        if target == "cuda":
+            from .runtime import default_cuda_arch
+
+            return default_cuda_arch()
+        from .runtime.host_arch import host_arch
+
+        return host_arch()
+
+    # ------------------------------------------------------------ calling
+
+    def __call__(self, *inputs: Any, options: MappingOptions | None = None,
+                 outputs: Sequence[Any] | None = None) -> Any:
+        kernel = self.compile(*inputs, options=options)
+        return kernel.launch(*inputs, outputs=outputs)
+
+    def compile(self, *inputs: Any, options: MappingOptions | None = None,
+                target: str | None = None, arch: str | None = None) -> Kernel:
+        """Compile for these inputs' signature without launching (no GPU needed for a named arch)."""
+        _check_target(target)
+        target = resolve_target(target or self.target)
+        if options is not None and not isinstance(options, MappingOptions):
+            raise TCError(f"options must be tc.MappingOptions, got {type(options).__name__}")
+        if options is None:
+            options = (self.options_factory(self, inputs) if self.options_factory
+                       else MappingOptions.naive())
+        bound = bind_host_inputs(self.ir, inputs) if target != "cuda" else _bind_any(self, inputs)
+        key = (target, bound.signature, options.to_json(), arch)
+        config = get_config()
+        with self._lock:
+            kernel = None if config.always_compile else self._kernels.get(key)
+            if kernel is None:
+                from .compiler import compile_kernel
+
+                kernel = compile_kernel(self, target, options, bound.signature, bound.sizes, arch)
+                self._kernels[key] = kernel
+                _dump(kernel, config.dump)
+        return kernel
+
+    def autotune(self, *inputs: Any, **kwargs: Any) -> MappingOptions:
+        """Search mapping options with the genetic tuner (see `tcmlir.tune`)."""
+        from .tune.autotune import autotune
+
+        return autotune(self, inputs, **kwargs)
+
+    # ------------------------------------------------------------ launching
+
+    def _launch(self, kernel: Kernel, inputs: Sequence[Any], outputs: Sequence[Any] | None) -> Any:
+        if kernel.target == "cuda":
+            from .runtime.cuda_launch import launch_cuda
+
+            return launch_cuda(kernel, inputs, outputs)
+        bound = bind_host_inputs(self.ir, inputs)
+        if bound.signature != kernel.signature and not kernel.options.parametric:
+            raise CallError(f"{self.entry}: kernel compiled for {kernel.signature.to_json()} "
+                            f"called with {bound.signature.to_json()}")
+        outs = check_outputs(self.ir, bound.sizes, outputs)
+        if outs is None:
+            outs = allocate_outputs(self.ir, bound.sizes)
+        if kernel.target == "numpy":
+            from .reference import run
+
+            run(self.ir, bound.arrays, bound.sizes, outs)
+        else:
+            kernel.runner.run({**bound.arrays, **outs}, bound.sizes)
+        results = tuple(outs[t.name] for t in self.ir.outputs)
+        return results[0] if len(results) == 1 else results
+
+
+def _bind_any(fn: TCFunction, inputs: Sequence[Any]) -> Any:
+    from .runtime.arrays import bind_device_inputs
+
+    return bind_device_inputs(fn.ir, inputs)
+
+
+def _dump(kernel: Kernel, stages: frozenset[str]) -> None:
+    if not stages:
+        return
+    texts = {"ir": str(kernel.function.ir), "schedule": kernel.schedule, "loops": kernel.loops,
+             "llvm": kernel.llvm_ir, "ptx": kernel.ptx_text}
+    for stage in ("ir", "schedule", "loops", "llvm", "ptx"):
+        if stage in stages and texts[stage]:
+            print(f"== {kernel.function.entry}: {stage} ==\n{texts[stage]}", file=sys.stderr)
+
+
+def as_numpy(x: Any) -> np.ndarray:  # small helper for tools and tests
+    return np.asarray(x)

@@ -1,0 +1,185 @@
+"""Binding a call's inputs to a TC definition: validation, size binding, output allocation.
+
+Checks what DESIGN.md §3 asks of a call (count, rank, dtype, sizes consistent across
+tensors, the program's size constraints) and raises `CallError`s that name the tensor, the
+dimension and both values. Host arrays only; device arrays are bound by the CUDA backend
+through `tcmlir.runtime.arrays`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import islpy as isl
+import numpy as np
+
+from . import ir
+from .dtypes import DType
+from .errors import CallError
+from .signature import ArgSpec, Signature
+
+__all__ = ["BoundCall", "bind_host_inputs", "bind_sizes", "output_shapes"]
+
+
+@dataclass(frozen=True)
+class BoundCall:
+    """Inputs as C-contiguous numpy arrays (scalars 0-d), the size values and the signature."""
+
+    arrays: dict[str, np.ndarray]
+    sizes: dict[str, int]
+    signature: Signature
+
+
+def _describe(x: Any) -> str:
+    return f"{type(x).__module__}.{type(x).__qualname__}"
+
+
+def _size_name(fn: ir.Function, extent: ir.SizeExpr) -> str | None:
+    text = str(extent)
+    return text if text in fn.sizes else None
+
+
+def bind_sizes(fn: ir.Function, shapes: Sequence[tuple[int, ...]]) -> dict[str, int]:
+    """Size values from input shapes; CallError on rank or size conflicts or a violated context."""
+    sizes: dict[str, int] = {}
+    bound_by: dict[str, tuple[str, int]] = {}
+    for tensor, shape in zip(fn.inputs, shapes, strict=True):
+        if len(shape) != tensor.rank:
+            what = "a scalar" if tensor.rank == 0 else f"rank {tensor.rank}"
+            raise CallError(
+                f"{fn.name}: input {tensor.name} must be {what} "
+                f"({_format_decl(tensor)}), got rank {len(shape)} with shape {tuple(shape)}")
+        for d, (extent, actual) in enumerate(zip(tensor.shape, shape, strict=True)):
+            name = _size_name(fn, extent)
+            if name is None:
+                expected = extent.evaluate({})
+                if actual != expected:
+                    raise CallError(
+                        f"{fn.name}: input {tensor.name} dimension {d} must be {expected} "
+                        f"(declared constant), got {actual}")
+                continue
+            if name in sizes and sizes[name] != actual:
+                other, other_dim = bound_by[name]
+                raise CallError(
+                    f"{fn.name}: size {name} is {sizes[name]} from {other} dimension {other_dim} "
+                    f"but {actual} from {tensor.name} dimension {d}")
+            sizes[name] = int(actual)
+            bound_by[name] = (tensor.name, d)
+    missing = [s for s in fn.sizes if s not in sizes]
+    if missing:  # sizes only used by outputs cannot be bound from inputs
+        raise CallError(f"{fn.name}: size(s) {', '.join(missing)} are not determined by any input")
+    _check_context(fn, sizes)
+    return sizes
+
+
+def _check_context(fn: ir.Function, sizes: Mapping[str, int]) -> None:
+    ctx = isl.Context()
+    context = isl.Set.read_from_str(ctx, fn.context)
+    names = [context.get_dim_name(isl.dim_type.param, i) for i in range(context.dim(isl.dim_type.param))]
+    point = context
+    for name in names:
+        pos = context.find_dim_by_name(isl.dim_type.param, name)
+        point = point.fix_val(isl.dim_type.param, pos, isl.Val.int_from_si(ctx, sizes.get(name, 0)))
+    if point.is_empty():
+        given = ", ".join(f"{n}={sizes[n]}" for n in names if n in sizes)
+        raise CallError(
+            f"{fn.name}: sizes {given} violate the program's constraints {fn.context} "
+            "(every size and every inferred extent must be at least 1)")
+
+
+def _format_decl(t: ir.Tensor) -> str:
+    return f"{t.dtype}({', '.join(map(str, t.shape))}) {t.name}" if t.shape else f"{t.dtype} {t.name}"
+
+
+def _to_host_array(fn: ir.Function, tensor: ir.Tensor, value: Any) -> np.ndarray:
+    if tensor.rank == 0 and isinstance(value, bool | int | float | np.generic):
+        return np.asarray(value, dtype=tensor.dtype.numpy)
+    if hasattr(value, "__cuda_array_interface__") or _is_cuda_dlpack(value):
+        raise CallError(
+            f"{fn.name}: input {tensor.name} lives on a GPU; this target runs on the host "
+            "(use target='cuda', or copy the input to the host)")
+    if isinstance(value, np.ndarray):
+        arr = value
+    elif hasattr(value, "__array__") or hasattr(value, "__dlpack__"):
+        try:
+            arr = np.asarray(value)
+        except Exception as exc:  # noqa: BLE001 - foreign array types raise anything
+            raise CallError(f"{fn.name}: input {tensor.name}: cannot view {_describe(value)} "
+                            f"as an array ({exc})") from None
+    else:
+        raise CallError(f"{fn.name}: input {tensor.name} must be an array, got {_describe(value)}")
+    got = DType.from_numpy(arr.dtype)
+    if got is not tensor.dtype:
+        raise CallError(
+            f"{fn.name}: input {tensor.name} must have dtype {tensor.dtype}, got {arr.dtype} "
+            f"(convert it, e.g. x.astype(np.{tensor.dtype.numpy.name}))")
+    return np.ascontiguousarray(arr)
+
+
+def _is_cuda_dlpack(value: Any) -> bool:
+    dev = getattr(value, "__dlpack_device__", None)
+    if dev is None:
+        return False
+    try:
+        kind, _ = dev()
+    except Exception:  # noqa: BLE001
+        return False
+    return int(kind) in (2, 3, 13)  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
+
+
+def bind_host_inputs(fn: ir.Function, inputs: Sequence[Any]) -> BoundCall:
+    """Validate host inputs against ``fn`` and bind its sizes."""
+    if len(inputs) != len(fn.inputs):
+        names = ", ".join(t.name for t in fn.inputs)
+        raise CallError(f"{fn.name} takes {len(fn.inputs)} input(s) ({names}), got {len(inputs)}")
+    arrays: dict[str, np.ndarray] = {}
+    for tensor, value in zip(fn.inputs, inputs, strict=True):
+        if tensor.rank > 0 and isinstance(value, bool | int | float):
+            raise CallError(f"{fn.name}: input {tensor.name} must be an array of rank "
+                            f"{tensor.rank}, got a Python scalar")
+        arrays[tensor.name] = _to_host_array(fn, tensor, value)
+    sizes = bind_sizes(fn, [arrays[t.name].shape for t in fn.inputs])
+    signature = Signature(tuple(
+        ArgSpec(tuple(a.shape), str(fn.tensor(name).dtype),
+                tuple(s // max(1, a.itemsize) for s in a.strides))
+        for name, a in arrays.items()))
+    return BoundCall(arrays, sizes, signature)
+
+
+def output_shapes(fn: ir.Function, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
+    return {t.name: tuple(e.evaluate(sizes) for e in t.shape) for t in fn.outputs}
+
+
+def check_outputs(fn: ir.Function, sizes: Mapping[str, int], outputs: Sequence[Any] | None
+                  ) -> dict[str, np.ndarray] | None:
+    """Validate user-given output arrays (shape, dtype, contiguity, writability)."""
+    if outputs is None:
+        return None
+    if not isinstance(outputs, list | tuple):
+        outputs = (outputs,)
+    if len(outputs) != len(fn.outputs):
+        raise CallError(f"{fn.name} has {len(fn.outputs)} output(s), got {len(outputs)} in outputs=")
+    shapes = output_shapes(fn, sizes)
+    result: dict[str, np.ndarray] = {}
+    for tensor, arr in zip(fn.outputs, outputs, strict=True):
+        if not isinstance(arr, np.ndarray):
+            raise CallError(f"{fn.name}: output {tensor.name} must be a numpy array here, "
+                            f"got {_describe(arr)}")
+        if tuple(arr.shape) != shapes[tensor.name]:
+            raise CallError(f"{fn.name}: output {tensor.name} must have shape "
+                            f"{shapes[tensor.name]}, got {tuple(arr.shape)}")
+        if DType.from_numpy(arr.dtype) is not tensor.dtype:
+            raise CallError(f"{fn.name}: output {tensor.name} must have dtype {tensor.dtype}, "
+                            f"got {arr.dtype}")
+        if not arr.flags.c_contiguous or not arr.flags.writeable:
+            raise CallError(f"{fn.name}: output {tensor.name} must be a writable C-contiguous array")
+        result[tensor.name] = arr
+    return result
+
+
+def allocate_outputs(fn: ir.Function, sizes: Mapping[str, int]) -> dict[str, np.ndarray]:
+    """Fresh outputs start at zero (so `+=` without `!` accumulates onto zeros)."""
+    shapes = output_shapes(fn, sizes)
+    return {t.name: np.zeros(shapes[t.name], dtype=t.dtype.numpy) for t in fn.outputs}
