@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -93,6 +94,10 @@ class Kernel:
 
     def launch(self, *inputs: Any, outputs: Sequence[Any] | None = None) -> Any:
         return self.function._launch(self, inputs, outputs)
+
+    def benchmark(self, *inputs: Any, runs: int = 5) -> list[float]:
+        """Seconds per run for ``runs`` runs (CUDA events on the GPU, a wall clock on the host)."""
+        return self.function._benchmark(self, inputs, runs)
 
 
 class TCFunction:
@@ -189,6 +194,27 @@ class TCFunction:
             kernel.runner.run({**bound.arrays, **outs}, bound.sizes)
         results = tuple(outs[t.name] for t in self.ir.outputs)
         return results[0] if len(results) == 1 else results
+
+
+    def _benchmark(self, kernel: Kernel, inputs: Sequence[Any], runs: int) -> list[float]:
+        if kernel.target == "cuda":
+            from .runtime.cuda_launch import benchmark_cuda
+
+            return benchmark_cuda(kernel, inputs, runs)
+        bound = bind_host_inputs(self.ir, inputs)
+        outs = allocate_outputs(self.ir, bound.sizes)
+        arrays = {**bound.arrays, **outs}
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            if kernel.target == "numpy":
+                from .reference import run
+
+                run(self.ir, bound.arrays, bound.sizes, outs)
+            else:
+                kernel.runner.run(arrays, bound.sizes)
+            times.append(time.perf_counter() - start)
+        return times
 
 
 def _bind_any(fn: TCFunction, inputs: Sequence[Any]) -> Any:

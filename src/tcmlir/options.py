@@ -209,24 +209,27 @@ class MappingOptions:
 
     def to_pipeline(self, target: str = "cpu") -> str:
         """The pass pipeline these options stand for on ``target`` ("cpu" or "cuda")."""
+        def ints(values: tuple[int, ...]) -> str:
+            return ",".join(map(str, values))
+
         steps = [
-            "schedule{fusion=%s,skew=%s,positive-orthant=%s}" % (
-                self.fusion, str(self.allow_skewing).lower(), str(self.positive_orthant).lower()),
+            f"schedule{{fusion={self.fusion},skew={str(self.allow_skewing).lower()},"
+            f"positive-orthant={str(self.positive_orthant).lower()}}}",
         ]
         if any(self.tile_sizes):
-            steps.append("tile{sizes=%s}" % ",".join(map(str, self.tile_sizes)))
+            steps.append(f"tile{{sizes={ints(self.tile_sizes)}}}")
         if target == "cpu":
             steps.append("mark-parallel")
         elif target == "cuda":
-            steps.append("map-to-blocks{grid=%s}" % ",".join(map(str, self.grid)))
-            steps.append("map-to-threads{block=%s}" % ",".join(map(str, self.block)))
+            steps.append(f"map-to-blocks{{grid={ints(self.grid)}}}")
+            steps.append(f"map-to-threads{{block={ints(self.block)}}}")
             if self.use_shared_memory:
-                steps.append("promote-shared{depth=%d,max-bytes=%d}" % (
-                    self.shared_depth, self.max_shared_memory))
+                steps.append(f"promote-shared{{depth={self.shared_depth},"
+                             f"max-bytes={self.max_shared_memory}}}")
             if self.use_private_memory:
-                steps.append("promote-private{depth=%d}" % self.private_depth)
+                steps.append(f"promote-private{{depth={self.private_depth}}}")
         if self.unroll_factor > 1:
-            steps.append("unroll{factor=%d}" % self.unroll_factor)
+            steps.append(f"unroll{{factor={self.unroll_factor}}}")
         return ",".join(steps)
 
     def __str__(self) -> str:
