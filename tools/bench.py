@@ -1,0 +1,146 @@
+"""GPU benchmark: tcmlir (naive and hand-picked options) beside PyTorch eager, in one run.
+
+    python tools/bench.py [--quick] [--only NAME,...] [--json OUT.json]
+
+Times with CUDA events after warm-up (median of many runs), inputs as torch CUDA tensors (no
+host copies), and prints each kernel's time, its ratio to PyTorch and its fraction of the
+roofline ceiling built from the ceilings measured on the H200 (DESIGN.md §8): device copy
+4.21 TB/s (read + write) and fp32 SGEMM 51 TFLOP/s. Needs a GPU, torch and tcmlir's cuda target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+COPY_BW = 4.21e12  # bytes/s, read + write
+FP32_FLOPS = 51e12
+
+
+@dataclass
+class Case:
+    name: str
+    tc: str
+    make: Any  # (torch, quick) -> inputs
+    torch_fn: Any  # (torch, *inputs) -> output
+    flops: float
+    bytes: float
+    tuned: Any  # MappingOptions factory (hand-picked)
+
+
+def cases(quick: bool) -> list[Case]:
+    import tcmlir as tc
+
+    s = 4 if quick else 1
+    M = N = K = 4096 // s
+    R, D = 32768 // s, 4096
+    T = 8192 // s
+    B, I, O = 1024 // s, 2048, 1024
+    MO = tc.MappingOptions
+    return [
+        Case("matmul 4096^3", "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }",
+             lambda t: (t.randn(M, K, device="cuda"), t.randn(K, N, device="cuda")),
+             lambda t, a, b: a @ b, 2.0 * M * N * K, 4.0 * (M * K + K * N + M * N),
+             lambda: MO.naive().tile(64, 64, 32).map_to_threads(16, 16).map_to_blocks(256, 256)
+             .shared_memory(True).private_memory(True).unroll(4)),
+        Case("softmax 32768x4096", """def softmax(float(N, D) X) -> (O) {
+                mx(n) max=! X(n, d)
+                e(n, d) = exp(X(n, d) - mx(n))
+                s(n) +=! e(n, d)
+                O(n, d) = e(n, d) / s(n)
+            }""", lambda t: (t.randn(R, D, device="cuda"),),
+             lambda t, x: t.softmax(x, dim=1), 4.0 * R * D, 4.0 * 2 * R * D,
+             lambda: MO.naive().outer_schedule_fusion_strategy("max").tile(1).map_to_threads(256)
+             .map_to_blocks(R)),
+        Case("row sum 32768x4096", "def rowsum(float(N, D) X) -> (S) { S(n) +=! X(n, d) }",
+             lambda t: (t.randn(R, D, device="cuda"),), lambda t, x: x.sum(dim=1),
+             1.0 * R * D, 4.0 * R * D, lambda: MO.naive().tile(1).map_to_threads(256).map_to_blocks(R)),
+        Case("transpose 8192^2", "def tr(float(N, M) A) -> (B) { B(m, n) = A(n, m) }",
+             lambda t: (t.randn(T, T, device="cuda"),), lambda t, a: a.t().contiguous(),
+             0.0, 8.0 * T * T, lambda: MO.naive().tile(32, 32).map_to_threads(32, 8)
+             .map_to_blocks(256, 256).shared_memory(True)),
+        Case("bias+relu 1024x2048->1024", """def fc_relu(float(B, M) I, float(N, M) W, float(N) bias) -> (O) {
+                O(b, n) +=! I(b, m) * W(n, m)
+                O(b, n) = fmax(O(b, n) + bias(n), 0)
+            }""", lambda t: (t.randn(B, I, device="cuda"), t.randn(O, I, device="cuda"),
+                              t.randn(O, device="cuda")),
+             lambda t, x, w, b: t.relu(t.nn.functional.linear(x, w, b)), 2.0 * B * I * O,
+             4.0 * (B * I + O * I + B * O), lambda: MO.mlp().tile(32, 32, 32).map_to_threads(32, 8)
+             .map_to_blocks(256, 256)),
+    ]
+
+
+def time_cuda(torch: Any, fn: Any, warmup: int = 3, runs: int = 20) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(runs):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="smaller sizes")
+    ap.add_argument("--only", default="", help="comma list of case-name prefixes")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    import torch
+
+    import tcmlir as tc
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    rows = []
+    for case in cases(args.quick):
+        if args.only and not any(case.name.startswith(p) for p in args.only.split(",")):
+            continue
+        torch.manual_seed(0)
+        inputs = case.make(torch)
+        ceiling = max(case.flops / FP32_FLOPS, case.bytes / COPY_BW)
+        t_torch = time_cuda(torch, lambda case=case, inputs=inputs: case.torch_fn(torch, *inputs))
+        ref = case.torch_fn(torch, *inputs)
+        fn = tc.define(case.tc, target="cuda")
+        row = {"case": case.name, "torch_ms": t_torch * 1e3, "ceiling_ms": ceiling * 1e3}
+        for label, opts in (("naive", tc.MappingOptions.naive()), ("tuned", case.tuned())):
+            try:
+                kernel = fn.compile(*inputs, options=opts)
+                out = kernel.launch(*inputs)
+                err = float((out - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+                t = statistics.median(kernel.benchmark(*inputs, runs=20))
+                row[f"{label}_ms"] = t * 1e3
+                row[f"{label}_err"] = err
+            except tc.TCError as exc:
+                row[f"{label}_ms"] = None
+                row[f"{label}_error"] = str(exc).splitlines()[0]
+        rows.append(row)
+        print(_format_row(row), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+def _format_row(r: dict) -> str:
+    parts = [f"{r['case']:<28} torch {r['torch_ms']:8.3f} ms ({r['ceiling_ms'] / r['torch_ms']:5.0%} of ceiling)"]
+    for label in ("naive", "tuned"):
+        t = r.get(f"{label}_ms")
+        if t is None:
+            parts.append(f"{label}: FAILED {r.get(f'{label}_error', '')}")
+        else:
+            parts.append(f"{label} {t:9.3f} ms = {r['torch_ms'] / t:6.2f}x torch, "
+                         f"{r['ceiling_ms'] / t:5.0%} of ceiling, err {r[f'{label}_err']:.1e}")
+    return " | ".join(parts)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
