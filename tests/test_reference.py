@@ -447,3 +447,65 @@ def test_source_text():
     B = rng.standard_normal((4, 2)).astype(np.float32)
     out = reference.run(fn, {"A": A, "B": B}, {"M": 3, "N": 2, "K": 4})
     np.testing.assert_allclose(out["C"], A @ B, rtol=1e-5)
+
+
+# ---------------------------------------------------------------- corner cases
+
+
+def test_statement_reading_its_own_target():
+    fn = func([tensor("A", I32, ["N"], IN)], [tensor("out", I32, ["N"], OUT)],
+              [stmt("out", ["i"], rd("A", "i", dtype=I32), [("i", 0, "N")]),
+               stmt("out", ["i"], bop("*", rd("out", "i", dtype=I32), const(3, I32), I32),
+                    [("i", 0, "N")])], sizes=["N"])
+    out = reference.run(fn, {"A": np.arange(6, dtype=np.int32)}, {"N": 6}, chunk_elements=2)
+    np.testing.assert_array_equal(out["out"], 3 * np.arange(6))
+
+
+def test_bool_reductions_are_or_and_and():
+    A = np.array([[True, False], [False, False], [True, True]])
+    for op, want in ((ADD, A.any(1)), (MUL, A.all(1)), (MIN, A.all(1)), (MAX, A.any(1))):
+        fn = func([tensor("A", BOOL, ["N", "M"], IN)], [tensor("out", BOOL, ["N"], OUT)],
+                  [stmt("out", ["i"], rd("A", "i", "j", dtype=BOOL),
+                        [("i", 0, "N"), ("j", 0, "M")], op, True)], sizes=["N", "M"])
+        out = reference.run(fn, {"A": A}, {"N": 3, "M": 2})["out"]
+        assert out.dtype == np.bool_ and out.tolist() == want.tolist(), op
+
+
+def test_unsigned_division():
+    U32 = DType.UINT32
+    fn = elementwise(bop("/", rd("A", "i", dtype=U32), rd("B", "i", dtype=U32), U32), [U32, U32], U32)
+    a = np.array([2**32 - 1, 7, 9], np.uint32)
+    b = np.array([2, 0, 4], np.uint32)
+    assert reference.run(fn, {"A": a, "B": b}, {"N": 3})["out"].tolist() == [2**31 - 1, 0, 2]
+
+
+def test_reduction_rhs_independent_of_reduction_index():
+    fn = func([tensor("A", I32, ["N"], IN)], [tensor("out", I32, ["N"], OUT)],
+              [stmt("out", ["i"], rd("A", "i", dtype=I32), [("i", 0, "N"), ("j", 0, 4)], ADD, True)],
+              sizes=["N"])
+    out = reference.run(fn, {"A": np.array([1, 2], np.int32)}, {"N": 2})["out"]
+    assert out.tolist() == [4, 8]
+
+
+def test_out_of_bounds_affine_read_and_write():
+    fn = func([tensor("A", F32, ["N"], IN)], [tensor("out", F32, ["N"], OUT)],
+              [stmt("out", ["i"], rd("A", bop("+", ir.Index("i"), const(1, I32), I32)),
+                    [("i", 0, "N")])], sizes=["N"])
+    with pytest.raises(CallError, match=r"index 4 in dimension 0 of tensor 'A'.*extent 4"):
+        reference.run(fn, {"A": np.zeros(4, np.float32)}, {"N": 4})
+    fn = func([], [tensor("out", F32, [3], OUT)], [stmt("out", ["i"], const(1.0), [("i", 0, 5)])])
+    with pytest.raises(CallError, match=r"'out'.*\[0, 5\).*extent 3"):
+        reference.run(fn, {}, {})
+
+
+def test_cast_to_a_storage_type_rounds():
+    rhs = ir.Cast(ir.Cast(rd("A", "i"), F16), F32)
+    out = reference.run(elementwise(rhs, [F32]), {"A": np.array([0.1], np.float32)}, {"N": 1})
+    assert out["out"][0] == np.float32(np.float16(0.1))
+
+
+def test_every_scipy_builtin_needs_scipy(monkeypatch):
+    monkeypatch.setattr(reference_builtins, "scipy_special", lambda: None)
+    for name in reference_builtins.SCIPY_BUILTINS:
+        with pytest.raises(CodegenError, match=f"needs scipy for the built-in '{name}'"):
+            call(name, [0.5])

@@ -104,6 +104,9 @@ class _Statement:
 
     def execute(self) -> None:
         stmt = self.stmt
+        if len(set(stmt.lhs)) != len(stmt.lhs):
+            raise CodegenError(f"the numpy reference cannot write '{stmt.tensor}' with a "
+                               f"repeated index ({', '.join(stmt.lhs)})")
         lhs_box = [self._range(n) for n in stmt.lhs]
         red_names = stmt.reduction_indices
         red_box = [self._range(n) for n in red_names]
