@@ -39,7 +39,7 @@ def cases(quick: bool) -> list[Case]:
     M = N = K = 4096 // s
     R, D = 32768 // s, 4096
     T = 8192 // s
-    B, I, O = 1024 // s, 2048, 1024
+    B, IN, OUT = 1024 // s, 2048, 1024
     MO = tc.MappingOptions
     return [
         Case("matmul 4096^3", "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }",
@@ -66,10 +66,10 @@ def cases(quick: bool) -> list[Case]:
         Case("bias+relu 1024x2048->1024", """def fc_relu(float(B, M) I, float(N, M) W, float(N) bias) -> (O) {
                 O(b, n) +=! I(b, m) * W(n, m)
                 O(b, n) = fmax(O(b, n) + bias(n), 0)
-            }""", lambda t: (t.randn(B, I, device="cuda"), t.randn(O, I, device="cuda"),
-                              t.randn(O, device="cuda")),
-             lambda t, x, w, b: t.relu(t.nn.functional.linear(x, w, b)), 2.0 * B * I * O,
-             4.0 * (B * I + O * I + B * O), lambda: MO.mlp().tile(32, 32, 32).map_to_threads(32, 8)
+            }""", lambda t: (t.randn(B, IN, device="cuda"), t.randn(OUT, IN, device="cuda"),
+                              t.randn(OUT, device="cuda")),
+             lambda t, x, w, b: t.relu(t.nn.functional.linear(x, w, b)), 2.0 * B * IN * OUT,
+             4.0 * (B * IN + OUT * IN + B * OUT), lambda: MO.mlp().tile(32, 32, 32).map_to_threads(32, 8)
              .map_to_blocks(256, 256)),
     ]
 
