@@ -509,3 +509,13 @@ def test_every_scipy_builtin_needs_scipy(monkeypatch):
     for name in reference_builtins.SCIPY_BUILTINS:
         with pytest.raises(CodegenError, match=f"needs scipy for the built-in '{name}'"):
             call(name, [0.5])
+
+
+def test_float16_chunked_reduction_rounds_once():
+    fn = func([tensor("A", F16, ["N"], IN)], [tensor("s", F16, [], OUT)],
+              [stmt("s", [], rd("A", "i"), [("i", 0, "N")], ADD, False)], sizes=["N"])
+    A = np.full(4096, 1.0, np.float16)
+    for limit in (None, 3):
+        out = reference.run(fn, {"A": A}, {"N": 4096}, {"s": np.array(1.0, np.float16)},
+                            chunk_elements=limit)
+        assert out["s"] == np.float16(4097.0), limit  # one rounding of 4097 (to 4096)

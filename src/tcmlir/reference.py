@@ -132,8 +132,10 @@ class _Statement:
             isinstance(e, ir.Read) and e.tensor == stmt.tensor for e in ir.walk(stmt.rhs)
         )
         arrays = dict(self.store)
-        if reads_self:
+        if reads_self and stmt.reduction is None:
             arrays[stmt.tensor] = self.target.copy()
+        # reductions accumulate in the compute type and store (round) once at the end
+        acc = None if stmt.reduction is None else view.astype(comp)
         names = list(stmt.lhs) + list(red_names)
         nl, nr = len(lhs_box), len(red_box)
         red_axes = tuple(range(nl, nl + nr))
@@ -147,13 +149,15 @@ class _Statement:
             shape = tuple(hi - lo for lo, hi in box)
             value = np.broadcast_to(value, shape)
             offsets = zip(box[:nl], lhs_box, strict=True)
-            part = view[(*(slice(lo - base, hi - base) for (lo, hi), (base, _) in offsets), ...)]
-            if stmt.reduction is None:
-                part[...] = value[(Ellipsis,) + (0,) * nr]
+            where = (*(slice(lo - base, hi - base) for (lo, hi), (base, _) in offsets), ...)
+            if acc is None:
+                view[where] = value[(Ellipsis,) + (0,) * nr]
                 continue
             op = _REDUCE[stmt.reduction]
             reduced = op.reduce(value, axis=red_axes, dtype=comp) if nr else value
-            part[...] = op(part.astype(comp), reduced, dtype=comp)
+            op(acc[where], reduced, out=acc[where], dtype=comp)
+        if acc is not None:
+            view[...] = acc
 
 
 def _axis(lo: int, hi: int, axis: int, ndim: int) -> np.ndarray:
