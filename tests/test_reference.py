@@ -436,17 +436,64 @@ def test_large_matmul_runs():
 # ---------------------------------------------------------------- through the front end
 
 
-def test_source_text():
+def _front_end():
     pytest.importorskip("tcmlir.lang.sema", reason="the front end is not there yet")
     import tcmlir.lang as lang
 
-    fn = lang.check(lang.parse(
-        "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
-    ))
-    A = rng.standard_normal((3, 4)).astype(np.float32)
-    B = rng.standard_normal((4, 2)).astype(np.float32)
-    out = reference.run(fn, {"A": A, "B": B}, {"M": 3, "N": 2, "K": 4})
-    np.testing.assert_allclose(out["C"], A @ B, rtol=1e-5)
+    return lambda src: lang.check(lang.parse(src))
+
+
+def _c_div_arrays(a, b):
+    return np.array([c_div(int(x), int(y)) for x, y in zip(a, b, strict=True)], np.int32)
+
+
+def _c_mod_arrays(a, b):
+    return np.array([c_mod(int(x), int(y)) for x, y in zip(a, b, strict=True)], np.int32)
+
+
+def _softmax(X):
+    e = np.exp(X.astype(np.float64) - X.max(1, keepdims=True))
+    return e / e.sum(1, keepdims=True)
+
+
+_X = rng.standard_normal((4, 6)).astype(np.float32)
+_IA = np.array([7, -7, 7, -7, 9], np.int32)
+_IB = np.array([2, 2, -2, -2, -4], np.int32)
+_V = np.array([0.5, 1.5, 2.5, -0.5, -2.5, 3.25], np.float32)
+_IDX = np.array([3, 0, 5, 5], np.int32)
+
+SOURCES = [
+    ("def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }",
+     {"A": _X[:, :3], "B": _X[:3, :5].copy()}, {"M": 4, "K": 3, "N": 5},
+     lambda: _X[:, :3].astype(np.float64) @ _X[:3, :5]),
+    ("def d(int32(N) A, int32(N) B) -> (O) { O(i) = A(i) / B(i) }",
+     {"A": _IA, "B": _IB}, {"N": 5}, lambda: _c_div_arrays(_IA, _IB)),
+    ("def d(int32(N) A, int32(N) B) -> (O) { O(i) = A(i) % B(i) }",
+     {"A": _IA, "B": _IB}, {"N": 5}, lambda: _c_mod_arrays(_IA, _IB)),
+    ("def softmax(float(N, M) X) -> (Y) {\n"
+     "  mx(i) max=! X(i, j)\n  e(i, j) = exp(X(i, j) - mx(i))\n"
+     "  s(i) +=! e(i, j)\n  Y(i, j) = e(i, j) / s(i)\n}",
+     {"X": _X}, {"N": 4, "M": 6}, lambda: _softmax(_X)),
+    ("def scale(float(N) A, float alpha) -> (O) { O(i) = alpha * A(i) }",
+     {"A": _V, "alpha": np.array(2.0, np.float32)}, {"N": 6}, lambda: 2.0 * _V),
+    ("def r(float(N) A) -> (O) { O(i) = round(A(i)) }",
+     {"A": _V}, {"N": 6}, lambda: np.array([1, 2, 3, -1, -3, 3], np.float32)),
+    ("def g(float(N) A, int32(M) I) -> (O) { O(i) = A(I(i)) }",
+     {"A": _V, "I": _IDX}, {"N": 6, "M": 4}, lambda: _V[_IDX]),
+    ("def h(float16(N) A) -> (O) { O(i) = A(i) * 3 }",
+     {"A": _V.astype(np.float16)}, {"N": 6}, lambda: (3 * _V).astype(np.float16)),
+]
+
+
+@pytest.mark.parametrize(("src", "inputs", "sizes", "expected"), SOURCES,
+                         ids=[s[0].split("(")[0][4:] + str(k) for k, s in enumerate(SOURCES)])
+def test_source_text(src, inputs, sizes, expected):
+    fn = _front_end()(src)
+    out = reference.run(fn, inputs, sizes)
+    (result,) = out.values()
+    want = expected()
+    assert result.dtype == want.dtype or want.dtype == np.float64
+    np.testing.assert_allclose(result, want, rtol=1e-6, atol=1e-7)
 
 
 # ---------------------------------------------------------------- corner cases
