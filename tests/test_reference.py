@@ -566,3 +566,10 @@ def test_float16_chunked_reduction_rounds_once():
         out = reference.run(fn, {"A": A}, {"N": 4096}, {"s": np.array(1.0, np.float16)},
                             chunk_elements=limit)
         assert out["s"] == np.float16(4097.0), limit  # one rounding of 4097 (to 4096)
+
+
+def test_constant_index_reads():
+    rhs = bop("+", rd("A", const(0, I32)), rd("A", "i"))
+    out = reference.run(elementwise(rhs, [F32]), {"A": np.array([5.0, 1.0, 2.0], np.float32)},
+                        {"N": 3})
+    assert out["out"].tolist() == [10.0, 6.0, 7.0]
