@@ -1,0 +1,144 @@
+"""Computing a schedule tree with isl's scheduler under TC's fusion strategies.
+
+TC (``tc/core/polyhedral/scop.cc``) runs isl's incremental scheduler with merge callbacks that
+decide fusion; islpy exposes no merge callback, so each strategy is the isl option set that
+gives the same decisions on TC programs:
+
+====================  ======================================================================
+``max``               ``schedule_whole_component=1`` (schedule each dependence component at
+                      once: fuse everything that can share outer loops), ``serialize_sccs=0``
+``preserve3coincident`` ``whole_component=0`` (clustering), ``maximize_coincidence=1``: two
+                      clusters merge only when the merged band keeps its coincident (parallel)
+                      dimensions, ``serialize_sccs=0``
+``min``               ``serialize_sccs=1``: every strongly connected component (statement)
+                      gets its own loop nest
+====================  ======================================================================
+
+TC's ``allow_skewing=false`` and ``positive_orthant=true`` are options of TC's isl fork
+(``schedule_unit_max_var_coefficient_sum``, ``schedule_nonneg_var_coefficient``) that upstream
+isl lacks. Here:
+
+* positive orthant: a validity constraint ``S[x] -> S[x + e_d]`` for every statement dimension
+  ``d`` forces every band member to have a non-negative coefficient on each dimension until the
+  dimension is carried (no loop reversal);
+* no skewing: the result is checked (each band member of each statement uses at most one
+  statement dimension); a skewed result is recomputed with ``min`` fusion, and as a last resort
+  the original program order is used (always legal, never skewed).
+
+isl options are per context: they are set right before every ``compute_schedule``.
+"""
+
+from __future__ import annotations
+
+import islpy as isl
+
+from .deps import Dependences
+from .scop import Scop, sets_of
+from .tree import bands
+
+__all__ = ["FUSION_STRATEGIES", "band_members", "compute_schedule", "has_negative_coefficient",
+           "is_skewed"]
+
+FUSION_STRATEGIES = ("max", "preserve3coincident", "min")
+
+_OPTIONS = {
+    "max": dict(whole_component=1, serialize_sccs=0, maximize_coincidence=0),
+    "preserve3coincident": dict(whole_component=0, serialize_sccs=0, maximize_coincidence=1),
+    "min": dict(whole_component=0, serialize_sccs=1, maximize_coincidence=1),
+}
+
+
+def compute_schedule(scop: Scop, deps: Dependences, fusion: str = "max", skew: bool = False,
+                     positive_orthant: bool = True) -> isl.Schedule:
+    """A schedule tree for ``scop`` respecting ``deps.validity`` (see the module docstring)."""
+    if fusion not in _OPTIONS:
+        raise ValueError(f"unknown fusion strategy {fusion!r}")
+    schedule = _isl_schedule(scop, deps, fusion, positive_orthant)
+    if not skew and is_skewed(schedule):
+        schedule = _isl_schedule(scop, deps, "min", positive_orthant)
+        if is_skewed(schedule):
+            schedule = original_with_coincidence(scop, deps)
+    return schedule
+
+
+def _isl_schedule(scop: Scop, deps: Dependences, fusion: str,
+                  positive_orthant: bool) -> isl.Schedule:
+    ctx = scop.ctx
+    validity = deps.validity
+    if positive_orthant:
+        validity = validity.union(unit_steps(scop.domain))
+    sc = (isl.ScheduleConstraints.on_domain(scop.domain)
+          .set_context(scop.context)
+          .set_validity(validity)
+          .set_coincidence(deps.coincidence)
+          .set_proximity(deps.proximity))
+    for key, value in _OPTIONS[fusion].items():
+        getattr(ctx, f"set_schedule_{key}")(value)
+    ctx.set_schedule_outer_coincidence(0)
+    ctx.set_schedule_max_coefficient(-1)
+    ctx.set_schedule_max_constant_term(-1)
+    ctx.set_schedule_carry_self_first(1)
+    ctx.set_schedule_algorithm(0)  # ISL_SCHEDULE_ALGORITHM_ISL (Pluto-like)
+    return sc.compute_schedule()
+
+
+def unit_steps(domain: isl.UnionSet) -> isl.UnionMap:
+    """``S[x] -> S[x + e_d]`` inside the domain, for every statement and dimension."""
+    steps = isl.UnionMap.empty(domain.get_space())
+    for dom in sets_of(domain):
+        n = dom.dim(isl.dim_type.set)
+        space = isl.Space.map_from_set(dom.get_space())
+        for d in range(n):
+            aff = isl.MultiAff.identity(space)
+            shifted = aff.get_at(d).set_constant_val(isl.Val.int_from_si(dom.get_ctx(), 1))
+            step = isl.Map.from_multi_aff(aff.set_at(d, shifted))
+            steps = steps.union(isl.UnionMap.from_map(
+                step.intersect_domain(dom).intersect_range(dom)))
+    return steps
+
+
+def band_members(node: isl.ScheduleNode) -> list[list[isl.Aff]]:
+    """For each member of a band node, the affine pieces of its partial schedule."""
+    mupa = node.band_get_partial_schedule()
+    members = []
+    for m in range(mupa.dim(isl.dim_type.out)):
+        pieces: list[isl.Aff] = []
+        pw_affs: list[isl.PwAff] = []
+        mupa.get_at(m).foreach_pw_aff(pw_affs.append)
+        for pa in pw_affs:
+            pieces.extend(aff for _set, aff in pa.get_pieces())
+        members.append(pieces)
+    return members
+
+
+def _coefficients(aff: isl.Aff) -> list[int]:
+    return [int(aff.get_coefficient_val(isl.dim_type.in_, d).to_python())
+            for d in range(aff.dim(isl.dim_type.in_))]
+
+
+def is_skewed(schedule: isl.Schedule) -> bool:
+    """True if some band member combines two statement dimensions (i + j)."""
+    return any(sum(c != 0 for c in _coefficients(aff)) > 1
+               for band in bands(schedule) for member in band_members(band) for aff in member)
+
+
+def has_negative_coefficient(schedule: isl.Schedule) -> bool:
+    """True if some band member runs a statement dimension backwards."""
+    return any(c < 0 for band in bands(schedule) for member in band_members(band)
+               for aff in member for c in _coefficients(aff))
+
+
+def original_with_coincidence(scop: Scop, deps: Dependences) -> isl.Schedule:
+    """The program-order schedule, its band members marked coincident where they are."""
+    from .legality import band_is_permutable, member_is_parallel
+
+    def mark(node: isl.ScheduleNode) -> isl.ScheduleNode:
+        if node.get_type() != isl.schedule_node_type.band:
+            return node
+        node = node.band_set_permutable(int(band_is_permutable(node, deps.validity)))
+        for m in range(node.band_n_member()):
+            node = node.band_member_set_coincident(
+                m, int(member_is_parallel(node, m, deps.coincidence)))
+        return node
+
+    return scop.schedule.map_schedule_node_bottom_up(mark)

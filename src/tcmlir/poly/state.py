@@ -1,0 +1,44 @@
+"""The state the passes transform: the function, its scop and dependences, the schedule tree.
+
+Passes are pure: each takes a `CompileState` and returns a new one (`dataclasses.replace`).
+Every isl object of a state lives in ``scop.ctx``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import islpy as isl
+
+from .. import ir
+from .deps import Dependences, compute_dependences
+from .scop import Scop, build_scop
+
+__all__ = ["CompileState"]
+
+
+@dataclass(frozen=True, eq=False)
+class CompileState:
+    """``fn`` modelled as ``scop`` with ``deps``; ``schedule`` is None until `schedule` runs.
+
+    ``sizes`` are the size values fixed so far (None: fully parametric).
+    """
+
+    fn: ir.Function
+    scop: Scop
+    deps: Dependences
+    schedule: isl.Schedule | None = None
+    sizes: Mapping[str, int] | None = None
+
+    @classmethod
+    def initial(cls, fn: ir.Function, sizes: Mapping[str, int] | None = None,
+                ctx: isl.Context | None = None) -> CompileState:
+        """The state before any pass: the scop of ``fn`` (specialised to ``sizes``) and deps."""
+        scop = build_scop(fn, sizes, ctx)
+        return cls(fn, scop, compute_dependences(scop), None,
+                   None if sizes is None else dict(sizes))
+
+    @property
+    def ctx(self) -> isl.Context:
+        return self.scop.ctx
