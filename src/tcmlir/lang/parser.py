@@ -83,16 +83,18 @@ class _Parser:
 
     def program(self) -> ast.Program:
         defs: list[ast.Def] = []
-        seen: set[str] = set()
+        seen: dict[str, ast.Def] = {}
         while self.tok.kind != "EOF" or not defs:
             if self.tok.kind != "def":
                 fix = None if defs else "a TC source holds one or more `def name(...) -> (...) { ... }`"
                 raise self.unexpected("'def'", fix)
             d = self.definition()
-            if d.name.name in seen:
-                raise self.error(d.name.span, f"duplicate definition of {d.name.name!r}",
+            first = seen.get(d.name.name)
+            if first is not None:
+                raise self.error(d.name.span, f"duplicate definition of {d.name.name!r} "
+                                 f"(first defined on line {first.span.line})",
                                  "give each def its own name")
-            seen.add(d.name.name)
+            seen[d.name.name] = d
             defs.append(d)
         return ast.Program(tuple(defs), span=defs[0].span.merge(defs[-1].span))
 
@@ -153,7 +155,10 @@ class _Parser:
 
     def statement(self) -> ast.Stmt:
         if self.tok.kind != "IDENT":
-            raise self.unexpected("a statement (`C(i) = ...`) or '}'")
+            fix = "close the definition with '}'" if self.tok.kind in ("EOF", "def") else None
+            if self.tok.kind == "[":
+                fix = "TC indexes tensors with parentheses: `A(i, j)`"
+            raise self.unexpected("a statement (`C(i) = ...`) or '}'", fix)
         tensor = self.ident("a tensor name")
         indices: list[ast.Ident] = []
         if self.accept("("):
