@@ -1,0 +1,333 @@
+"""Tuned mapping options, persisted: the autotuner stores, later runs (and processes) look up.
+
+A key is (canonical TC text, entry, input signature, arch); each key keeps its best ``top_k``
+candidates with their median time and number of runs. Options are stored as JSON text
+(``MappingOptions.to_json()``) and never interpreted here. ``exact=False`` lookups fall back to
+the options tuned for the nearest size: among rows with the same source, entry, arch, ranks
+and dtypes, the one minimising ``sum(|log a - log b|)`` over the size parameters.
+
+Public form (DESIGN §3): ``tc.OptionsCache(path).lookup(fn, *inputs, exact=True)``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..signature import Signature
+from .keys import (
+    canonical_json,
+    ranks_dtypes_json,
+    signature_json,
+    tuned_family_hash,
+    tuned_key_hash,
+)
+from .store import CacheCounters, CacheStore, logger, row_checksum
+
+__all__ = ["DEFAULT_TOP_K", "OptionsCache", "TunedRecord", "log_size_distance"]
+
+DEFAULT_TOP_K = 5
+
+TUNED_COLUMNS = ("key_hash", "family_hash", "source", "entry", "signature", "arch",
+                 "ranks_dtypes", "sizes", "options", "time_s", "runs", "created", "checksum")
+_SELECT = f"SELECT id, {', '.join(TUNED_COLUMNS)} FROM tuned_options"
+
+
+@dataclass(frozen=True, eq=True)
+class TunedRecord:
+    """One stored candidate: its key, its sizes, the options JSON and how fast it ran."""
+
+    source: str
+    entry: str
+    signature: str
+    arch: str
+    sizes: Mapping[str, int]
+    options_json: str
+    time_s: float
+    runs: int
+    created: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"entry": self.entry, "arch": self.arch, "signature": json.loads(self.signature),
+                "sizes": dict(self.sizes), "options": json.loads(self.options_json),
+                "time_s": self.time_s, "runs": self.runs, "created": self.created,
+                "source": self.source}
+
+
+def log_size_distance(a: Mapping[str, int], b: Mapping[str, int]) -> float:
+    """``sum over size names of |log a - log b|`` (sizes below 1 count as 1); inf if the
+    two do not name the same sizes."""
+    if set(a) != set(b):
+        return math.inf
+    return sum(abs(math.log(max(a[n], 1)) - math.log(max(b[n], 1))) for n in a)
+
+
+def _sizes_json(sizes: Mapping[str, int] | None, sig: Signature) -> str:
+    if sizes is None:
+        # No size names given: fall back to one pseudo-size per input dimension.
+        sizes = {f"arg{i}.d{d}": n for i, a in enumerate(sig.args) for d, n in enumerate(a.shape)}
+    for name, value in sizes.items():
+        if not isinstance(name, str) or isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"size values must map names to ints, got {name!r}: {value!r}")
+    return json.dumps(dict(sorted(sizes.items())), separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class _Row:
+    """A tuned_options row as read, before its checksum is trusted."""
+
+    id: int
+    key_hash: str
+    family_hash: str
+    source: str
+    entry: str
+    signature: str
+    arch: str
+    ranks_dtypes: str
+    sizes: str
+    options: str
+    time_s: float
+    runs: int
+    created: float
+    checksum: str
+
+    def expected_checksum(self) -> str:
+        return tuned_checksum(self.key_hash, self.family_hash, self.source, self.entry,
+                              self.signature, self.arch, self.ranks_dtypes, self.sizes,
+                              self.options, self.time_s, self.runs)
+
+    def is_intact(self) -> bool:
+        try:
+            return self.checksum == self.expected_checksum()
+        except (TypeError, ValueError, AttributeError, UnicodeError):
+            return False  # a column changed type (e.g. text became a blob)
+
+    def record(self) -> TunedRecord:
+        return TunedRecord(self.source, self.entry, self.signature, self.arch,
+                           json.loads(self.sizes), self.options, self.time_s, self.runs,
+                           self.created)
+
+
+def tuned_checksum(key_hash: str, family_hash: str, source: str, entry: str, signature: str,
+                   arch: str, ranks_dtypes: str, sizes: str, options: str, time_s: float,
+                   runs: int) -> str:
+    return row_checksum("tuned", key_hash, family_hash, source, entry, signature, arch,
+                        ranks_dtypes, sizes, options, float(time_s), int(runs))
+
+
+class OptionsCache:
+    """Tuned options in the cache database at ``path`` (None: the default location).
+
+    ``counters`` (hits, misses, corrupt_dropped, writes) count this object's work.
+    Pass ``store`` to share one open database with a `KernelCache`.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *,
+                 store: CacheStore | None = None, top_k: int = DEFAULT_TOP_K):
+        if top_k < 1:
+            raise ValueError(f"top_k must be at least 1, got {top_k}")
+        self.db = store if store is not None else CacheStore(path)
+        self.top_k = top_k
+
+    @property
+    def path(self) -> os.PathLike[str]:
+        return self.db.path
+
+    @property
+    def counters(self) -> CacheCounters:
+        return self.db.counters
+
+    # -- the public form ----------------------------------------------------------------
+
+    def lookup(self, fn: Any, *inputs: Any, exact: bool = True) -> Any:
+        """The best `MappingOptions` stored for ``fn`` at these inputs' signature on
+        ``fn.default_arch()``, or None; ``exact=False`` falls back to the nearest size."""
+        found = self.find(fn.canonical_source, fn.entry, fn.signature(*inputs),
+                          fn.default_arch(), exact=exact, sizes=fn.size_values(*inputs))
+        if found is None:
+            return None
+        from ..options import MappingOptions
+
+        return MappingOptions.from_json(found.options_json)
+
+    def record(self, fn: Any, *inputs: Any, options: Any, time_s: float, runs: int) -> bool:
+        """Store ``options`` (a MappingOptions or its JSON) measured on these inputs."""
+        text = options if isinstance(options, str) else options.to_json()
+        return self.store(fn.canonical_source, fn.entry, fn.signature(*inputs),
+                          fn.default_arch(), text, time_s, runs,
+                          sizes=fn.size_values(*inputs))
+
+    # -- key parts ----------------------------------------------------------------------
+
+    def store(self, source_text: str, entry: str, signature: Signature | str, arch: str,
+              options_json: str, time_s: float, runs: int,
+              sizes: Mapping[str, int] | None = None) -> bool:
+        """Add a measured candidate; True if the database changed.
+
+        The same options stored again keep the better time; each key keeps its ``top_k``
+        fastest candidates. ``sizes`` (name -> value) enable nearest-size lookups.
+        """
+        if not (isinstance(time_s, int | float) and math.isfinite(time_s) and time_s > 0):
+            raise ValueError(f"time_s must be a positive finite number of seconds, got {time_s!r}")
+        if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+            raise ValueError(f"runs must be a positive int, got {runs!r}")
+        if not arch:
+            raise ValueError("arch must name an architecture such as 'sm_90'")
+        sig = Signature.from_json(signature) if isinstance(signature, str) else signature
+        sig_text = signature_json(sig)
+        ranks = ranks_dtypes_json(sig)
+        key_hash = tuned_key_hash(source_text, entry, sig_text, arch)
+        family = tuned_family_hash(source_text, entry, arch, ranks)
+        sizes_text = _sizes_json(sizes, sig)
+        options = canonical_json(options_json)
+        time_s = float(time_s)
+        checksum = tuned_checksum(key_hash, family, source_text, entry, sig_text, arch, ranks,
+                                  sizes_text, options, time_s, runs)
+        values = (key_hash, family, source_text, entry, sig_text, arch, ranks, sizes_text,
+                  options, time_s, runs, time.time(), checksum)
+        changed = self.db.write(lambda conn: self._upsert(conn, values), False)
+        if changed:
+            self.counters.writes += 1
+        return changed
+
+    def _upsert(self, conn: sqlite3.Connection, values: tuple) -> bool:
+        """Insert or improve one candidate, then keep the key's top_k (inside a write txn)."""
+        key_hash, options, time_s = values[0], values[8], values[9]
+        existing = conn.execute(_SELECT + " WHERE key_hash = ? AND options = ?",
+                                (key_hash, options)).fetchone()
+        if existing is not None:
+            row = _Row(*existing)
+            if row.is_intact() and row.time_s <= time_s:
+                return False
+            conn.execute("DELETE FROM tuned_options WHERE id = ?", (row.id,))
+        conn.execute(f"INSERT INTO tuned_options ({', '.join(TUNED_COLUMNS)}) "
+                     f"VALUES ({', '.join('?' * len(TUNED_COLUMNS))})", values)
+        conn.execute("DELETE FROM tuned_options WHERE key_hash = ? AND id NOT IN ("
+                     "SELECT id FROM tuned_options WHERE key_hash = ? "
+                     "ORDER BY time_s, id LIMIT ?)", (key_hash, key_hash, self.top_k))
+        return True
+
+    def _read_rows(self, where: str, params: tuple) -> list[_Row]:
+        """Rows matching ``where``, corrupt ones deleted and counted, fastest first."""
+        rows = self.db.read(
+            lambda conn: [_Row(*r) for r in conn.execute(
+                f"{_SELECT} WHERE {where} ORDER BY time_s, id", params)], [])
+        intact = [r for r in rows if r.is_intact()]
+        broken = [r for r in rows if not r.is_intact()]
+        if broken:
+            def drop(conn: sqlite3.Connection) -> None:
+                for r in broken:  # only if still the same bytes (another process may rewrite)
+                    conn.execute("DELETE FROM tuned_options WHERE id = ? AND checksum IS ?",
+                                 (r.id, r.checksum))
+            self.db.write(drop, None)
+            self.counters.corrupt_dropped += len(broken)
+            logger.warning("tcmlir cache %s: dropped %d tuned-options row(s) whose checksum "
+                           "did not match", self.db.path, len(broken))
+        return intact
+
+    def candidates(self, source_text: str, entry: str, signature: Signature | str,
+                   arch: str) -> list[TunedRecord]:
+        """Every stored candidate for this exact key, fastest first (seeds for the tuner)."""
+        sig_text = signature_json(signature)
+        key_hash = tuned_key_hash(source_text, entry, sig_text, arch)
+        rows = self._read_rows("key_hash = ?", (key_hash,))
+        return [r.record() for r in rows
+                if (r.source, r.entry, r.signature, r.arch) == (source_text, entry, sig_text,
+                                                                arch)]
+
+    def find(self, source_text: str, entry: str, signature: Signature | str, arch: str,
+             exact: bool = True, sizes: Mapping[str, int] | None = None) -> TunedRecord | None:
+        """The best stored candidate (see `lookup_options`), as a `TunedRecord`."""
+        sig = Signature.from_json(signature) if isinstance(signature, str) else signature
+        best = self.candidates(source_text, entry, sig, arch)
+        if best:
+            self.counters.hits += 1
+            return best[0]
+        if exact:
+            self.counters.misses += 1
+            return None
+        found = self._nearest(source_text, entry, sig, arch, sizes)
+        if found is None:
+            self.counters.misses += 1
+        else:
+            self.counters.hits += 1
+        return found
+
+    def _nearest(self, source_text: str, entry: str, sig: Signature, arch: str,
+                 sizes: Mapping[str, int] | None) -> TunedRecord | None:
+        ranks = ranks_dtypes_json(sig)
+        family = tuned_family_hash(source_text, entry, arch, ranks)
+        wanted = json.loads(_sizes_json(sizes, sig))
+        rows = [r for r in self._read_rows("family_hash = ?", (family,))
+                if (r.source, r.entry, r.arch, r.ranks_dtypes) == (source_text, entry, arch, ranks)]
+        scored = [(log_size_distance(wanted, json.loads(r.sizes)), r.time_s, r.id, r)
+                  for r in rows]
+        scored = [s for s in scored if math.isfinite(s[0])]
+        if not scored:
+            return None
+        distance, _, _, row = min(scored, key=lambda s: s[:3])
+        if distance > 0:
+            logger.info("no options tuned for %s at sizes %s on %s; using those tuned at "
+                        "sizes %s (log-distance %.3f)", entry, wanted, arch,
+                        json.loads(row.sizes), distance)
+        return row.record()
+
+    def lookup_options(self, source_text: str, entry: str, signature: Signature | str,
+                       arch: str, exact: bool = True,
+                       sizes: Mapping[str, int] | None = None) -> tuple[str, float] | None:
+        """``(options_json, time_s)`` of the fastest candidate for the key, or None.
+
+        With ``exact=False`` and no row for this signature, the nearest size by log-distance
+        among rows with the same source, entry, arch, ranks and dtypes (``sizes`` names the
+        size values of this call; without it the input dimensions serve as sizes).
+        """
+        found = self.find(source_text, entry, signature, arch, exact=exact, sizes=sizes)
+        return None if found is None else (found.options_json, found.time_s)
+
+    # -- listing, maintenance, transfer --------------------------------------------------
+
+    def entries(self, arch: str | None = None) -> list[TunedRecord]:
+        """Every intact stored candidate (optionally of one arch), by entry then time."""
+        where, params = ("arch = ?", (arch,)) if arch is not None else ("1", ())
+        rows = self._read_rows(where, params)
+        return sorted((r.record() for r in rows), key=lambda r: (r.entry, r.signature, r.time_s))
+
+    def clear(self, arch: str | None = None) -> int:
+        """Delete the tuned options (of one arch, or all); returns how many rows went."""
+        def body(conn: sqlite3.Connection) -> int:
+            if arch is None:
+                return conn.execute("DELETE FROM tuned_options").rowcount
+            return conn.execute("DELETE FROM tuned_options WHERE arch = ?", (arch,)).rowcount
+        return self.db.write(body, 0)
+
+    def stats(self) -> dict[str, object]:
+        return self.db.stats()
+
+    def export(self, path: str | os.PathLike[str], arch: str | None = None,
+               artifacts: bool = False) -> dict[str, int]:
+        """Write the tuned options (of ``arch``, or all; with compiled artifacts if asked) to a
+        standalone SQLite file at ``path``, replaced atomically. Returns row counts."""
+        from .transfer import export_store
+
+        return export_store(self.db, path, arch=arch, artifacts=artifacts)
+
+    def import_(self, path: str | os.PathLike[str]) -> dict[str, int]:
+        """Merge an exported file into this cache, keeping the best time per candidate."""
+        from .transfer import import_into
+
+        return import_into(self, path)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> OptionsCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,345 @@
+"""The SQLite layer under the persistent caches: one file, WAL, short transactions, checked rows.
+
+`CacheStore` owns one connection to the database file and knows nothing about what the rows
+mean; `options_cache` and `kernel_cache` build on it. Rules it enforces:
+
+* Concurrency: WAL journal (readers never block the one writer), ``busy_timeout`` so a writer
+  waits for another instead of failing with "database is locked", writes in ``BEGIN IMMEDIATE``
+  transactions (the write lock is taken up front, so two writers never deadlock upgrading a
+  read lock), every transaction a few statements long.
+* Schema: a ``meta`` table holds ``schema_version``; any other version (older, newer, or a
+  ``meta`` table we cannot read) drops and recreates our tables: rows are never misread.
+* Corruption: a file SQLite cannot read ("file is not a database", "malformed", a failed
+  ``quick_check``) is moved aside to ``<name>.corrupt-<time>-<pid>`` with a warning and a fresh
+  database is created; rows carry checksums (`row_checksum`) that the cache layers verify.
+* No pickle: rows hold text, numbers, JSON text and bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import sqlite3
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from ..errors import TCError
+from .paths import resolve_cache_path
+
+__all__ = [
+    "BUSY_TIMEOUT_S",
+    "SCHEMA_VERSION",
+    "CacheCorruptionWarning",
+    "CacheCounters",
+    "CacheError",
+    "CacheStore",
+    "create_schema",
+    "row_checksum",
+]
+
+logger = logging.getLogger("tcmlir.cache")
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_S = 30.0
+_OUR_TABLES = ("tuned_options", "artifacts", "meta")
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS tuned_options (
+        id INTEGER PRIMARY KEY,
+        key_hash TEXT NOT NULL,       -- tuned_key_hash(source, entry, signature, arch)
+        family_hash TEXT NOT NULL,    -- tuned_family_hash(source, entry, arch, ranks_dtypes)
+        source TEXT NOT NULL,         -- canonical TC text
+        entry TEXT NOT NULL,
+        signature TEXT NOT NULL,      -- Signature.to_json(): shapes, dtypes, strides
+        arch TEXT NOT NULL,           -- sm_90, cpu-x86_64-znver3, ...
+        ranks_dtypes TEXT NOT NULL,   -- JSON [[rank, dtype], ...]
+        sizes TEXT NOT NULL,          -- JSON {size name: value}
+        options TEXT NOT NULL,        -- MappingOptions.to_json(), canonicalised
+        time_s REAL NOT NULL,         -- median measured time
+        runs INTEGER NOT NULL,        -- how many runs the median is over
+        created REAL NOT NULL,
+        checksum TEXT NOT NULL,
+        UNIQUE (key_hash, options))""",
+    "CREATE INDEX IF NOT EXISTS tuned_by_key ON tuned_options (key_hash, time_s)",
+    "CREATE INDEX IF NOT EXISTS tuned_by_family ON tuned_options (family_hash)",
+    """CREATE TABLE IF NOT EXISTS artifacts (
+        digest TEXT PRIMARY KEY,      -- artifact_digest(key)
+        kind TEXT NOT NULL,
+        arch TEXT NOT NULL,
+        entry TEXT NOT NULL,
+        key_json TEXT NOT NULL,       -- the full key, canonical JSON
+        payload BLOB NOT NULL,
+        meta TEXT NOT NULL,           -- JSON: kernel names, grid/block, ...
+        created REAL NOT NULL,
+        checksum TEXT NOT NULL)""",
+)
+
+
+class CacheError(TCError):
+    """The cache cannot be used as asked (an unreadable export file, a path that is not a file)."""
+
+
+class CacheCorruptionWarning(UserWarning):
+    """A cache file or row failed its checks and was set aside; it will be rebuilt."""
+
+
+@dataclass
+class CacheCounters:
+    """What this process's cache object did (tests assert on these)."""
+
+    hits: int = 0
+    misses: int = 0
+    corrupt_dropped: int = 0
+    writes: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def row_checksum(*parts: str | bytes | int | float) -> str:
+    """sha256 over the parts, each tagged with its type and length (so no two rows collide
+    by shifting bytes between columns); floats are hashed exactly via ``float.hex``."""
+    h = hashlib.sha256()
+    for part in parts:
+        if isinstance(part, bytes | bytearray | memoryview):
+            tag, data = b"b", bytes(part)
+        elif isinstance(part, str):
+            tag, data = b"s", part.encode("utf-8")
+        elif isinstance(part, bool):
+            raise TypeError("row_checksum: bool is ambiguous, pass an int")
+        elif isinstance(part, int):
+            tag, data = b"i", str(part).encode()
+        elif isinstance(part, float):
+            tag, data = b"f", part.hex().encode()
+        else:
+            raise TypeError(f"row_checksum: cannot hash {type(part).__name__}")
+        h.update(tag + len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h.hexdigest()
+
+
+def create_schema(conn: sqlite3.Connection) -> None:
+    """Create our tables (inside the caller's transaction) and record the schema version."""
+    for statement in _SCHEMA:
+        conn.execute(statement)
+    conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
+                 (str(SCHEMA_VERSION),))
+
+
+def read_schema_version(conn: sqlite3.Connection) -> str | None:
+    """The recorded schema version, or None when there is no readable ``meta`` table."""
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    except sqlite3.OperationalError as exc:
+        if "no such" in str(exc):
+            return None
+        raise
+    return None if row is None else str(row[0])
+
+
+def is_corruption(exc: BaseException) -> bool:
+    """Whether an sqlite3 error means the file itself is damaged (as opposed to busy/locked)."""
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    name = getattr(exc, "sqlite_errorname", "")
+    if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
+        return True
+    text = str(exc).lower()
+    return "not a database" in text or "malformed" in text or isinstance(exc, _CorruptFile)
+
+
+class _CorruptFile(sqlite3.DatabaseError):
+    """quick_check reported a problem."""
+
+
+T = TypeVar("T")
+
+
+class CacheStore:
+    """One connection to the cache database, safe to share between threads of a process.
+
+    ``path``: a file, a directory (``cache.sqlite3`` inside), or None for the default location.
+    ``verify``: run SQLite's ``quick_check`` at open (reads every page once).
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *,
+                 busy_timeout_s: float = BUSY_TIMEOUT_S, verify: bool = True):
+        self.path: Path = resolve_cache_path(path)
+        self.busy_timeout_s = busy_timeout_s
+        self.verify = verify
+        self.counters = CacheCounters()
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = None
+        self._inode: int | None = None
+        self._open()
+
+    # -- opening, schema, recovery -------------------------------------------------------
+
+    def _open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._conn = self._connect_and_check()
+        except sqlite3.DatabaseError as exc:
+            if not is_corruption(exc):
+                raise
+            self._quarantine(f"it cannot be read ({exc})")
+            self._conn = self._connect_and_check()
+
+    def _connect_and_check(self) -> sqlite3.Connection:
+        try:
+            self._inode = os.stat(self.path).st_ino
+        except FileNotFoundError:
+            self._inode = None
+        conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None,
+                               check_same_thread=False)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
+            conn.execute("PRAGMA journal_mode = WAL")  # fails here on a file that is not SQLite
+            # With WAL, NORMAL stays consistent after a crash; a power cut may lose the last
+            # transaction, which for a cache only means redoing that work.
+            conn.execute("PRAGMA synchronous = NORMAL")
+            if self.verify:
+                result = [row[0] for row in conn.execute("PRAGMA quick_check").fetchall()]
+                if result != ["ok"]:
+                    raise _CorruptFile("quick_check: " + "; ".join(map(str, result[:3])))
+            self._ensure_schema(conn)
+            if self._inode is None:
+                self._inode = os.stat(self.path).st_ino
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _ensure_schema(self, conn: sqlite3.Connection) -> None:
+        if read_schema_version(conn) == str(SCHEMA_VERSION):
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            found = read_schema_version(conn)  # another process may have set it up meanwhile
+            if found != str(SCHEMA_VERSION):
+                tables = {name for (name,) in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'")}
+                stale = [t for t in _OUR_TABLES if t in tables]
+                if stale:
+                    logger.warning("cache %s has schema version %s, this tcmlir uses %s: "
+                                   "recreating its tables", self.path, found, SCHEMA_VERSION)
+                for table in stale:
+                    conn.execute(f"DROP TABLE {table}")
+                create_schema(conn)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def _quarantine(self, reason: str) -> None:
+        """Move a damaged database (and its -wal/-shm) aside and warn; the caller reopens."""
+        if self._conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+            self._conn = None
+        try:
+            inode = os.stat(self.path).st_ino
+        except FileNotFoundError:
+            inode = None
+        # Another process may already have replaced the file with a fresh one: leave that alone.
+        if inode is not None and (self._inode is None or inode == self._inode):
+            dest = self.path.with_name(
+                f"{self.path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.replace(f"{self.path}{suffix}", f"{dest}{suffix}")
+            message = (f"tcmlir cache {self.path}: {reason}; moved it to {dest.name} "
+                       "and started an empty cache")
+        else:
+            message = f"tcmlir cache {self.path}: {reason}; another process already replaced it"
+        self.counters.corrupt_dropped += 1
+        logger.warning("%s", message)
+        warnings.warn(message, CacheCorruptionWarning, stacklevel=4)
+
+    # -- transactions -------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _transaction(self, write: bool) -> Iterator[sqlite3.Connection]:
+        assert self._conn is not None, "cache store used after close()"
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        try:
+            yield conn
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def run(self, body: Callable[[sqlite3.Connection], T], *, write: bool,
+            on_corrupt: T) -> T:
+        """Run ``body(conn)`` in one transaction (``BEGIN IMMEDIATE`` when ``write``).
+
+        If SQLite finds the file damaged, the file is moved aside, a fresh database is opened,
+        and ``on_corrupt`` is returned (a miss for a read); other errors propagate.
+        """
+        with self._lock:
+            try:
+                with self._transaction(write) as conn:
+                    return body(conn)
+            except sqlite3.DatabaseError as exc:
+                if not is_corruption(exc):
+                    raise
+                self._quarantine(f"damaged ({exc})")
+                self._conn = self._connect_and_check()
+                return on_corrupt
+
+    def read(self, body: Callable[[sqlite3.Connection], T], on_corrupt: T) -> T:
+        return self.run(body, write=False, on_corrupt=on_corrupt)
+
+    def write(self, body: Callable[[sqlite3.Connection], T], on_corrupt: T) -> T:
+        return self.run(body, write=True, on_corrupt=on_corrupt)
+
+    # -- whole-store operations ---------------------------------------------------------
+
+    def clear(self) -> None:
+        """Delete every row of both tables (the file and schema stay)."""
+        def body(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM tuned_options")
+            conn.execute("DELETE FROM artifacts")
+        self.write(body, None)
+
+    def table_stats(self) -> dict[str, int]:
+        def body(conn: sqlite3.Connection) -> dict[str, int]:
+            tuned, keys = conn.execute(
+                "SELECT COUNT(*), COUNT(DISTINCT key_hash) FROM tuned_options").fetchone()
+            artifacts, payload = conn.execute(
+                "SELECT COUNT(*), COALESCE(SUM(LENGTH(payload)), 0) FROM artifacts").fetchone()
+            return {"tuned_rows": tuned, "tuned_keys": keys, "artifacts": artifacts,
+                    "artifact_bytes": payload}
+        return self.read(body, {"tuned_rows": 0, "tuned_keys": 0, "artifacts": 0,
+                                "artifact_bytes": 0})
+
+    def stats(self) -> dict[str, object]:
+        """Path, schema version, bytes on disk (database + WAL), row counts and this process's counters."""
+        size = 0
+        for suffix in ("", "-wal"):
+            with contextlib.suppress(OSError):
+                size += os.path.getsize(f"{self.path}{suffix}")
+        return {"path": str(self.path), "schema_version": SCHEMA_VERSION, "file_bytes": size,
+                **self.table_stats(), **self.counters.as_dict()}
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def __enter__(self) -> CacheStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
