@@ -1,0 +1,427 @@
+"""The target-neutral walk: an isl AST over the statements of an `ir.Function` -> an LLVM module.
+
+Kernel ABI (one LLVM function per *group*, i.e. per top-level child of the AST's root block, or
+the whole AST when the root is not a block; groups run in order)::
+
+    void {name}_{g}(ptr buffers, ptr sizes, i64 lo, i64 hi, ptr err)
+
+* ``buffers``: one data pointer per tensor in `ir.Function.tensors` order (inputs, outputs,
+  temporaries), row-major, C-contiguous, elements in `exprs.memory_type`;
+* ``sizes``: one i64 per size parameter in `ir.Function.sizes` order. Sizes given at compile time
+  are folded into the code as constants (loop bounds, strides); the others are read from here, so
+  the same ABI serves a parametric kernel;
+* ``lo``, ``hi``: the chunk of the group's *parallel loop* (below) this call runs: iterations
+  whose iterator value lies in ``[lo, hi)``; ignored by groups without one;
+* ``err``: an ``i32`` set to ``1 + c`` when gather site ``c`` (`LoweredModule.gathers`) reads
+  outside its tensor; the function then returns at once.
+
+A group has a parallel loop when its root reaches a ``parallel`` mark through marks and ``if``s
+only (no loop or block above it) and the marked loop's condition is ``c <= e``/``c < e``; it then
+also gets ``void {name}_{g}_range(ptr sizes, ptr out)`` writing ``out[0:3] = first, end,
+stride`` of that loop, which the runtime splits into chunks. The body is an internal function
+with ``noalias`` tensor arguments, inlined into the exported wrapper.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import islpy as isl
+from llvmlite import ir
+
+from .. import ir as tc
+from ..errors import CodegenError, Span
+from .exprs import I32, I64, emit_statement
+from .target import Target
+
+__all__ = ["GatherSite", "Group", "GroupWalker", "LoweredModule", "lower_function"]
+
+_T = isl.ast_expr_op_type
+_STMT = re.compile(r"S(\d+)(_init)?$")
+PTR = ir.PointerType()
+
+
+@dataclass(frozen=True)
+class GatherSite:
+    """A bounds-checked gather: the tensor read, the statement, where in the source."""
+
+    tensor: str
+    statement: int
+    span: Span | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Group:
+    """An exported function; ``range_name`` is set when it has a chunkable parallel loop."""
+
+    name: str
+    range_name: str | None = None
+
+    @property
+    def parallel(self) -> bool:
+        return self.range_name is not None
+
+
+@dataclass
+class LoweredModule:
+    module: ir.Module
+    groups: tuple[Group, ...]
+    gathers: tuple[GatherSite, ...]
+    buffers: tuple[str, ...]
+    sizes: tuple[str, ...]
+
+
+# ---------------------------------------------------------------- isl AST expressions
+
+
+def _id_names(expr: isl.AstExpr) -> set[str]:
+    if expr.get_type() == isl.ast_expr_type.id:
+        return {expr.get_id().get_name()}
+    if expr.get_type() == isl.ast_expr_type.op:
+        return set().union(*(_id_names(expr.get_op_arg(i)) for i in range(expr.get_op_n_arg())))
+    return set()
+
+
+def _floordiv(b: ir.IRBuilder, a: ir.Value, d: ir.Value) -> ir.Value:
+    q, r = b.sdiv(a, d), b.srem(a, d)
+    zero = ir.Constant(a.type, 0)
+    fix = b.and_(b.icmp_signed("!=", r, zero),
+                 b.xor(b.icmp_signed("<", r, zero), b.icmp_signed("<", d, zero)))
+    return b.sub(q, b.zext(fix, a.type))
+
+
+def isl_expr(b: ir.IRBuilder, expr: isl.AstExpr, lookup: Callable[[str], ir.Value]) -> ir.Value:
+    """An isl AST expression in i64 (comparisons and logic give i1)."""
+    kind = expr.get_type()
+    if kind == isl.ast_expr_type.int:
+        return ir.Constant(I64, int(expr.get_val().to_python()))
+    if kind == isl.ast_expr_type.id:
+        return lookup(expr.get_id().get_name())
+    op = expr.get_op_type()
+    args = [isl_expr(b, expr.get_op_arg(i), lookup) for i in range(expr.get_op_n_arg())]
+    if op in _ISL_BINOPS:
+        return getattr(b, _ISL_BINOPS[op])(*args)
+    if op in _ISL_CMP:
+        return b.icmp_signed(_ISL_CMP[op], *args)
+    if op == _T.minus:
+        return b.neg(args[0])
+    if op == _T.fdiv_q:
+        return _floordiv(b, *args)
+    if op in (_T.min, _T.max):
+        acc = args[0]
+        for v in args[1:]:
+            acc = b.select(b.icmp_signed("<" if op == _T.min else ">", acc, v), acc, v)
+        return acc
+    if op in (_T.select, _T.cond):
+        return b.select(args[0], args[1], args[2])
+    raise CodegenError(f"cannot lower isl AST expression {expr.to_C_str()} (op {op})")
+
+
+_ISL_BINOPS = {
+    _T.add: "add", _T.sub: "sub", _T.mul: "mul", _T.div: "sdiv", _T.pdiv_q: "sdiv",
+    _T.pdiv_r: "srem", _T.zdiv_r: "srem", _T.and_: "and_", _T.and_then: "and_",
+    _T.or_: "or_", _T.or_else: "or_",
+}
+_ISL_CMP = {_T.eq: "==", _T.le: "<=", _T.lt: "<", _T.ge: ">=", _T.gt: ">"}
+
+
+# ---------------------------------------------------------------- groups
+
+
+def _groups(root: isl.AstNode) -> list[isl.AstNode]:
+    if root.get_type() == isl.ast_node_type.block:
+        kids = root.block_get_children()
+        return [kids.get_at(i) for i in range(kids.n_ast_node())]
+    return [root]
+
+
+def find_parallel_loop(node: isl.AstNode) -> isl.AstNode | None:
+    """The group's chunkable loop: the first loop under a ``parallel`` mark reached from the
+    root through marks and else-less ``if``s only, with a condition ``c <= e`` or ``c < e``."""
+    marked = False
+    while True:
+        kind = node.get_type()
+        if kind == isl.ast_node_type.mark:
+            marked = marked or node.mark_get_id().get_name() == "parallel"
+            node = node.mark_get_node()
+        elif kind == isl.ast_node_type.if_ and not node.if_has_else_node():
+            node = node.if_get_then_node()
+        elif kind == isl.ast_node_type.for_ and marked:
+            return node if _upper_bound(node) is not None else None
+        else:
+            return None
+
+
+def _upper_bound(loop: isl.AstNode) -> tuple[isl.AstExpr, bool] | None:
+    """(e, inclusive) for a loop condition ``it <= e`` / ``it < e`` with e free of ``it``."""
+    it = loop.for_get_iterator().get_id().get_name()
+    cond = loop.for_get_cond()
+    if cond.get_type() != isl.ast_expr_type.op or cond.get_op_type() not in (_T.le, _T.lt):
+        return None
+    lhs, rhs = cond.get_op_arg(0), cond.get_op_arg(1)
+    if lhs.get_type() != isl.ast_expr_type.id or lhs.get_id().get_name() != it or it in _id_names(rhs):
+        return None
+    if it in _id_names(loop.for_get_init()) | _id_names(loop.for_get_inc()):
+        return None
+    return rhs, cond.get_op_type() == _T.le
+
+
+class _Function:
+    """An LLVM function under construction: entry block (allocas, sizes), exit block, builder."""
+
+    def __init__(self, owner: Lowerer, llfn: ir.Function, sizes_arg: ir.Value):
+        self.owner = owner
+        self.llfn = llfn
+        self.sizes_arg = sizes_arg
+        self.entry = ir.IRBuilder(llfn.append_basic_block("entry"))
+        self.first = llfn.append_basic_block("body")
+        self.builder = ir.IRBuilder(self.first)
+        self.exit = llfn.append_basic_block("exit")
+        self._params: dict[str, ir.Value] = {}
+
+    def param(self, name: str) -> ir.Value:
+        known = self.owner.sizes.get(name)
+        if known is not None:
+            return ir.Constant(I64, int(known))
+        if name not in self._params:
+            try:
+                k = self.owner.fn.sizes.index(name)
+            except ValueError:
+                raise CodegenError(f"unknown name {name} in the loop AST of {self.owner.fn.name}") from None
+            slot = self.entry.gep(self.sizes_arg, [ir.Constant(I64, k)], source_etype=I64)
+            self._params[name] = self.entry.load(slot, name=name, typ=I64)
+        return self._params[name]
+
+    def finish(self) -> None:
+        self.entry.branch(self.first)
+        if not self.builder.block.is_terminated:
+            self.builder.branch(self.exit)
+        ir.IRBuilder(self.exit).ret_void()
+
+
+class GroupWalker(_Function):
+    """Walks one group's AST into its body function; implements `exprs.KernelContext`."""
+
+    def __init__(self, owner: Lowerer, llfn: ir.Function, parallel: bool):
+        nbuf = len(owner.fn.tensors)
+        super().__init__(owner, llfn, llfn.args[nbuf])
+        self.target: Target = owner.target
+        self.fn = owner.fn
+        self.buffers = {t.name: llfn.args[i] for i, t in enumerate(owner.fn.tensors)}
+        self.lo, self.hi, self.err = llfn.args[nbuf + 1], llfn.args[nbuf + 2], llfn.args[nbuf + 3]
+        self.env: dict[str, ir.Value] = {}
+        self.parallel = parallel
+        self.loop_depth = 0
+        self.chunk_next_for = False
+        self._chunked = False
+        self._extents: dict[tuple[str, int], ir.Value] = {}
+
+    # ---- KernelContext
+
+    @property
+    def chunkable(self) -> bool:
+        return self.parallel and not self._chunked and self.loop_depth == 0
+
+    def pointer(self, tensor: str) -> ir.Value:
+        return self.buffers[tensor]
+
+    def extent(self, tensor: str, dim: int) -> ir.Value:
+        key = (tensor, dim)
+        if key not in self._extents:
+            self._extents[key] = self.owner.extent_value(self, self.fn.tensor(tensor).shape[dim])
+        return self._extents[key]
+
+    def gather_code(self, tensor: str, statement: int, span: Span | None) -> int:
+        return self.owner.gather_code(tensor, statement, span)
+
+    def fail(self, code: int) -> None:
+        self.builder.store(ir.Constant(I32, code), self.err)
+        self.builder.branch(self.exit)
+
+    def lookup(self, name: str) -> ir.Value:
+        return self.env[name] if name in self.env else self.param(name)
+
+    # ---- the walk
+
+    def node(self, node: isl.AstNode) -> None:
+        kind = node.get_type()
+        if kind == isl.ast_node_type.block:
+            kids = node.block_get_children()
+            for i in range(kids.n_ast_node()):
+                self.node(kids.get_at(i))
+        elif kind == isl.ast_node_type.for_:
+            self.loop(node)
+        elif kind == isl.ast_node_type.if_:
+            self.branch(node)
+        elif kind == isl.ast_node_type.user:
+            self.user(node)
+        elif kind == isl.ast_node_type.mark:
+            self.target.mark(self, node.mark_get_id().get_name(), node.mark_get_node())
+        else:
+            raise CodegenError(f"cannot lower isl AST node of type {kind}")
+
+    def expr(self, e: isl.AstExpr) -> ir.Value:
+        return isl_expr(self.builder, e, self.lookup)
+
+    def loop(self, node: isl.AstNode) -> None:
+        b = self.builder
+        name = node.for_get_iterator().get_id().get_name()
+        init, inc = self.expr(node.for_get_init()), self.expr(node.for_get_inc())
+        chunk = self.chunk_next_for and self.chunkable
+        self.chunk_next_for = False
+        if chunk:
+            self._chunked = True
+            # first iteration value >= lo on the loop's lattice: init + ceil((lo - init)/inc)*inc
+            ahead = b.sub(self.lo, init)
+            steps = b.sdiv(b.add(ahead, b.sub(inc, ir.Constant(I64, 1))), inc)
+            init = b.select(b.icmp_signed(">", ahead, ir.Constant(I64, 0)), b.add(init, b.mul(steps, inc)), init)
+        slot = self.entry.alloca(I64, name=name)
+        b.store(init, slot)
+        header = b.append_basic_block(f"for.{name}")
+        body = b.append_basic_block(f"for.{name}.body")
+        done = b.append_basic_block(f"for.{name}.end")
+        b.branch(header)
+        b.position_at_end(header)
+        iv = b.load(slot, name=name, typ=I64)
+        saved = self.env.get(name)
+        self.env[name] = iv
+        cond = self.expr(node.for_get_cond())
+        if chunk:
+            cond = b.and_(cond, b.icmp_signed("<", iv, self.hi))
+        b.cbranch(cond, body, done)
+        b.position_at_end(body)
+        self.loop_depth += 1
+        self.node(node.for_get_body())
+        self.loop_depth -= 1
+        b.store(b.add(iv, inc), slot)
+        b.branch(header)
+        b.position_at_end(done)
+        if saved is None:
+            del self.env[name]
+        else:
+            self.env[name] = saved
+
+    def branch(self, node: isl.AstNode) -> None:
+        b = self.builder
+        cond = self.expr(node.if_get_cond())
+        then_bb = b.append_basic_block("if.then")
+        else_bb = b.append_basic_block("if.else") if node.if_has_else_node() else None
+        join = b.append_basic_block("if.end")
+        b.cbranch(cond, then_bb, else_bb or join)
+        b.position_at_end(then_bb)
+        self.node(node.if_get_then_node())
+        b.branch(join)
+        if else_bb is not None:
+            b.position_at_end(else_bb)
+            self.node(node.if_get_else_node())
+            b.branch(join)
+        b.position_at_end(join)
+
+    def user(self, node: isl.AstNode) -> None:
+        call = node.user_get_expr()
+        if call.get_type() != isl.ast_expr_type.op or call.get_op_type() != _T.call:
+            raise CodegenError(f"isl AST user node is not a call: {call.to_C_str()}")
+        name = call.get_op_arg(0).get_id().get_name()
+        m = _STMT.match(name)
+        if m is None or int(m.group(1)) >= len(self.fn.statements):
+            raise CodegenError(f"isl AST calls unknown statement {name} of {self.fn.name}")
+        k, init = int(m.group(1)), m.group(2) is not None
+        st = self.fn.statements[k]
+        dims = st.lhs if init else st.index_names
+        args = [self.expr(call.get_op_arg(i + 1)) for i in range(call.get_op_n_arg() - 1)]
+        if len(args) != len(dims):
+            raise CodegenError(f"isl AST call {call.to_C_str()} has {len(args)} arguments, "
+                               f"{name} has dims {list(dims)}")
+        emit_statement(self, k, init, dict(zip(dims, args, strict=True)))
+
+
+# ---------------------------------------------------------------- the module
+
+
+class Lowerer:
+    def __init__(self, fn: tc.Function, target: Target, sizes: Mapping[str, int], name: str):
+        self.fn, self.target, self.name = fn, target, name
+        self.sizes = {k: int(v) for k, v in sizes.items() if k in fn.sizes}
+        self.module = ir.Module(name=name)
+        self.gathers: list[GatherSite] = []
+        self._param_space = f"[{', '.join(fn.sizes)}] -> {{ : }}"
+
+    def gather_code(self, tensor: str, statement: int, span: Span | None) -> int:
+        self.gathers.append(GatherSite(tensor, statement, span))
+        return len(self.gathers)
+
+    def extent_value(self, f: _Function, size: tc.SizeExpr) -> ir.Value:
+        params = size.params
+        if all(p in self.sizes for p in params):
+            return ir.Constant(I64, size.evaluate(self.sizes))
+        pa = size.pw_aff()
+        build = isl.AstBuild.from_context(isl.Set.read_from_str(pa.get_ctx(), self._param_space))
+        return isl_expr(f.entry, build.expr_from_pw_aff(pa), f.param)
+
+    def lower(self, ast: isl.AstNode) -> LoweredModule:
+        groups = [self.group(g, node) for g, node in enumerate(_groups(ast))]
+        return LoweredModule(self.module, tuple(groups), tuple(self.gathers),
+                             tuple(t.name for t in self.fn.tensors), self.fn.sizes)
+
+    def group(self, g: int, node: isl.AstNode) -> Group:
+        name = f"{self.name}_{g}"
+        ptr = self.target.pointer
+        nbuf = len(self.fn.tensors)
+        body_ty = ir.FunctionType(ir.VoidType(), [ptr] * nbuf + [PTR, I64, I64, PTR])
+        body = ir.Function(self.module, body_ty, f"{name}.body")
+        body.linkage = "internal"
+        body.attributes.add("alwaysinline")
+        body.attributes.add("nounwind")
+        for i, t in enumerate(self.fn.tensors):
+            body.args[i].name = t.name
+            body.args[i].add_attribute("noalias")
+        for a, n in zip(body.args[nbuf:], ("sizes", "lo", "hi", "err"), strict=True):
+            a.name = n
+        loop = find_parallel_loop(node)
+        walker = GroupWalker(self, body, parallel=loop is not None)
+        walker.node(node)
+        walker.finish()
+        self.wrapper(name, body)
+        range_name = None
+        if loop is not None and walker._chunked:
+            range_name = f"{name}_range"
+            self.range_function(range_name, loop)
+        return Group(name, range_name)
+
+    def wrapper(self, name: str, body: ir.Function) -> None:
+        fnty = ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64, PTR])
+        fn = ir.Function(self.module, fnty, name)
+        buffers, sizes, lo, hi, err = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        ptrs = []
+        for i in range(len(self.fn.tensors)):
+            slot = b.gep(buffers, [ir.Constant(I64, i)], inbounds=True, source_etype=PTR)
+            p = b.load(slot, typ=PTR, name=self.fn.tensors[i].name)
+            if self.target.pointer.addrspace != 0:
+                p = b.addrspacecast(p, self.target.pointer)
+            ptrs.append(p)
+        b.call(body, [*ptrs, sizes, lo, hi, err])
+        b.ret_void()
+
+    def range_function(self, name: str, loop: isl.AstNode) -> None:
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR]), name)
+        f = _Function(self, fn, fn.args[0])
+        b = f.builder
+        bound, inclusive = _upper_bound(loop)  # type: ignore[misc]
+        first = isl_expr(b, loop.for_get_init(), f.param)
+        end = isl_expr(b, bound, f.param)
+        if inclusive:
+            end = b.add(end, ir.Constant(I64, 1))
+        inc = isl_expr(b, loop.for_get_inc(), f.param)
+        for i, v in enumerate((first, end, inc)):
+            b.store(v, b.gep(fn.args[1], [ir.Constant(I64, i)], inbounds=True, source_etype=I64))
+        f.finish()
+
+
+def lower_function(fn: tc.Function, ast: isl.AstNode, target: Target,
+                   sizes: Mapping[str, int] | None = None, name: str | None = None) -> LoweredModule:
+    """Lower ``fn`` scheduled as ``ast`` for ``target`` (see the module docstring for the ABI)."""
+    return Lowerer(fn, target, sizes or {}, name or fn.name).lower(ast)
+

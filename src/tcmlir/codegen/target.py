@@ -1,0 +1,103 @@
+"""Target strategies: what differs between the host (x86/ARM via MCJIT) and NVPTX code.
+
+The walk in `lower.py` and the expression lowering in `exprs.py` are shared; a `Target` decides
+
+* how a primitive math built-in is called (`math`): the host uses LLVM intrinsics where LLVM
+  lowers them everywhere and libm otherwise, the NVPTX target will call libdevice;
+* which address space tensor memory lives in (`global_addrspace`);
+* what an isl mark means (`mark`): the host turns the outermost ``parallel`` mark into a loop
+  whose iterations are restricted to the function's ``[lo, hi)`` chunk (the runtime calls the
+  function once per chunk on a thread pool); other marks are transparent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import TYPE_CHECKING, ClassVar
+
+from llvmlite import ir
+
+from ..errors import CodegenError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import islpy as isl
+
+    from .lower import GroupWalker
+
+__all__ = ["HostTarget", "Target", "declare"]
+
+
+def declare(module: ir.Module, name: str, fnty: ir.FunctionType) -> ir.Function:
+    """The function ``name`` of ``module``, declared with ``fnty`` if it is not there yet."""
+    existing = module.globals.get(name)
+    if existing is not None:
+        if not isinstance(existing, ir.Function) or existing.function_type != fnty:
+            raise CodegenError(f"internal: {name} declared twice with different types")
+        return existing
+    return ir.Function(module, fnty, name)
+
+
+def _suffix(ty: ir.Type) -> str:
+    if isinstance(ty, ir.FloatType):
+        return "f32"
+    if isinstance(ty, ir.DoubleType):
+        return "f64"
+    raise CodegenError(f"math built-ins take float or double operands, not {ty}")
+
+
+class Target:
+    """Base strategy: LLVM intrinsics for everything it names, marks are transparent."""
+
+    name = "abstract"
+    global_addrspace = 0
+    # built-ins lowered to `llvm.<name>.<type>` intrinsics (name in TC -> intrinsic stem)
+    intrinsics: ClassVar[Mapping[str, str]] = MappingProxyType({})
+
+    @property
+    def pointer(self) -> ir.PointerType:
+        return ir.PointerType(addrspace=self.global_addrspace)
+
+    def math(self, b: ir.IRBuilder, module: ir.Module, name: str, args: Sequence[ir.Value]) -> ir.Value:
+        """Call primitive built-in ``name`` (C spelling) on operands of one float type."""
+        ty = args[0].type
+        stem = self.intrinsics.get(name)
+        if stem is not None:
+            fn = declare(module, f"llvm.{stem}.{_suffix(ty)}", ir.FunctionType(ty, [ty] * len(args)))
+            return b.call(fn, list(args))
+        return b.call(self.external_math(module, name, ty, len(args)), list(args))
+
+    def external_math(self, module: ir.Module, name: str, ty: ir.Type, arity: int) -> ir.Function:
+        raise CodegenError(f"built-in {name} is not available on target {self.name}")
+
+    def mark(self, walker: GroupWalker, name: str, child: isl.AstNode) -> None:
+        """Lower the subtree under mark ``name`` (default: the mark is transparent)."""
+        walker.node(child)
+
+
+class HostTarget(Target):
+    """The host CPU: intrinsics for the common functions, libm (``tanhf``/``tanh``, ...) for the rest.
+
+    MCJIT resolves the libm symbols from the process once `codegen.host` has loaded libm
+    permanently. A ``parallel`` mark whose loop is not nested in another loop becomes the
+    chunked loop of its group (see `lower.GroupWalker.chunk_next_for`).
+    """
+
+    name = "cpu"
+    intrinsics = MappingProxyType({
+        "sqrt": "sqrt", "exp": "exp", "log": "log", "fabs": "fabs", "floor": "floor",
+        "ceil": "ceil", "trunc": "trunc", "round": "round", "pow": "pow", "copysign": "copysign",
+        "fmin": "minnum", "fmax": "maxnum", "fma": "fma", "exp2": "exp2", "log2": "log2",
+        "log10": "log10", "sin": "sin", "cos": "cos",
+        # TC's min/max on floats propagate NaN (numpy's minimum/maximum)
+        "fminimum": "minimum", "fmaximum": "maximum",
+    })
+
+    def external_math(self, module: ir.Module, name: str, ty: ir.Type, arity: int) -> ir.Function:
+        cname = name + ("f" if isinstance(ty, ir.FloatType) else "")
+        return declare(module, cname, ir.FunctionType(ty, [ty] * arity))
+
+    def mark(self, walker: GroupWalker, name: str, child: isl.AstNode) -> None:
+        if name == "parallel" and walker.chunkable:
+            walker.chunk_next_for = True
+        walker.node(child)
