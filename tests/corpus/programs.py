@@ -654,13 +654,14 @@ def accumulate(float(M, N) A) -> (O) {
 case(
     "where_subrange_reduction",
     """
-def first_two(float(M, N) A) -> (O) {
-    O(i) +=! A(i, j) where j in 0:2       # only the first two columns
+def skip_first(float(M, N) A) -> (O) {
+    # all columns but the first; for N == 1 the range is empty and the ! form leaves 0
+    O(i) +=! A(i, j) where j in 1:N
 }
 """,
     inputs=lambda rng, M, N: (uniform(rng, M, N),),
-    expected=lambda A: (d(A)[:, :2].sum(1).astype(F32),),
-    sizes=[dict(M=1, N=2), dict(M=7, N=13)],
+    expected=lambda A: (d(A)[:, 1:].sum(1).astype(F32),),
+    sizes=[dict(M=1, N=1), dict(M=3, N=2), dict(M=7, N=13)],
     tags={"reduction", "where"},
 )
 
@@ -864,11 +865,11 @@ def casts(int32(N) X, float(N) A) -> (O, T) {
 case(
     "bool_outputs",
     """
-def compare(float(N) A, float(N) B, int32(N) X, int32(N) Y) -> (GT, EQ, BOTH, NOT) {
+def compare(float(N) A, float(N) B, int32(N) X, int32(N) Y) -> (GT, EQ, BOTH, NEG) {
     GT(i) = A(i) > B(i)               # comparisons give bool tensors
     EQ(i) = X(i) == Y(i)
     BOTH(i) = A(i) > 0 && X(i) <= Y(i)
-    NOT(i) = !(A(i) > B(i)) || X(i) != Y(i)
+    NEG(i) = !(A(i) > B(i)) || X(i) != Y(i)
 }
 """,
     inputs=lambda rng, N: (uniform(rng, N), uniform(rng, N), ints(rng, N, lo=0, hi=2),
@@ -910,7 +911,9 @@ case(
     "float16",
     """
 def half(float16(N) A, float16(N) B) -> (O) {
-    O(i) = A(i) * B(i) + A(i)     # computed in float32, stored as float16
+    # computed in float32 (half types are storage types) and stored as float16: a bare
+    # output takes the operands' type, as `half * half` does in CUDA
+    O(i) = A(i) * B(i) + A(i)
 }
 """,
     inputs=lambda rng, N: (uniform(rng, N, dtype=F16), uniform(rng, N, dtype=F16)),
@@ -918,6 +921,22 @@ def half(float16(N) A, float16(N) B) -> (O) {
     sizes=[dict(N=1), dict(N=33)],
     rtol=2e-3,
     tags={"pointwise", "float16"},
+)
+
+case(
+    "float16_annotated",
+    """
+def half_annotated(float16(M, N) A, float16(N) B) -> (float16(M, N) O, float(M) S) {
+    O(i, j) = A(i, j) * B(j) - 0.5
+    S(i) +=! A(i, j)              # float32 output: the sum is not rounded to half
+}
+""",
+    inputs=lambda rng, M, N: (uniform(rng, M, N, dtype=F16), uniform(rng, N, dtype=F16)),
+    expected=lambda A, B: ((A.astype(F32) * B.astype(F32) - F32(0.5)).astype(F16),
+                           A.astype(F64).sum(1).astype(F32)),
+    sizes=[dict(M=1, N=1), dict(M=5, N=33)],
+    rtol=2e-3,
+    tags={"pointwise", "reduction", "float16", "annotated"},
 )
 
 # ---------------------------------------------------------------- language features
