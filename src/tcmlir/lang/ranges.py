@@ -1,0 +1,243 @@
+"""Range inference and bounds proofs with isl, symbolically in the size parameters.
+
+TC's rule (docs: inference.rst): ranges given by ``where i in lo:hi`` come first; then, round by
+round, every tensor argument expression that contains exactly one index without a range gives
+that index the maximal interval keeping the argument inside the tensor's dimension for every
+value of the indices resolved in earlier rounds; the intervals from several arguments are
+intersected. Rounds repeat until no index gains a range. Accesses that count: reads, ``exists``
+accesses, and the left-hand side when the written tensor's shape is already known.
+
+Everything is done with isl sets over the size parameters. Symbolic bounds (tensor extents,
+ranges found earlier, all isl `PwAff`s) enter a set as fresh parameters tied to their value by
+an equality on the parameters, and are projected out again, so the isl text built here only
+ever holds validated names, integers and isl text produced by `tcmlir.affine.to_isl`.
+
+`RangeSolver` also accumulates the function's context: every size >= 1, every tensor extent
+>= 1, and the domains on which the inferred bounds are defined.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import islpy as isl
+
+from .. import ir
+from ..affine import to_isl
+from ..errors import InferenceError, Source, Span
+
+__all__ = ["Access", "RangeSolver"]
+
+_CTX = isl.DEFAULT_CONTEXT
+Bounds = tuple[isl.PwAff, isl.PwAff]
+
+
+@dataclass(frozen=True)
+class Access:
+    """One tensor access of a statement: ``kind`` is "read", "write" or "exists"."""
+
+    tensor: str
+    args: tuple[ir.Expr, ...]
+    kind: str
+    span: Span | None
+    text: str
+
+
+def _index_names(e: ir.Expr) -> list[str]:
+    seen: list[str] = []
+    for node in ir.walk(e):
+        if isinstance(node, ir.Index) and node.name not in seen:
+            seen.append(node.name)
+    return seen
+
+
+def _one_piece(pa: isl.PwAff) -> isl.PwAff | None:
+    pieces: list[isl.Aff] = []
+    pa.foreach_piece(lambda _set, aff: pieces.append(aff))
+    return isl.PwAff.from_aff(pieces[0]) if len(pieces) == 1 else None
+
+
+class RangeSolver:
+    """Range inference, bounds proofs and the context of one function."""
+
+    def __init__(self, sizes: Sequence[str], reserved: Sequence[str], source: Source):
+        self.sizes = tuple(sizes)
+        self.source = source
+        prefix = "_b"
+        while any(n.startswith(prefix) for n in (*sizes, *reserved)):
+            prefix = "_" + prefix
+        self._prefix = prefix
+        cond = " and ".join(f"{s} >= 1" for s in self.sizes)
+        self.context = isl.Set.read_from_str(_CTX, f"[{', '.join(self.sizes)}] -> {{ : {cond} }}")
+
+    # ------------------------------------------------------------ isl helpers
+
+    def pw_aff(self, size: ir.SizeExpr | str) -> isl.PwAff:
+        """The PwAff of a SizeExpr or of an affine isl text over the sizes."""
+        if isinstance(size, ir.SizeExpr):
+            return size.pw_aff(_CTX)
+        return isl.PwAff.read_from_str(_CTX, f"[{', '.join(self.sizes)}] -> {{ [({size})] }}")
+
+    def size_expr(self, pa: isl.PwAff) -> ir.SizeExpr:
+        """A simplified SizeExpr (gist in the context, unused parameters dropped)."""
+        pa = pa.gist_params(self.context).coalesce().drop_unused_params()
+        return ir.SizeExpr(str(pa))
+
+    def _bind(self, dims: Sequence[str], cond: str, bounds: Mapping[str, isl.PwAff]) -> isl.Set:
+        """``{ [dims] : cond }`` where the names in ``bounds`` stand for their PwAff values."""
+        params = [*self.sizes, *bounds]
+        text = f"[{', '.join(params)}] -> {{ [{', '.join(dims)}] : {cond} }}"
+        s = isl.Set.read_from_str(_CTX, text)
+        defs = isl.Set.read_from_str(_CTX, f"[{', '.join(params)}] -> {{ : }}")
+        for name, pa in bounds.items():
+            var = isl.PwAff.read_from_str(_CTX, f"[{name}] -> {{ [({name})] }}")
+            defs = defs & var.eq_set(pa)
+        s = s.intersect_params(defs).intersect_params(self.context)
+        for name in bounds:
+            s = s.project_out(isl.dim_type.param, s.find_dim_by_name(isl.dim_type.param, name), 1)
+        return s
+
+    def _box(self, names: Sequence[str], ranges: Mapping[str, Bounds],
+             bounds: dict[str, isl.PwAff]) -> list[str]:
+        conds = []
+        for v in names:
+            lo, hi = ranges[v]
+            b_lo, b_hi = f"{self._prefix}{len(bounds)}", f"{self._prefix}{len(bounds) + 1}"
+            bounds[b_lo], bounds[b_hi] = lo, hi
+            conds.append(f"{b_lo} <= {v} < {b_hi}")
+        return conds
+
+    def _outside(self, dims: Sequence[str], ranges: Mapping[str, Bounds], boxed: Sequence[str],
+                 arg: str, extent: isl.PwAff) -> isl.Set:
+        """Points of ``dims`` (those in ``boxed`` inside their ranges) where ``arg`` leaves [0, extent)."""
+        bounds: dict[str, isl.PwAff] = {}
+        conds = self._box(boxed, ranges, bounds)
+        d = f"{self._prefix}{len(bounds)}"
+        bounds[d] = extent
+        conds.append(f"({arg} < 0 or {arg} >= {d})")
+        return self._bind(dims, " and ".join(conds), bounds)
+
+    def require(self, cond: isl.Set, span: Span | None, what: str, fix: str | None = None) -> None:
+        """Add ``cond`` (a set on the sizes) to the context; an error if no size then fits."""
+        new = self.context.intersect_params(cond).coalesce()
+        if new.is_empty():
+            raise InferenceError.at(self.source, span, what, fix)
+        self.context = new
+
+    def require_positive(self, pa: isl.PwAff, span: Span | None, what: str) -> None:
+        one = isl.PwAff.read_from_str(_CTX, "{ [(1)] }").align_params(pa.get_space())
+        self.require(pa.ge_set(one), span, f"{what} is never >= 1 (it is {self.size_expr(pa)})")
+
+    def context_text(self) -> str:
+        ctx = self.context.coalesce().remove_redundancies()
+        return str(ctx)
+
+    # ------------------------------------------------------------ inference
+
+    def infer(self, indices: Sequence[str], explicit: Mapping[str, Bounds],
+              accesses: Sequence[Access], shapes: Mapping[str, tuple[ir.SizeExpr, ...] | None],
+              first_use: Mapping[str, Span | None]) -> dict[str, Bounds]:
+        """Ranges of ``indices``: ``explicit`` ones, then TC's rounds over ``accesses``."""
+        resolved: dict[str, Bounds] = dict(explicit)
+        for name, (lo, hi) in explicit.items():
+            self.require(lo.domain() & hi.domain(), first_use.get(name),
+                         f"the range of {name} is undefined for every size")
+        while True:
+            unresolved = {v for v in indices if v not in resolved}
+            if not unresolved:
+                break
+            valid: dict[str, isl.Set] = {}
+            for acc in accesses:
+                shape = shapes.get(acc.tensor)
+                if shape is None:
+                    continue
+                for arg, extent in zip(acc.args, shape, strict=True):
+                    text = to_isl(arg)
+                    names = _index_names(arg)
+                    free = [v for v in names if v in unresolved]
+                    if text is None or len(free) != 1:
+                        continue
+                    v = free[0]
+                    others = [w for w in names if w != v]
+                    bad = self._outside([v, *others], resolved, others, text, self.pw_aff(extent))
+                    bad = bad.project_out(isl.dim_type.set, 1, len(others))
+                    universe = isl.Set.read_from_str(_CTX, f"{{ [{v}] }}").intersect_params(self.context)
+                    ok = universe.subtract(bad)
+                    valid[v] = valid[v] & ok if v in valid else ok
+            progress = False
+            for v in indices:
+                if v not in valid:
+                    continue
+                try:
+                    lo = valid[v].dim_min(0)
+                    hi = valid[v].dim_max(0).add(isl.PwAff.read_from_str(_CTX, "{ [(1)] }"))
+                except isl.Error:  # unbounded: this round's accesses do not bound v
+                    continue
+                resolved[v] = self._extend(v, lo, hi, first_use.get(v))
+                progress = True
+            if not progress:
+                break
+        for v in indices:
+            if v not in resolved:
+                hint = self._hint(v, accesses, shapes)
+                raise InferenceError.at(self.source, first_use.get(v),
+                                        f"cannot infer the range of index {v}",
+                                        f"add `where {v} in 0:{hint}`")
+        return {v: resolved[v] for v in indices}
+
+    def _extend(self, v: str, lo: isl.PwAff, hi: isl.PwAff, span: Span | None) -> Bounds:
+        """Bounds defined for every size of the context.
+
+        Where no value of ``v`` is valid, isl leaves the bounds undefined. One-piece bounds
+        extended to those sizes give an empty range there, which is exact; otherwise the
+        sizes where the bounds are defined become part of the context.
+        """
+        dom = lo.domain() & hi.domain()
+        rest = self.context.subtract(dom)
+        if rest.is_empty():
+            return lo, hi
+        lo1, hi1 = _one_piece(lo), _one_piece(hi)
+        if lo1 is not None and hi1 is not None and (lo1.lt_set(hi1) & rest).is_empty():
+            return lo1, hi1
+        self.require(dom, span, f"index {v} has an empty range for every size",
+                     f"check the accesses that use {v}, or add `where {v} in lo:hi`")
+        return lo, hi
+
+    def _hint(self, v: str, accesses: Sequence[Access], shapes: Mapping) -> str:
+        for acc in accesses:
+            shape = shapes.get(acc.tensor)
+            if shape is None:
+                continue
+            for arg, extent in zip(acc.args, shape, strict=True):
+                if v in _index_names(arg):
+                    return str(extent)
+        return self.sizes[0] if self.sizes else "N"
+
+    # ------------------------------------------------------------ bounds proof
+
+    def check_bounds(self, ranges: Mapping[str, Bounds], accesses: Sequence[Access],
+                     shapes: Mapping[str, tuple[ir.SizeExpr, ...] | None]) -> None:
+        """Prove every affine read/write argument lies in its dimension over the whole box."""
+        names = list(ranges)
+        for acc in accesses:
+            shape = shapes.get(acc.tensor)
+            if acc.kind == "exists" or shape is None:
+                continue
+            for d, (arg, extent) in enumerate(zip(acc.args, shape, strict=True)):
+                text = to_isl(arg)
+                if text is None:
+                    continue  # a gather: checked at run time
+                bad = self._outside(names, ranges, names, text, self.pw_aff(extent))
+                if bad.is_empty():
+                    continue
+                used = _index_names(arg)
+                where = ", ".join(
+                    f"{v} in [{self.size_expr(ranges[v][0])}, {self.size_expr(ranges[v][1])})"
+                    for v in used)
+                verb = "write" if acc.kind == "write" else "read"
+                what = (f"{acc.text} may {verb} outside {acc.tensor}'s dimension {d} "
+                        f"(extent {extent})" + (f" for {where}" if where else ""))
+                fix = ("add a where clause restricting " + ", ".join(used)) if used else \
+                    "check the constant index against the tensor's size"
+                raise InferenceError.at(self.source, acc.span, what, fix)
