@@ -16,14 +16,14 @@ gives the same decisions on TC programs:
 
 TC's ``allow_skewing=false`` and ``positive_orthant=true`` are options of TC's isl fork
 (``schedule_unit_max_var_coefficient_sum``, ``schedule_nonneg_var_coefficient``) that upstream
-isl lacks. Here:
-
-* positive orthant: a validity constraint ``S[x] -> S[x + e_d]`` for every statement dimension
-  ``d`` forces every band member to have a non-negative coefficient on each dimension until the
-  dimension is carried (no loop reversal);
-* no skewing: the result is checked (each band member of each statement uses at most one
-  statement dimension); a skewed result is recomputed with ``min`` fusion, and as a last resort
-  the original program order is used (always legal, never skewed).
+isl (and so islpy) lacks. Here they are checked on the result: with ``skew=false`` no band
+member of a statement may combine two of its dimensions (``i + j``), with
+``positive_orthant=true`` no coefficient of a statement dimension may be negative (no loop
+reversal). A result that breaks them is recomputed with ``min`` fusion (each statement alone:
+isl then has no reason to skew or reverse), and as a last resort the original program order is
+used (always legal, never skewed or reversed). (Adding validity edges ``S[x] -> S[x + e_d]``
+would force non-negative coefficients too, but it makes isl encode fusion as parametric shifts
+instead of sequences, which TC does not do.)
 
 isl options are per context: they are set right before every ``compute_schedule``.
 """
@@ -33,7 +33,7 @@ from __future__ import annotations
 import islpy as isl
 
 from .deps import Dependences
-from .scop import Scop, sets_of
+from .scop import Scop
 from .tree import bands
 
 __all__ = ["FUSION_STRATEGIES", "band_members", "compute_schedule", "has_negative_coefficient",
@@ -53,23 +53,23 @@ def compute_schedule(scop: Scop, deps: Dependences, fusion: str = "max", skew: b
     """A schedule tree for ``scop`` respecting ``deps.validity`` (see the module docstring)."""
     if fusion not in _OPTIONS:
         raise ValueError(f"unknown fusion strategy {fusion!r}")
-    schedule = _isl_schedule(scop, deps, fusion, positive_orthant)
-    if not skew and is_skewed(schedule):
-        schedule = _isl_schedule(scop, deps, "min", positive_orthant)
-        if is_skewed(schedule):
-            schedule = original_with_coincidence(scop, deps)
+    def acceptable(schedule: isl.Schedule) -> bool:
+        return ((skew or not is_skewed(schedule))
+                and not (positive_orthant and has_negative_coefficient(schedule)))
+
+    schedule = _isl_schedule(scop, deps, fusion)
+    if not acceptable(schedule) and fusion != "min":
+        schedule = _isl_schedule(scop, deps, "min")
+    if not acceptable(schedule):
+        schedule = original_with_coincidence(scop, deps)
     return schedule
 
 
-def _isl_schedule(scop: Scop, deps: Dependences, fusion: str,
-                  positive_orthant: bool) -> isl.Schedule:
+def _isl_schedule(scop: Scop, deps: Dependences, fusion: str) -> isl.Schedule:
     ctx = scop.ctx
-    validity = deps.validity
-    if positive_orthant:
-        validity = validity.union(unit_steps(scop.domain))
     sc = (isl.ScheduleConstraints.on_domain(scop.domain)
           .set_context(scop.context)
-          .set_validity(validity)
+          .set_validity(deps.validity)
           .set_coincidence(deps.coincidence)
           .set_proximity(deps.proximity))
     for key, value in _OPTIONS[fusion].items():
@@ -80,21 +80,6 @@ def _isl_schedule(scop: Scop, deps: Dependences, fusion: str,
     ctx.set_schedule_carry_self_first(1)
     ctx.set_schedule_algorithm(0)  # ISL_SCHEDULE_ALGORITHM_ISL (Pluto-like)
     return sc.compute_schedule()
-
-
-def unit_steps(domain: isl.UnionSet) -> isl.UnionMap:
-    """``S[x] -> S[x + e_d]`` inside the domain, for every statement and dimension."""
-    steps = isl.UnionMap.empty(domain.get_space())
-    for dom in sets_of(domain):
-        n = dom.dim(isl.dim_type.set)
-        space = isl.Space.map_from_set(dom.get_space())
-        for d in range(n):
-            aff = isl.MultiAff.identity(space)
-            shifted = aff.get_at(d).set_constant_val(isl.Val.int_from_si(dom.get_ctx(), 1))
-            step = isl.Map.from_multi_aff(aff.set_at(d, shifted))
-            steps = steps.union(isl.UnionMap.from_map(
-                step.intersect_domain(dom).intersect_range(dom)))
-    return steps
 
 
 def band_members(node: isl.ScheduleNode) -> list[list[isl.Aff]]:

@@ -25,7 +25,7 @@ from types import MappingProxyType
 import islpy as isl
 
 from .. import ir
-from . import isl_expr
+from ..affine import to_isl
 
 __all__ = ["Scop", "StatementInfo", "build_scop", "format_scop", "maps_of", "sets_of"]
 
@@ -173,7 +173,7 @@ class _Builder:
 
     def access(self, stmt_name: str, dims: tuple[str, ...], read: ir.Read):
         """(exact, may) access maps of ``read``: one is None; gathers are may-reads."""
-        exprs = [isl_expr.to_isl(e) for e in read.indices]
+        exprs = [to_isl(e) for e in read.indices]
         if all(e is not None for e in exprs):
             return self._map(stmt_name, dims, read.tensor, exprs), None
         return None, self._gather_map(stmt_name, dims, read.tensor, exprs,
