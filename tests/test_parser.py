@@ -310,3 +310,17 @@ def test_moderate_nesting_is_fine():
     assert format_expr(rhs("(" * 150 + "a" + ")" * 150)) == "a"
     assert format_expr(rhs("exp(" * 150 + "a" + ")" * 150)) == "exp(" * 150 + "a" + ")" * 150
     assert format_expr(rhs(" + ".join(["a"] * 150))) == " + ".join(["a"] * 150)
+
+
+def test_crlf_and_tabs_are_whitespace():
+    text = "def f(float(N) A) -> (B) {\r\n\tB(i) = A(i)\t# tab\r\n}\r\n"
+    s = parse(text).defs[0].body[0]
+    assert (s.span.line, s.span.col) == (2, 2)
+    assert format_program(parse(text)) == "def f(float(N) A) -> (B) {\n    B(i) = A(i)\n}\n"
+
+
+def test_max_depth_parses_and_prints():
+    for inner in ["exp(" * 199 + "a" + ")" * 199, "-" * 199 + "a", " - ".join(["a"] * 200),
+                  "a ? " * 199 + "b" + " : c" * 199, "(" * 199 + "a" + ")" * 199]:
+        e = rhs(inner)
+        assert format_expr(rhs(format_expr(e))) == format_expr(e)

@@ -244,8 +244,7 @@ class _Parser:
         """A full expression, ``?:`` included.
 
         Binary operators go by precedence with explicit stacks and ternaries chain to the right
-        in a loop, so that one nesting level costs at most three Python frames
-        (expr -> operand -> arguments -> expr).
+        in a loop, so that one nesting level costs two Python frames (expr -> operand -> expr).
         """
         self.nesting += 1
         if self.nesting > MAX_DEPTH:
@@ -307,20 +306,34 @@ class _Parser:
             inner = self.expr()
             end = self.expect(")", "')' to close the cast").span
             e = self.node(ast.Cast(tok.text, inner, span=tok.span.merge(end)), inner)
-        elif kind in ("min", "max") or (kind == "IDENT" and tok.text in ast.BUILTINS
-                                        and self.peek().kind == "("):
-            e = self.builtin_call()
-        elif kind == "IDENT":
-            name = self.ident("a name")
+        elif kind in ("min", "max", "IDENT"):
+            self.advance()
+            builtin = kind != "IDENT" or (tok.text in ast.BUILTINS and self.tok.kind == "(")
             if self.tok.kind == "(":
-                args, end = self.arguments()
-                e = self.node(ast.Access(name, args, span=name.span.merge(end)), *args)
+                # Arguments parsed inline (not in a helper) to keep nesting cheap in frames.
+                self.advance()
+                args: list[ast.Expr] = []
+                if self.tok.kind != ")":
+                    args.append(self.expr())
+                    while self.accept(","):
+                        args.append(self.expr())
+                end = self.expect(")", "',' or ')' in the argument list").span
+                span = tok.span.merge(end)
+                if builtin:
+                    self.check_arity(tok.text, len(args), span)
+                    e = self.node(ast.Call(tok.text, tuple(args), span=span), *args)
+                else:
+                    e = self.node(ast.Access(ast.Ident(tok.text, span=tok.span), tuple(args),
+                                             span=span), *args)
+            elif builtin:
+                raise self.unexpected(f"'(' after the built-in {tok.text!r}")
             elif self.tok.kind == ".":
                 self.advance()
                 dim = self.expect("INT", "a dimension number after '.' (as in `A.1`)")
-                e = self.node(ast.DimRef(name, int(dim.value or 0), span=name.span.merge(dim.span)))
+                e = self.node(ast.DimRef(ast.Ident(tok.text, span=tok.span), int(dim.value or 0),
+                                         span=tok.span.merge(dim.span)))
             else:
-                e = self.node(name)
+                e = self.node(ast.Ident(tok.text, span=tok.span))
         else:
             fix = None
             if kind in ("min=", "max=", "min=!", "max=!"):
@@ -330,28 +343,12 @@ class _Parser:
             e = self.node(ast.Unary(op.kind, e, span=op.span.merge(e.span)), e)
         return e
 
-    def builtin_call(self) -> ast.Expr:
-        tok = self.advance()
-        if self.tok.kind != "(":
-            raise self.unexpected(f"'(' after the built-in {tok.text!r}")
-        args, end = self.arguments()
-        arity = ast.BUILTINS[tok.text]
-        if len(args) != arity:
+    def check_arity(self, func: str, given: int, span: Span) -> None:
+        arity = ast.BUILTINS[func]
+        if given != arity:
             noun = "argument" if arity == 1 else "arguments"
-            raise self.error(tok.span.merge(end), f"{tok.text} takes {arity} {noun}, "
-                             f"but {len(args)} {'was' if len(args) == 1 else 'were'} given",
-                             f"{tok.text} takes {arity} {noun}")
-        return self.node(ast.Call(tok.text, args, span=tok.span.merge(end)), *args)
-
-    def arguments(self) -> tuple[tuple[ast.Expr, ...], Span]:
-        self.expect("(")
-        args: list[ast.Expr] = []
-        if self.tok.kind != ")":
-            args.append(self.expr())
-            while self.accept(","):
-                args.append(self.expr())
-        end = self.expect(")", "',' or ')' in the argument list").span
-        return tuple(args), end
+            raise self.error(span, f"{func} takes {arity} {noun}, but {given} "
+                             f"{'was' if given == 1 else 'were'} given", f"{func} takes {arity} {noun}")
 
 
 def parse_program(text: str, name: str = "<string>") -> ast.Program:

@@ -39,7 +39,11 @@ def _float_text(value: float) -> str:
 
 
 def _join(parts: tuple[ast.Expr, ...]) -> str:
-    return ", ".join(format_expr(p) for p in parts)
+    # A plain loop, not a generator: fewer Python frames per nesting level (deep ASTs).
+    texts = []
+    for p in parts:
+        texts.append(_bare(p))
+    return ", ".join(texts)
 
 
 def _fmt(e: ast.Expr, min_level: int) -> str:
@@ -61,7 +65,7 @@ def _bare(e: ast.Expr) -> str:
     if isinstance(e, ast.Call):
         return f"{e.func}({_join(e.args)})"
     if isinstance(e, ast.Cast):
-        return f"{e.dtype}({format_expr(e.operand)})"
+        return f"{e.dtype}({_bare(e.operand)})"
     if isinstance(e, ast.DimRef):
         return f"{e.tensor.name}.{e.dim}"
     if isinstance(e, ast.Unary):
