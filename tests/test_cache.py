@@ -6,6 +6,7 @@ are fakes with the attributes `OptionsCache.lookup` reads.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import multiprocessing
@@ -56,8 +57,9 @@ def akey(**changes: object) -> dict[str, str]:
     return artifact_key(**parts)
 
 
-def raw(path: Path) -> sqlite3.Connection:
-    return sqlite3.connect(path, isolation_level=None)
+def raw(path: Path) -> contextlib.closing[sqlite3.Connection]:
+    """A plain connection, as another program would tamper with the file."""
+    return contextlib.closing(sqlite3.connect(path, isolation_level=None))
 
 
 @pytest.fixture
@@ -339,6 +341,37 @@ def test_store_uses_wal_and_busy_timeout(db: Path) -> None:
     store = CacheStore(db)
     assert store._conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     assert store._conn.execute("PRAGMA busy_timeout").fetchone() == (30000,)
+
+
+def _forked_lookup(cache: OptionsCache, results: object) -> None:
+    found = cache.lookup_options(SRC, "mm", sig(8), "sm_90")
+    cache.store(SRC, "mm", sig(9), "sm_90", opts(1), 1e-3, 3)
+    results.put((found is not None, cache.counters.as_dict()))
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="needs fork")
+def test_forked_child_uses_its_own_connection(db: Path) -> None:
+    cache = OptionsCache(db)
+    cache.store(SRC, "mm", sig(8), "sm_90", opts(1), 1e-3, 3)
+    ctx = multiprocessing.get_context("fork")
+    results = ctx.Queue()
+    child = ctx.Process(target=_forked_lookup, args=(cache, results))
+    child.start()
+    found, counters = results.get(timeout=30)
+    child.join(timeout=30)
+    assert found and counters == {"hits": 1, "misses": 0, "corrupt_dropped": 0, "writes": 1}
+    assert cache.counters.writes == 1  # the parent's count is its own
+    assert cache.lookup_options(SRC, "mm", sig(9), "sm_90") is not None
+
+
+def test_tables_dropped_meanwhile_is_a_miss(db: Path) -> None:
+    cache = OptionsCache(db)
+    cache.store(SRC, "mm", sig(8), "sm_90", opts(1), 1e-3, 3)
+    with raw(db) as conn:
+        conn.execute("DROP TABLE tuned_options")
+    assert cache.lookup_options(SRC, "mm", sig(8), "sm_90") is None
+    cache.store(SRC, "mm", sig(8), "sm_90", opts(1), 1e-3, 3)
+    assert cache.lookup_options(SRC, "mm", sig(8), "sm_90") is not None
 
 
 # -- export / import --------------------------------------------------------------------------

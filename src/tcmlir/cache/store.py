@@ -179,6 +179,8 @@ class CacheStore:
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._inode: int | None = None
+        self._pid = os.getpid()
+        self._abandoned: list[sqlite3.Connection] = []  # inherited across fork, see _after_fork
         self._open()
 
     # -- opening, schema, recovery -------------------------------------------------------
@@ -284,18 +286,46 @@ class CacheStore:
         """Run ``body(conn)`` in one transaction (``BEGIN IMMEDIATE`` when ``write``).
 
         If SQLite finds the file damaged, the file is moved aside, a fresh database is opened,
-        and ``on_corrupt`` is returned (a miss for a read); other errors propagate.
+        and ``on_corrupt`` is returned (a miss for a read); the same when another process
+        dropped our tables meanwhile (a different schema version). A database still locked
+        after the busy timeout is a `CacheError`; other errors propagate.
         """
         with self._lock:
+            if self._pid != os.getpid():
+                self._after_fork()
             try:
                 with self._transaction(write) as conn:
                     return body(conn)
             except sqlite3.DatabaseError as exc:
-                if not is_corruption(exc):
-                    raise
-                self._quarantine(f"damaged ({exc})")
-                self._conn = self._connect_and_check()
-                return on_corrupt
+                if is_corruption(exc):
+                    self._quarantine(f"damaged ({exc})")
+                    self._conn = self._connect_and_check()
+                    return on_corrupt
+                text = str(exc)
+                if isinstance(exc, sqlite3.OperationalError) and "no such table" in text:
+                    logger.warning("tcmlir cache %s: %s; recreating the missing tables",
+                                   self.path, text)
+                    with self._transaction(write=True) as conn:
+                        create_schema(conn)
+                    return on_corrupt
+                if isinstance(exc, sqlite3.OperationalError) and ("locked" in text
+                                                                  or "busy" in text):
+                    raise CacheError(
+                        f"tcmlir cache {self.path} stayed locked for {self.busy_timeout_s:g} s "
+                        "by another process; retry, or give this process its own cache "
+                        "(TCMLIR_CACHE_DIR or an explicit path)") from exc
+                raise
+
+    def _after_fork(self) -> None:
+        """A forked child must not use its parent's SQLite connection: open its own (the
+        inherited one is kept, never closed: closing its file descriptor would release POSIX
+        locks), and start counting afresh (counters are per process)."""
+        if self._conn is not None:
+            self._abandoned.append(self._conn)
+        self._conn = None
+        self.counters = CacheCounters()
+        self._pid = os.getpid()
+        self._open()
 
     def read(self, body: Callable[[sqlite3.Connection], T], on_corrupt: T) -> T:
         return self.run(body, write=False, on_corrupt=on_corrupt)
