@@ -27,7 +27,9 @@ RED = {"+": ir.Reduction.ADD, "*": ir.Reduction.MUL, "min": ir.Reduction.MIN, "m
 # ---------------------------------------------------------------- building IR by hand
 
 
-def size(x: str | int) -> ir.SizeExpr:
+def size(x: str | int | ir.SizeExpr) -> ir.SizeExpr:
+    if isinstance(x, ir.SizeExpr):
+        return x
     return ir.SizeExpr.param(x) if isinstance(x, str) else ir.SizeExpr.constant(x)
 
 
@@ -136,6 +138,23 @@ def run(fn, sizes, inputs, parallel=False, threads=1, fixed=True, poison=True):
 rng = np.random.default_rng(0)
 
 
+def check_ref(fn, sizes, inputs, rtol=1e-5, atol=1e-6, **kw):
+    """Compile, run with poisoned outputs, compare with the reference interpreter in float64."""
+    from tcmlir import reference
+
+    out, k = run(fn, sizes, inputs, **kw)
+    ref = reference.run(fn, inputs, sizes)
+    for name, want in ref.items():
+        got = out[name]
+        assert got.dtype == want.dtype, name
+        if want.dtype.kind == "f":
+            np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol,
+                                       atol=atol, err_msg=name)
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=name)
+    return out, k
+
+
 # ---------------------------------------------------------------- tests
 
 
@@ -153,3 +172,296 @@ def test_matmul(M, N, K, fixed):
     A, B = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
     out, _ = run(matmul_fn(), {"M": M, "N": N, "K": K}, {"A": A, "B": B}, fixed=fixed)
     np.testing.assert_allclose(out["C"], A @ B, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_against_reference_and_ir_text():
+    A = rng.standard_normal((5, 3)).astype(np.float32)
+    B = rng.standard_normal((3, 11)).astype(np.float32)
+    _, k = check_ref(matmul_fn(), {"M": 5, "N": 11, "K": 3}, {"A": A, "B": B})
+    assert 'define void @"matmul_0"(ptr' in k.llvm_ir
+    assert "noalias" in k.llvm_ir
+
+
+def conv_fn():
+    ho = ir.SizeExpr("[H, KH] -> { [(H - KH + 1)] }")
+    wo = ir.SizeExpr("[W, KW] -> { [(W - KW + 1)] }")
+    In = tensor("I", F32, "N", "C", "H", "W")
+    Wt = tensor("Wt", F32, "F", "C", "KH", "KW")
+    Ot = tensor("O", F32, "N", "F", ho, wo, role=OUT)
+    h, w = bin_("+", idx("h"), idx("kh")), bin_("+", idx("w"), idx("kw"))
+    rhs = bin_("*", rd(In, "n", "c", h, w), rd(Wt, "f", "c", "kh", "kw"))
+    s = stmt(Ot, ("n", "f", "h", "w"), rhs,
+             [("n", 0, "N"), ("f", 0, "F"), ("h", 0, ho), ("w", 0, wo), ("c", 0, "C"), ("kh", 0, "KH"),
+              ("kw", 0, "KW")], red="+", init=True)
+    return function("conv", [In, Wt], [Ot], [s])
+
+
+@pytest.mark.parametrize("parallel,threads", [(False, 1), (True, 2)])
+def test_conv(parallel, threads):
+    sizes = {"N": 2, "C": 3, "H": 7, "W": 5, "F": 4, "KH": 3, "KW": 2}
+    I_ = rng.standard_normal((2, 3, 7, 5)).astype(np.float32)
+    W_ = rng.standard_normal((4, 3, 3, 2)).astype(np.float32)
+    out, _ = check_ref(conv_fn(), sizes, {"I": I_, "Wt": W_}, parallel=parallel, threads=threads)
+    want = np.zeros((2, 4, 5, 4))
+    for kh in range(3):
+        for kw in range(2):
+            want += np.einsum("nchw,fc->nfhw", I_[:, :, kh:kh + 5, kw:kw + 4], W_[:, :, kh, kw])
+    np.testing.assert_allclose(out["O"], want, rtol=1e-4, atol=1e-5)
+
+
+def softmax_fn(dt=F32):
+    X = tensor("X", dt, "N", "M")
+    Y = tensor("Y", dt, "N", "M", role=OUT)
+    mx, e, sm = tensor("mx", F32, "N", role=TMP), tensor("e", F32, "N", "M", role=TMP), tensor("s", F32, "N", role=TMP)
+    rows = [("n", 0, "N")]
+    both = [("n", 0, "N"), ("m", 0, "M")]
+    x = rd(X, "n", "m")
+    sts = [
+        stmt(mx, ("n",), x, both, red="max", init=True),
+        stmt(e, ("n", "m"), call("exp", bin_("-", x, rd(mx, "n"))), both),
+        stmt(sm, ("n",), rd(e, "n", "m"), both, red="+", init=True),
+        stmt(Y, ("n", "m"), bin_("/", rd(e, "n", "m"), rd(sm, "n")), both),
+    ]
+    del rows
+    return function("softmax", [X], [Y], sts, temps=[mx, e, sm])
+
+
+@pytest.mark.parametrize("N,M", [(1, 1), (3, 7), (17, 129)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_softmax(N, M, threads):
+    X = rng.standard_normal((N, M)).astype(np.float32) * 10
+    out, k = check_ref(softmax_fn(), {"N": N, "M": M}, {"X": X}, parallel=True, threads=threads)
+    z = np.exp(X - X.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(out["Y"], z / z.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
+    assert len(k.entries) == 6 and all(e.range is not None for e in k.entries)
+
+
+def reduce_fn(dt, op, init):
+    A = tensor("A", dt, "N", "M")
+    Ot = tensor("O", dt, "N", role=OUT)
+    s = stmt(Ot, ("n",), rd(A, "n", "m"), [("n", 0, "N"), ("m", 0, "M")], red=op, init=init)
+    return function("red", [A], [Ot], [s])
+
+
+def _values(dt, shape):
+    if dt is BOOL:
+        return rng.random(shape) < 0.5
+    if dt.is_float:
+        return (rng.standard_normal(shape) * 2).astype(dt.numpy)
+    info = np.iinfo(dt.numpy)
+    lo, hi = max(info.min, -5), min(info.max, 5)
+    return rng.integers(lo, hi + 1, shape).astype(dt.numpy)
+
+
+@pytest.mark.parametrize("dt", [F32, F64, I32, I64, U8, BOOL, F16])
+@pytest.mark.parametrize("op", ["+", "*", "min", "max"])
+@pytest.mark.parametrize("init", [True, False])
+def test_reductions(dt, op, init):
+    N, M = 5, 7
+    A = _values(dt, (N, M))
+    fn = reduce_fn(dt, op, init)
+    out, _ = run(fn, {"N": N, "M": M}, {"A": A}, poison=init)
+    from tcmlir import reference
+
+    want = reference.run(fn, {"A": A}, {"N": N, "M": M})["O"]
+    tol = 2e-2 if dt is F16 else 1e-5
+    if dt.is_float:
+        np.testing.assert_allclose(out["O"].astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol)
+    else:
+        np.testing.assert_array_equal(out["O"], want)
+
+
+def elementwise(name, dt_in, dt_out, rhs_of, n_inputs=1, out_dt=None):
+    ins = [tensor(chr(ord("A") + i), dt_in, "N") for i in range(n_inputs)]
+    Ot = tensor("O", dt_out, "N", role=OUT)
+    rhs = rhs_of(*(rd(t, "i") for t in ins))
+    return function(name, ins, [Ot], [stmt(Ot, ("i",), rhs, [("i", 0, "N")])])
+
+
+@pytest.mark.parametrize("dt", [I32, I64])
+@pytest.mark.parametrize("op", ["/", "%"])
+def test_c_integer_division(dt, op):
+    a = np.array([7, -7, 7, -7, 5, 0, -1, np.iinfo(dt.numpy).min, 9, 3], dtype=dt.numpy)
+    b = np.array([2, 2, -2, -2, 0, 3, 5, -1, 0, 3], dtype=dt.numpy)
+    fn = elementwise("div", dt, dt, lambda x, y: bin_(op, x, y), 2)
+    out, _ = check_ref(fn, {"N": len(a)}, {"A": a, "B": b})
+
+    def cdiv(x, y):
+        if y == 0:
+            return 0
+        q = abs(x) // abs(y) * (1 if (x < 0) == (y < 0) else -1)
+        return q if op == "/" else x - q * y
+
+    want = np.array([cdiv(int(x), int(y)) for x, y in zip(a, b, strict=True)], dtype=object)
+    want = np.array([(w + 2**63) % 2**dt.bits - 2**(dt.bits - 1) if dt.bits == 64 else w for w in want])
+    np.testing.assert_array_equal(out["O"].astype(np.int64)[:7], want[:7].astype(np.int64))
+
+
+def test_floordiv_floormod_in_index():
+    A = tensor("A", F32, "N")
+    Ot = tensor("O", F32, "N", role=OUT)
+    i = idx("i")
+    q = bin_("floordiv", bin_("-", i, c(3, I32)), c(4, I32))
+    r = bin_("floormod", bin_("-", i, c(3, I32)), c(4, I32))
+    rhs = bin_("+", rd(A, bin_("+", q, c(1, I32))), ir.Cast(rd(A, r), F32))
+    fn = function("fd", [A], [Ot], [stmt(Ot, ("i",), rhs, [("i", 0, "N")])])
+    a = np.arange(10, dtype=np.float32) * 10
+    out, _ = run(fn, {"N": 10}, {"A": a})
+    want = [a[(i - 3) // 4 + 1] + a[(i - 3) % 4] for i in range(10)]
+    np.testing.assert_array_equal(out["O"], want)
+
+
+def test_select_and_casts():
+    fn = elementwise("sel", F32, F32, lambda x: ir.Select(bin_(">", x, c(0.0, F32)), x,
+                                                          ir.Unary("-", x, F32), F32))
+    a = rng.standard_normal(11).astype(np.float32)
+    out, _ = check_ref(fn, {"N": 11}, {"A": a})
+    np.testing.assert_array_equal(out["O"], np.abs(a))
+
+
+@pytest.mark.parametrize("src,dst", [(F32, I32), (F64, U8), (I32, F32), (I64, F64), (BOOL, F32),
+                                     (F32, BOOL), (I32, BOOL), (I64, I32), (U8, I64), (F64, F32),
+                                     (F32, F16), (F16, I32), (I32, U8)])
+def test_casts(src, dst):
+    fn = elementwise("cast", src, dst, lambda x: ir.Cast(x, dst.compute))
+    if src.is_float:
+        a = (rng.standard_normal(13) * 20).astype(src.numpy)
+        if dst is U8:
+            a = np.abs(a)
+    else:
+        a = _values(src, (13,))
+    check_ref(fn, {"N": 13}, {"A": a}, rtol=1e-3)
+
+
+def test_bool_and_logic():
+    fn = elementwise("logic", F32, BOOL, lambda x, y: bin_("||", bin_("&&", bin_("<", x, y), bin_(
+        "!=", x, c(0.0, F32))), ir.Unary("!", bin_(">=", y, c(1.0, F32)), BOOL)), 2)
+    a, b = rng.standard_normal(17).astype(np.float32), rng.standard_normal(17).astype(np.float32)
+    out, _ = check_ref(fn, {"N": 17}, {"A": a, "B": b})
+    np.testing.assert_array_equal(out["O"], ((a < b) & (a != 0)) | ~(b >= 1))
+
+
+UNARY = ["exp", "log", "sqrt", "tanh", "erf", "erfc", "lgamma", "tgamma", "cbrt", "expm1", "log1p",
+         "asinh", "sin", "cos", "tan", "atan", "floor", "ceil", "round", "trunc", "exp2", "log2",
+         "log10", "exp10", "rsqrt", "sinpi", "cospi", "rcbrt", "normcdf", "logb", "fabs", "cosh",
+         "sinh", "cyl_bessel_i0"]
+BINARY = ["pow", "atan2", "hypot", "fmin", "fmax", "fmod", "copysign", "fdim", "remainder",
+          "rhypot", "fdivide", "nextafter"]
+
+
+@pytest.mark.parametrize("dt", [F32, F64])
+@pytest.mark.parametrize("f", UNARY)
+def test_unary_builtins(dt, f):
+    a = (np.abs(rng.standard_normal(23)) * 3 + 0.1).astype(dt.numpy)
+    a[::3] *= -1 if f not in ("log", "sqrt", "lgamma", "tgamma", "log2", "log10", "rsqrt") else 1
+    a[0] = 2.5  # a tie for round
+    fn = elementwise(f, dt, dt, lambda x: call(f, x))
+    check_ref(fn, {"N": 23}, {"A": a}, rtol=2e-6 if dt is F32 else 1e-12, atol=1e-6 if dt is F32 else 1e-12)
+
+
+@pytest.mark.parametrize("f", BINARY)
+def test_binary_builtins(f):
+    a, b = rng.standard_normal(19) * 3, rng.standard_normal(19) * 3
+    fn = elementwise(f, F64, F64, lambda x, y: call(f, x, y), 2)
+    check_ref(fn, {"N": 19}, {"A": np.abs(a) if f == "pow" else a, "B": b}, rtol=1e-12, atol=1e-12)
+
+
+def test_ternary_builtins():
+    fn = elementwise("fma", F64, F64, lambda x, y, z: call("fma", x, y, z), 3)
+    a, b, cc = (rng.standard_normal(9) for _ in range(3))
+    check_ref(fn, {"N": 9}, {"A": a, "B": b, "C": cc})
+    fn = elementwise("n3", F64, F64, lambda x, y, z: call("rnorm3d", x, y, z), 3)
+    out, _ = run(fn, {"N": 9}, {"A": a, "B": b, "C": cc})
+    np.testing.assert_allclose(out["O"], 1 / np.sqrt(a * a + b * b + cc * cc), rtol=1e-14)
+
+
+@pytest.mark.parametrize("dt", [F32, F64])
+def test_inverse_error_functions(dt):
+    y = np.array([-0.999, -0.5, -1e-3, 0.0, 0.3, 0.9, 0.99999], dtype=dt.numpy)
+    out, _ = run(elementwise("ei", dt, dt, lambda x: call("erfinv", x)), {"N": 7}, {"A": y})
+    erf = np.vectorize(math.erf)
+    tol = 1e-6 if dt is F32 else 1e-13
+    np.testing.assert_allclose(erf(out["O"].astype(np.float64)), y, rtol=tol * 10, atol=tol)
+    p = np.array([1e-30, 1e-5, 0.1, 0.5, 0.9, 0.99999], dtype=np.float64)
+    out, _ = run(elementwise("nci", F64, F64, lambda x: call("normcdfinv", x)), {"N": 6}, {"A": p})
+    back = 0.5 * np.vectorize(math.erfc)(-out["O"] / math.sqrt(2))
+    np.testing.assert_allclose(back, p, rtol=1e-12)
+    out, _ = run(elementwise("ecx", F64, F64, lambda x: call("erfcx", x)), {"N": 6},
+                 {"A": np.array([-1.0, 0.0, 1.0, 10.0, 30.0, 1e4])})
+    want = [math.exp(1) * math.erfc(-1), 1.0, math.exp(1) * math.erfc(1), math.exp(100) * math.erfc(10)]
+    np.testing.assert_allclose(out["O"][:4], want, rtol=1e-13)
+    np.testing.assert_allclose(out["O"][4:], 1 / (np.array([30.0, 1e4]) * math.sqrt(math.pi)), rtol=1e-3)
+
+
+def gather_fn():
+    A, Ix = tensor("A", F32, "N"), tensor("Ix", I32, "M")
+    Ot = tensor("O", F32, "M", role=OUT)
+    src = Source("def g(float(N) A, int32(M) Ix) -> (O) {\n  O(i) = A(Ix(i))\n}\n", "g.tc")
+    read = ir.Read("A", (rd(Ix, "i"),), F32, span=src.span(src.text.index("A(Ix"), src.text.index("A(Ix") + 8))
+    return function("g", [A, Ix], [Ot], [stmt(Ot, ("i",), read, [("i", 0, "M")])], source=src)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_gather_and_out_of_bounds(threads):
+    a = np.arange(5, dtype=np.float32)
+    ok = np.array([4, 0, 2, 2], dtype=np.int32)
+    out, k = run(gather_fn(), {"N": 5, "M": 4}, {"A": a, "Ix": ok}, parallel=True, threads=threads)
+    np.testing.assert_array_equal(out["O"], a[ok])
+    for bad in (5, -1):
+        arrays = {"A": a, "Ix": np.array([0, 1, bad, 3], dtype=np.int32), "O": np.zeros(4, np.float32)}
+        with pytest.raises(CallError, match="tensor A") as info:
+            k.run(arrays, {"N": 5, "M": 4})
+        assert "g.tc:2:" in str(info.value)
+
+
+def test_guarded_gather_is_not_checked():
+    A, Ix = tensor("A", F32, "N"), tensor("Ix", I32, "M")
+    Ot = tensor("O", F32, "M", role=OUT)
+    g = ir.Read("A", (rd(Ix, "i"),), F32)
+    rhs = ir.Select(bin_("<", rd(Ix, "i"), ir.Size("N")), g, c(-1.0, F32), F32)
+    fn = function("gg", [A, Ix], [Ot], [stmt(Ot, ("i",), rhs, [("i", 0, "M")])])
+    out, _ = run(fn, {"N": 3, "M": 4}, {"A": np.arange(3, dtype=np.float32), "Ix": np.array([0, 7, 2, 3], np.int32)})
+    np.testing.assert_array_equal(out["O"], [0, -1, 2, -1])
+
+
+@pytest.mark.parametrize("M,N,K", [(1, 3, 2), (2, 5, 3), (37, 31, 7), (128, 8, 4)])
+def test_parallel_two_threads_equals_one(M, N, K):
+    A, B = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
+    sizes = {"M": M, "N": N, "K": K}
+    one, _ = run(matmul_fn(), sizes, {"A": A, "B": B}, parallel=True, threads=1)
+    two, k = run(matmul_fn(), sizes, {"A": A, "B": B}, parallel=True, threads=2)
+    np.testing.assert_array_equal(one["C"], two["C"])
+    assert all(e.range is not None for e in k.entries)
+    chunks = k._chunks(k.entries[1], (__import__("ctypes").c_int64 * 3)(M, N, K))
+    assert len(chunks) == min(2, M)
+
+
+def test_scalar_output_and_size_value():
+    A = tensor("A", F64, "N")
+    S = tensor("S", F64, role=OUT)
+    rhs = bin_("*", rd(A, "i"), ir.Cast(ir.Size("N"), F64))
+    fn = function("sum", [A], [S], [stmt(S, (), rhs, [("i", 0, "N")], red="+", init=True)])
+    a = rng.standard_normal(13)
+    out, _ = check_ref(fn, {"N": 13}, {"A": a}, rtol=1e-12)
+    assert out["S"].shape == ()
+
+
+def test_unknown_builtin_is_a_located_codegen_error():
+    src = Source("def f(float(N) A) -> (O) {\n  O(i) = frobnicate(A(i))\n}\n", "f.tc")
+    A, Ot = tensor("A", F32, "N"), tensor("O", F32, "N", role=OUT)
+    bad = ir.Call("frobnicate", (rd(A, "i"),), F32, span=src.span(31, 47))
+    fn = function("f", [A], [Ot], [stmt(Ot, ("i",), bad, [("i", 0, "N")])], source=src)
+    with pytest.raises(CodegenError, match="frobnicate") as info:
+        compile_fn(fn, {"N": 4})
+    assert "f.tc:2:" in str(info.value)
+
+
+def test_wrong_inputs_are_call_errors():
+    k = compile_fn(matmul_fn(), {"M": 2, "N": 2, "K": 2})
+    good = {"A": np.zeros((2, 2), np.float32), "B": np.zeros((2, 2), np.float32), "C": np.zeros((2, 2), np.float32)}
+    with pytest.raises(CallError, match="dtype"):
+        k.run({**good, "A": np.zeros((2, 2))}, {"M": 2, "N": 2, "K": 2})
+    with pytest.raises(CallError, match="shape"):
+        k.run({**good, "B": np.zeros((3, 2), np.float32)}, {"M": 2, "N": 2, "K": 2})
+    with pytest.raises(CallError, match="compiled for"):
+        k.run(good, {"M": 3, "N": 2, "K": 2})

@@ -150,15 +150,18 @@ _erfinv = _in_double(_erfinv_double)
 
 @_in_double
 def _erfcinv(b: Builder, m: Math, y: ir.Value) -> ir.Value:
-    # start from erfinv(1 - y), then Newton on erfc, which keeps the relative accuracy for tiny y
+    # start from erfinv(1 - y) (or, where 1 - y rounds to 1, from the tail asymptote
+    # x^2 = -log(y x sqrt(pi))), then Newton on log(erfc(x)) - log(y): quadratic even for tiny y
     x = _erfinv_double(b, m, b.fsub(_c(y.type, 1.0), y))
-    k = _c(y.type, -2.0 / math.sqrt(math.pi))
+    t = m("sqrt", [b.fneg(m("log", [y]))])
+    tail = m("sqrt", [b.fneg(m("log", [b.fmul(y, b.fmul(t, _c(y.type, math.sqrt(math.pi))))]))])
     fin = b.fcmp_ordered("<", m("fabs", [x]), _c(y.type, math.inf))
-    start = b.select(fin, x, _c(y.type, 5.8))  # y so small that 1-y rounds to 1
-    x = start
+    x = b.select(fin, x, tail)
+    k = _c(y.type, -2.0 / math.sqrt(math.pi))
     for _ in range(4):
+        e = m("erfc", [x])
         d = b.fmul(k, m("exp", [b.fneg(b.fmul(x, x))]))
-        x = b.fsub(x, b.fdiv(b.fsub(m("erfc", [x]), y), d))
+        x = b.fsub(x, b.fdiv(b.fmul(m("log", [b.fdiv(e, y)]), e), d))
     x = b.select(b.fcmp_ordered("==", y, _c(y.type, 0.0)), _c(y.type, math.inf), x)
     x = b.select(b.fcmp_ordered("==", y, _c(y.type, 2.0)), _c(y.type, -math.inf), x)
     bad = b.or_(b.fcmp_unordered("<", y, _c(y.type, 0.0)), b.fcmp_unordered(">", y, _c(y.type, 2.0)))
