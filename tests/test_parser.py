@@ -252,7 +252,7 @@ def test_format_def_has_no_trailing_newline():
     assert format_def(d).endswith("}") and format_program(parse(MATMUL)).endswith("}\n")
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs())
 def test_round_trip_random_programs(program):
     text = format_program(program)
@@ -261,7 +261,7 @@ def test_round_trip_random_programs(program):
     assert format_program(again) == text
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(exprs)
 def test_round_trip_random_expressions(e):
     assert rhs(format_expr(e)) == e
