@@ -337,6 +337,13 @@ def test_schema_version_mismatch_recreates_tables(db: Path,
                             ).fetchone() == (str(SCHEMA_VERSION),)
 
 
+def test_unusable_path_is_a_cache_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(CacheError, match="TCMLIR_CACHE_DIR"):
+        OptionsCache(blocker / "sub" / "cache.sqlite3")
+
+
 def test_store_uses_wal_and_busy_timeout(db: Path) -> None:
     store = CacheStore(db)
     assert store._conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)

@@ -186,14 +186,19 @@ class CacheStore:
     # -- opening, schema, recovery -------------------------------------------------------
 
     def _open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self._conn = self._connect_and_check()
-        except sqlite3.DatabaseError as exc:
-            if not is_corruption(exc):
-                raise
-            self._quarantine(f"it cannot be read ({exc})")
-            self._conn = self._connect_and_check()
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self._conn = self._connect_and_check()
+            except sqlite3.DatabaseError as exc:
+                if not is_corruption(exc):
+                    raise
+                self._quarantine(f"it cannot be read ({exc})")
+                self._conn = self._connect_and_check()
+        except (OSError, sqlite3.OperationalError) as exc:
+            raise CacheError(f"cannot open the tcmlir cache at {self.path}: {exc}; give a "
+                             "writable path, or set TCMLIR_CACHE_DIR to a writable "
+                             "directory") from exc
 
     def _connect_and_check(self) -> sqlite3.Connection:
         try:
@@ -238,7 +243,8 @@ class CacheStore:
                 create_schema(conn)
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
             raise
 
     def _quarantine(self, reason: str) -> None:
