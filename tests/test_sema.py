@@ -246,7 +246,7 @@ def test_no_source_still_locates():
      "accumulated into before it is initialised", "+=!"),
     ("def s(float(N) A) -> (O) { O(i) = A(i) + A.1 }", 1, 42, "dimension 1 does not exist", None),
     ("def s(float(N) A) -> (O) { O(i, i) = A(i) }", 1, 33, "appears twice", None),
-    ("def s(float(N) A) -> (O) { O(i) = A(i) % 2 }", 1, 35, "% needs integer operands", "fmod"),
+    ("def s(float(N) A) -> (O) { O(i) = A(i) % 2 }", 1, 40, "% needs integer operands", "fmod"),
     ("def s(float(N) A) -> (O) { O(i) = A(i) where i in 0:A(0) }", 1, 53, "range bound", None),
     ("def s(float(N) A) -> (O) { O(i) = A(i) where i in 0:j }", 1, 53, "unknown name j", None),
     ("def s(float(N) A) -> (O) { O(i) = x where x = y, y = A(i) }", 1, 47,

@@ -15,7 +15,7 @@ import difflib
 from dataclasses import dataclass, field
 
 from .. import ir
-from ..affine import is_isl_name, pw_aff_to_expr, to_isl
+from ..affine import const_value, is_isl_name, pw_aff_to_expr, to_isl
 from ..dtypes import DType, parse_dtype, promote
 from ..errors import SemaError, Source, Span
 from . import ast
@@ -325,7 +325,7 @@ class _Checker:
                 if op in _COMPARE:
                     return ir.Binary(op, la, lb, DType.BOOL, span=e.span), False
                 if op == "%" and t.is_float:
-                    raise self.err(e, f"% needs integer operands, found {t}", "use fmod(a, b)")
+                    raise self.err(self._op_span(e), f"% needs integer operands, found {t}", "use fmod(a, b)")
                 if mode == "index" and t.is_int and op in ("/", "%"):
                     op = "floordiv" if op == "/" else "floormod"
                 return ir.Binary(op, la, lb, t, span=e.span), weak
@@ -336,6 +336,12 @@ class _Checker:
             case ast.Call():
                 return self._call(e, mode)
         raise self.err(e, f"unsupported expression {type(e).__name__}")  # pragma: no cover
+
+    def _op_span(self, e: ast.Binary) -> Span:
+        """The span of a binary operator itself (found in the source text), else of ``e``."""
+        text = self.source.text
+        at = text.find(e.op, e.lhs.span.end, e.rhs.span.start) if text else -1
+        return self.source.span(at, at + len(e.op)) if at >= 0 else e.span
 
     def _unify(self, a: ast.Expr, b: ast.Expr, mode: str, arith: bool):
         la, wa = self.expr(a, mode)
@@ -445,7 +451,7 @@ class _Checker:
             if not gather and to_isl(x) is None:
                 divs = [y for y in ir.walk(x) if isinstance(y, ir.Binary)
                         and y.op in ("floordiv", "floormod")]
-                if any(_const(y.rhs) is None or _const(y.rhs) <= 0 for y in divs):
+                if any((const_value(y.rhs) or 0) <= 0 for y in divs):
                     raise self.err(a, f"a division in an index of {n} needs a constant "
                                    "positive divisor")
                 raise self.err(a, f"index of {n} must be affine in the indices and sizes "
@@ -475,12 +481,6 @@ class _Checker:
             raise self.err(e, f"{n}.{e.dim} is a piecewise size ({t.shape[e.dim]}); it cannot "
                            "be used as a value", "name the size with an annotated output")
         return value
-
-
-def _const(e: ir.Expr) -> int | None:
-    from ..affine import const_value
-
-    return const_value(e)
 
 
 def _common(ta: DType, wa: bool, tb: DType, wb: bool) -> DType:
