@@ -84,6 +84,11 @@ def test_stencil_resolves_in_rounds_and_where_range_gives_the_reduction():
     assert rng(s, "i", I=8) == (0, 4)
 
 
+def test_range_bounds_divide_with_floor():
+    f = fn("def s(float(N) A) -> (O) { O(i) = A(2 * i) where i in 0:(N - 1) / 2 + 1 }")
+    assert rng(f.statements[0], "i", N=7) == (0, 4) and rng(f.statements[0], "i", N=6) == (0, 3)
+
+
 def test_where_range_on_lhs_index():
     f = fn("def s(float(N) A) -> (O) { O(i) = A(i) + 1 where i in 0:N-1 }")
     assert str(f.outputs[0].shape[0]).replace(" ", "") in ("-1+N", "N-1")

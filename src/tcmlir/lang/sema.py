@@ -326,7 +326,7 @@ class _Checker:
                     return ir.Binary(op, la, lb, DType.BOOL, span=e.span), False
                 if op == "%" and t.is_float:
                     raise self.err(self._op_span(e), f"% needs integer operands, found {t}", "use fmod(a, b)")
-                if mode == "index" and t.is_int and op in ("/", "%"):
+                if mode != "value" and t.is_int and op in ("/", "%"):  # floor, as isl does
                     op = "floordiv" if op == "/" else "floormod"
                 return ir.Binary(op, la, lb, t, span=e.span), weak
             case ast.Ternary(cond=c, then=a, orelse=b):
