@@ -95,6 +95,9 @@ class HostTarget(Target):
 
     def external_math(self, module: ir.Module, name: str, ty: ir.Type, arity: int) -> ir.Function:
         cname = name + ("f" if isinstance(ty, ir.FloatType) else "")
+        # Not declared readnone on purpose: LLVM would then vectorise the loop into vector
+        # intrinsics (llvm.tanh.v16f32) that the backend scalarises again, twice as slow as the
+        # scalar loop, since llvmlite's pass builder has no vector math library (libmvec).
         return declare(module, cname, ir.FunctionType(ty, [ty] * arity))
 
     def mark(self, walker: GroupWalker, name: str, child: isl.AstNode) -> None:
