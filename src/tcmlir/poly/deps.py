@@ -74,21 +74,13 @@ def _accumulator_pairs(scop: Scop) -> isl.UnionMap:
         stmt = scop.fn.statements[info.index]
         if info.is_init or stmt.reduction is None or _reads_own_tensor(stmt):
             continue
-        dom = scop.domain.extract_set(_space_named(scop, name))
-        acc = scop.writes.intersect_domain(isl.UnionSet.from_set(dom))
+        acc = scop.writes.intersect_domain(isl.UnionSet.from_set(scop.domains[name]))
         pairs = pairs.union(acc.apply_range(acc.reverse()))
     return pairs
 
 
 def _reads_own_tensor(stmt: ir.Statement) -> bool:
     return any(isinstance(e, ir.Read) and e.tensor == stmt.tensor for e in ir.walk(stmt.rhs))
-
-
-def _space_named(scop: Scop, name: str) -> isl.Space:
-    found: list[isl.Space] = []
-    scop.domain.foreach_set(lambda s: found.append(s.get_space()) if s.get_tuple_name() == name
-                            else None)
-    return found[0]
 
 
 def format_dependences(deps: Dependences, context: isl.Set | None = None) -> str:

@@ -55,6 +55,7 @@ class Scop:
     writes: isl.UnionMap         # every write is exact
     schedule: isl.Schedule       # program order: a sequence of statements, loops in index order
     statements: Mapping[str, StatementInfo]
+    domains: Mapping[str, isl.Set]   # per statement (kept even when empty for these sizes)
 
     @property
     def all_reads(self) -> isl.UnionMap:
@@ -107,7 +108,8 @@ def build_scop(fn: ir.Function, sizes: Mapping[str, int] | None = None,
     schedule = _program_order(ctx, domain, [infos[n] for n in infos], domains)
     return Scop(fn, ctx, params, None if sizes is None else MappingProxyType(dict(sizes)),
                 context, domain, reads.coalesce(), may_reads.coalesce(), writes.coalesce(),
-                schedule, MappingProxyType(infos))
+                schedule, MappingProxyType(infos),
+                MappingProxyType(dict(zip(infos, domains, strict=True))))
 
 
 def _reads_of(expr: ir.Expr):
@@ -219,7 +221,7 @@ def format_scop(scop: Scop) -> str:
     if scop.sizes is not None:
         lines.append("sizes: " + ", ".join(f"{k}={v}" for k, v in scop.sizes.items()))
     for name in scop.statements:
-        sd = scop.domain.extract_set(_stmt_space(scop, name))
+        sd = scop.domains[name]
         lines.append(f"{name}:")
         lines.append(f"  domain: {sd.gist_params(scop.context)}")
         for label, umap in (("read", scop.reads), ("may-read", scop.may_reads),
@@ -227,13 +229,6 @@ def format_scop(scop: Scop) -> str:
             for m in maps_of(umap.intersect_domain(isl.UnionSet.from_set(sd))):
                 lines.append(f"  {label}: {m.gist_domain(sd)}")
     return "\n".join(lines)
-
-
-def _stmt_space(scop: Scop, name: str) -> isl.Space:
-    for s in sets_of(scop.domain):
-        if s.get_tuple_name() == name:
-            return s.get_space()
-    raise KeyError(name)
 
 
 def sets_of(uset: isl.UnionSet) -> list[isl.Set]:
