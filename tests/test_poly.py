@@ -6,14 +6,17 @@ import islpy as isl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tcmlir.passes import PassManager, parse_pipeline
 
 import tcmlir.lang as lang
-from tcmlir.passes import PassManager, parse_pipeline
 from tcmlir.poly.deps import compute_dependences
 from tcmlir.poly.legality import check_legal, member_is_parallel
 from tcmlir.poly.loops import build_ast, format_loops
 from tcmlir.poly.scheduler import (
-    FUSION_STRATEGIES, compute_schedule, has_negative_coefficient, is_skewed,
+    FUSION_STRATEGIES,
+    compute_schedule,
+    has_negative_coefficient,
+    is_skewed,
 )
 from tcmlir.poly.scop import build_scop, maps_of
 from tcmlir.poly.state import CompileState
@@ -225,7 +228,7 @@ def test_check_legal_detects_statement_order_swap():
 
 def test_member_parallelism_considers_reductions():
     state = run(MATMUL, "schedule{fusion=min}")
-    update = [b for b in bands(state.schedule) if b.band_n_member() == 3][0]
+    update = next(b for b in bands(state.schedule) if b.band_n_member() == 3)
     assert member_is_parallel(update, 0, state.deps.validity)
     assert member_is_parallel(update, 1, state.deps.validity)
     assert not member_is_parallel(update, 2, state.deps.validity)
@@ -264,7 +267,6 @@ def test_corpus_programs_schedule_legally(case):
 def random_programs(draw):
     """Chains of statements over N x M / N / M tensors: maps, transposes, reductions."""
     shapes = {"A": ("i", "j")}
-    dims_of = {"i": "N", "j": "M"}
     lines = []
     for k in range(draw(st.integers(1, 4))):
         lhs = draw(st.sampled_from([("i", "j"), ("j", "i"), ("i",), ("j",)]))
@@ -278,7 +280,6 @@ def random_programs(draw):
         shapes[name] = lhs
     outs = [n for n in shapes if n != "A"]
     src = (f"def r(float(N,M) A) -> ({', '.join(outs)}) {{\n  " + "\n  ".join(lines) + "\n}")
-    _ = dims_of
     return src
 
 
