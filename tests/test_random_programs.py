@@ -1,0 +1,91 @@
+"""Random programs run on the reference interpreter and agree with a numpy model built
+alongside their source; random token soups and mutated corpus programs only ever raise TCError."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from corpus import as_tuple
+from corpus.programs import CASES
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies_programs import TC_TOKENS, programs, token_soups
+
+import tcmlir as tc
+
+SETTINGS = settings(max_examples=60, deadline=None, database=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+def _close(got: np.ndarray, want: np.ndarray) -> bool:
+    """Within 1e-3 of max(1, max|want|) everywhere; non-finite values must agree."""
+    g = got.astype(np.float64)
+    w = want.astype(np.float64)
+    finite = np.isfinite(w)
+    if not np.array_equal(np.isfinite(g), finite):
+        return False
+    if not np.all((g == w)[~finite] | (np.isnan(g) & np.isnan(w))[~finite]):
+        return False
+    scale = max(1.0, float(np.max(np.abs(w[finite]), initial=0.0)))
+    return bool(np.all(np.abs(g[finite] - w[finite]) <= 1e-3 * scale))
+
+
+@SETTINGS
+@given(program=programs(), seed=st.integers(0, 2**32 - 1))
+def test_random_program_matches_numpy_model(program, seed):
+    source, sizes, numpy_fn = program
+    inputs = program.make_inputs(np.random.default_rng(seed))
+    fn = tc.define(source, target="numpy")
+    got = as_tuple(fn(*inputs))
+    want = numpy_fn(*inputs)
+    assert len(got) == len(want), source
+    for k, (g, w, shape) in enumerate(zip(got, want, program.output_shapes, strict=True)):
+        g = np.asarray(g)
+        assert g.shape == shape, f"output {k}: shape {g.shape}, expected {shape}\n{source}{sizes}"
+        assert g.dtype == np.float32, f"output {k}: dtype {g.dtype}\n{source}"
+        assert _close(g, w), (
+            f"output {k} differs from the numpy model\n{source}{sizes}\n"
+            f"got {g!r}\nexpected {w!r}")
+
+
+def _define_or_tcerror(source: str) -> None:
+    try:
+        tc.define(source, target="numpy")
+    except tc.TCError:
+        pass  # the only acceptable way to refuse
+    except RecursionError:
+        pytest.fail(f"RecursionError on {source!r}")
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(token_soups())
+def test_token_soup_only_raises_tcerror(source):
+    _define_or_tcerror(source)
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(
+    case=st.sampled_from(CASES),
+    edits=st.lists(st.tuples(st.sampled_from(["delete", "insert", "replace"]),
+                             st.floats(0, 1, exclude_max=True),
+                             st.sampled_from(TC_TOKENS)), min_size=1, max_size=3),
+)
+def test_mutated_corpus_program_only_raises_tcerror(case, edits):
+    """Broken versions of real programs: a TCError or (if still valid) a definition."""
+    source = case.source
+    for op, where, token in edits:
+        pos = int(where * len(source))
+        if op == "delete":
+            source = source[:pos] + source[pos + 1:]
+        elif op == "insert":
+            source = source[:pos] + token + source[pos:]
+        else:
+            source = source[:pos] + token + source[pos + len(token):]
+    _define_or_tcerror(source)
+
+
+def test_deeply_nested_expression_is_a_tcerror_or_works():
+    depth = 2000
+    source = ("def f(float(N) A) -> (B) {\n    B(i) = " + "(" * depth + "A(i)" + ")" * depth
+              + "\n}\n")
+    _define_or_tcerror(source)
