@@ -8,7 +8,7 @@ import functools
 import numpy as np
 import pytest
 from conftest import target_params
-from corpus import assert_outputs_close, poisoned_like, run_program
+from corpus import assert_outputs_close, check_against_reference, poisoned_like, run_program
 from corpus.programs import CASES, case_by_name
 
 import tcmlir as tc
@@ -90,3 +90,22 @@ def test_repeated_calls_and_sizes(target, rng):
     for sizes in [dict(M=3, K=5, N=7), dict(M=1, K=2, N=1), dict(M=3, K=5, N=7)]:
         inputs = case.make_inputs(rng, **sizes)
         assert_outputs_close(run_program(fn, inputs), case.expected(*inputs), context=str(sizes))
+
+
+def test_check_against_reference_helper(rng):
+    """The helper backend tests reuse: numpy against itself passes, and returns the outputs."""
+    case = case_by_name("softmax_outputs")
+    inputs = case.make_inputs(rng, N=3, D=5)
+    got = check_against_reference(case.source, inputs, "numpy")
+    assert_outputs_close(got, case.expected(*inputs))
+
+
+def test_assert_outputs_close_catches_poison():
+    expected = (np.ones(3, dtype=np.float32),)
+    with pytest.raises(AssertionError):
+        assert_outputs_close((poisoned_like(expected[0]),), expected)
+    with pytest.raises(AssertionError):
+        assert_outputs_close((np.ones(3, dtype=np.float64),), expected)
+    ints = np.arange(3, dtype=np.int32)
+    with pytest.raises(AssertionError):
+        assert_outputs_close((poisoned_like(ints),), (ints,))

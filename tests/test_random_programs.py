@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from corpus import as_tuple
+from conftest import target_params
+from corpus import as_tuple, check_against_reference
 from corpus.programs import CASES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -46,6 +47,23 @@ def test_random_program_matches_numpy_model(program, seed):
         assert _close(g, w), (
             f"output {k} differs from the numpy model\n{source}{sizes}\n"
             f"got {g!r}\nexpected {w!r}")
+
+
+COMPILED_TARGETS = [p for p in target_params() if p.values[0] != "numpy"]
+
+
+@pytest.mark.parametrize("target", COMPILED_TARGETS)
+def test_random_program_compiled_matches_reference(target):
+    """compiled == reference on random programs (every output fully written: poisoned)."""
+
+    @settings(max_examples=25, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(program=programs(), seed=st.integers(0, 2**32 - 1))
+    def check(program, seed):
+        inputs = program.make_inputs(np.random.default_rng(seed))
+        check_against_reference(program.source, inputs, target, rtol=1e-3)
+
+    check()
 
 
 def _define_or_tcerror(source: str) -> None:
