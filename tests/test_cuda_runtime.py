@@ -277,6 +277,23 @@ def test_classify_dlpack_cuda_reads_the_capsule():
         classify(FakeDLPackCuda(strided), "D")
 
 
+def test_bind_device_inputs_checks_without_copying():
+    import tcmlir as tc
+
+    fn = tc.define("def scale(float(N, K) A, float alpha) -> (B) { B(n, k) = alpha * A(n, k) }").ir
+    bound = arrays.bind_device_inputs(fn, [FakeCudaArray((3, 4)), 2.0])
+    assert bound.sizes == {"N": 3, "K": 4} and bound.kind is ArrayKind.CUDA_ARRAY
+    assert bound.signature.args[0].strides == (4, 1) and bound.views["A"].ptr == 0x7F0000
+    host = arrays.bind_device_inputs(fn, [np.ones((3, 4), np.float32), np.float32(2)])
+    assert host.kind is ArrayKind.NUMPY and host.signature == bound.signature
+    for bad, message in (([FakeCudaArray((3, 4), "<f8"), 2.0], "A must have dtype float32"),
+                         ([FakeCudaArray((3, 4), strides=(4, 12)), 2.0], "not contiguous"),
+                         ([FakeCudaArray((3, 4)), np.ones(2, np.float32)], "alpha"),
+                         ([FakeCudaArray((3, 4))], "takes 2 input")):
+        with pytest.raises(CallError, match=message):
+            arrays.bind_device_inputs(fn, bad)
+
+
 def test_ptxas_accepts_the_hand_written_kernels():
     if find_ptxas() is None:
         pytest.skip("ptxas not found")
@@ -485,6 +502,20 @@ def test_torch_cuda_tensors_zero_copy(rt, module):
     rt.launch(module.function("affine"), _grid(1000, 128), (128, 1, 1), [view, cpu.view, 1000],
               sync=True)
     assert torch.equal(cpu.finish(), (2 * x + 1).cpu())
+
+
+@gpu
+def test_bound_inputs_stage_device_arrays_in_place(rt):
+    torch = pytest.importorskip("torch")
+    import tcmlir as tc
+
+    fn = tc.define("def scale(float(N, K) A, float alpha) -> (B) { B(n, k) = alpha * A(n, k) }").ir
+    a = torch.ones(3, 4, device="cuda")
+    staged = arrays.bind_device_inputs(fn, [a, 2.0]).staged(rt)
+    assert staged["A"].ptr == a.data_ptr() and staged["alpha"].nbytes == 4
+    host = np.ones((3, 4), np.float32)
+    copied = arrays.bind_device_inputs(fn, [host, 2.0]).staged(rt)["A"]
+    assert isinstance(copied.owner, rcuda.DeviceBuffer) and copied.ptr != host.ctypes.data
 
 
 class FakeDLPackTorch:

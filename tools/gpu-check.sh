@@ -12,7 +12,8 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 
 if compgen -G ".whl/*.whl" >/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl \
         || echo "gpu-check: installing the carried wheels failed" >&2
     export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 else

@@ -4,6 +4,7 @@
 (`HostArrayView`); torch CUDA tensors, any object with ``__cuda_array_interface__`` (CuPy,
 Numba, ...) and DLPack producers on a CUDA device are device arrays (`DeviceArrayView`: pointer,
 shape, tcmlir dtype, byte strides, device ordinal, and the object that keeps the memory alive).
+`bind_device_inputs` checks a call's inputs against a TC definition without copying anything.
 `stage_input` gives the kernel a device pointer: zero-copy for device arrays, a copy into a
 `DeviceBuffer` for host arrays. `allocate_like_kind` allocates an output in the first input's
 kind (torch in -> torch out, CuPy -> CuPy, numpy -> a device buffer copied back to numpy).
@@ -28,9 +29,11 @@ __all__ = [
     "ArrayKind",
     "DeviceArray",
     "DeviceArrayView",
+    "DeviceBoundCall",
     "DeviceOutput",
     "HostArrayView",
     "allocate_like_kind",
+    "bind_device_inputs",
     "classify",
     "stage_input",
     "stage_output",
@@ -383,3 +386,63 @@ def stage_output(x: Any, name: str = "output", *, device: int = 0,
     staged = stage_input(host, name, device=device, runtime=rt)  # copied in: `+=` reads it
     buf: DeviceBuffer = staged.owner
     return DeviceOutput(staged, x, lambda: buf.copy_to_host(host))
+
+
+@dataclass(frozen=True)
+class DeviceBoundCall:
+    """A call's inputs for the CUDA target: views by tensor name (nothing copied yet), the size
+    values, the signature, the kind outputs are made in, and the device the inputs live on."""
+
+    views: dict[str, HostArrayView | DeviceArrayView]
+    sizes: dict[str, int]
+    signature: Any  # tcmlir.signature.Signature
+    kind: ArrayKind
+    device: int
+
+    def staged(self, runtime: CudaRuntime | None = None) -> dict[str, DeviceArrayView]:
+        """Device views of every input: device arrays as they are, host arrays copied over."""
+        return {name: view if isinstance(view, DeviceArrayView)
+                else stage_input(view.array, name, device=self.device, runtime=runtime)
+                for name, view in self.views.items()}
+
+
+def bind_device_inputs(fn: Any, inputs: Any) -> DeviceBoundCall:
+    """Check inputs (numpy, torch, CuPy, CUDA-array-interface or DLPack arrays) against ``fn``
+    (an ``ir.Function``): count, rank, dtype, one device, contiguity; bind the sizes."""
+    from ..binding import bind_sizes
+    from ..signature import ArgSpec, Signature
+
+    if len(inputs) != len(fn.inputs):
+        names = ", ".join(t.name for t in fn.inputs)
+        raise CallError(f"{fn.name} takes {len(fn.inputs)} input(s) ({names}), got {len(inputs)}")
+    views: dict[str, HostArrayView | DeviceArrayView] = {}
+    devices: dict[int, str] = {}
+    kind = None
+    for tensor, value in zip(fn.inputs, inputs, strict=True):
+        what = f"{fn.name}: input {tensor.name}"
+        if isinstance(value, (bool, int, float, np.generic)):
+            if tensor.rank > 0:
+                raise CallError(f"{what} must be an array of rank {tensor.rank}, got a scalar")
+            value = np.asarray(value, dtype=tensor.dtype.numpy)
+        view = classify(value, what)
+        if view.dtype is not tensor.dtype:
+            raise CallError(f"{what} must have dtype {tensor.dtype}, got {view.dtype}")
+        if isinstance(view, DeviceArrayView):
+            devices.setdefault(view.device_ordinal, tensor.name)
+        if kind is None and tensor.rank > 0:
+            kind = view.kind
+        views[tensor.name] = view
+    if len(devices) > 1:
+        where = ", ".join(f"{name} on device {d}" for d, name in devices.items())
+        raise CallError(f"{fn.name}: inputs live on different GPUs ({where}); move them to one")
+    sizes = bind_sizes(fn, [views[t.name].shape for t in fn.inputs])
+
+    def strides(view: HostArrayView | DeviceArrayView) -> tuple[int, ...]:
+        if isinstance(view, HostArrayView):
+            return _c_strides(view.shape, 1)
+        return tuple(s // view.dtype.itemsize for s in view.strides_bytes)
+
+    signature = Signature(tuple(ArgSpec(tuple(v.shape), str(v.dtype), strides(v))
+                                for v in views.values()))
+    return DeviceBoundCall(views, sizes, signature, kind or ArrayKind.NUMPY,
+                           next(iter(devices), 0))
