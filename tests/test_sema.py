@@ -339,3 +339,31 @@ def test_inferred_range_is_the_maximal_interval(a, b, n):
     valid = [i for i in range(-20, 30) if 0 <= a * i + b < n]
     if valid:
         assert (lo, hi) == (min(valid), max(valid) + 1)
+
+
+_ATOMS = ["i", "j", "k", "0", "1", "N", "2*i", "i+j", "i-1", "N-1-i", "i/2", "i%3", "I(i)", "i*j"]
+_RHS = ["A(i)", "B(i, j)", "A(i) * B(j, k)", "exp(A(i)) + 1", "I(i) / 2", "T(i)", "A(N) % 2",
+        "(A(i) > 0 ? 1 : 2.5)", "float16(I(j)) + alpha", "max(A(i), k)", "A.0 + B.1"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(stmts=st.lists(st.tuples(st.sampled_from(["O", "T", "A"]),
+                                st.sampled_from(["i", "i, j", "", "i, i"]),
+                                st.sampled_from(["=", "+=!", "+=", "max=!"]),
+                                st.sampled_from(_RHS),
+                                st.sampled_from(_ATOMS),
+                                st.sampled_from(["", " where k in 0:N", " where exists A(i + 1)",
+                                                 " where j in 0:(N - 1) / 2"])),
+                      min_size=1, max_size=3))
+def test_any_program_checks_or_raises_a_located_tc_error(stmts):
+    body = "\n".join(f"  {t}({lhs}) {op} {rhs.replace('(i)', f'({idx})', 1)}{w}"
+                     for t, lhs, op, rhs, idx, w in stmts)
+    text = f"def f(float(N) A, float(N, M) B, int64(M) I, float alpha) -> (O) {{\n{body}\n}}"
+    try:
+        f = fn(text)
+    except SemaError as e:
+        assert e.line is not None and str(e).startswith("<string>:")
+    else:
+        assert [o.name for o in f.outputs] == ["O"]
+        for s in f.statements:
+            assert s.rhs.dtype is f.tensor(s.tensor).dtype.compute
