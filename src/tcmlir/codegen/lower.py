@@ -189,7 +189,11 @@ class _Function:
             try:
                 k = self.owner.fn.sizes.index(name)
             except ValueError:
-                raise CodegenError(f"unknown name {name} in the loop AST of {self.owner.fn.name}") from None
+                special = self.owner.target.parameter(self.entry, name)
+                if special is None:
+                    raise CodegenError(f"unknown name {name} in the loop AST of {self.owner.fn.name}") from None
+                self._params[name] = special
+                return special
             slot = self.entry.gep(self.sizes_arg, [ir.Constant(I64, k)], source_etype=I64)
             self._params[name] = self.entry.load(slot, name=name, typ=I64)
         return self._params[name]

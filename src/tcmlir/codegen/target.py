@@ -5,6 +5,7 @@ The walk in `lower.py` and the expression lowering in `exprs.py` are shared; a `
 * how a primitive math built-in is called (`math`): the host uses LLVM intrinsics where LLVM
   lowers them everywhere and libm otherwise, the NVPTX target will call libdevice;
 * which address space tensor memory lives in (`global_addrspace`);
+* which values isl AST ids other than iterators and sizes stand for (`parameter`);
 * what an isl mark means (`mark`): the host turns the outermost ``parallel`` mark into a loop
   whose iterations are restricted to the function's ``[lo, hi)`` chunk (the runtime calls the
   function once per chunk on a thread pool); other marks are transparent.
@@ -73,6 +74,12 @@ class Target:
     def mark(self, walker: GroupWalker, name: str, child: isl.AstNode) -> None:
         """Lower the subtree under mark ``name`` (default: the mark is transparent)."""
         walker.node(child)
+
+    def parameter(self, b: ir.IRBuilder, name: str) -> ir.Value | None:
+        """An i64 value for an isl AST id that is neither a loop iterator nor a size (the GPU
+        target's ``_bx``, ``_tx``, ...), emitted with ``b`` in the function's entry block;
+        None: the name is unknown (a CodegenError)."""
+        return None
 
 
 class HostTarget(Target):
