@@ -512,7 +512,8 @@ def test_bound_inputs_stage_device_arrays_in_place(rt):
     fn = tc.define("def scale(float(N, K) A, float alpha) -> (B) { B(n, k) = alpha * A(n, k) }").ir
     a = torch.ones(3, 4, device="cuda")
     staged = arrays.bind_device_inputs(fn, [a, 2.0]).staged(rt)
-    assert staged["A"].ptr == a.data_ptr() and staged["alpha"].nbytes == 4
+    assert staged["A"].ptr == a.data_ptr()
+    assert staged["alpha"].shape == () and staged["alpha"].nbytes == 4
     host = np.ones((3, 4), np.float32)
     copied = arrays.bind_device_inputs(fn, [host, 2.0]).staged(rt)["A"]
     assert isinstance(copied.owner, rcuda.DeviceBuffer) and copied.ptr != host.ctypes.data

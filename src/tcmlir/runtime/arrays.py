@@ -285,8 +285,8 @@ def stage_input(x: Any, name: str = "input", *, device: int = 0,
             raise CallError(f"{name} is on CUDA device {view.device_ordinal}, the kernel runs on "
                             f"device {device}: move it there first (e.g. .to('cuda:{device}'))")
         return view
-    host = np.ascontiguousarray(view.array)
-    buf = rt.to_device(host, device)
+    host = view.array if view.array.flags.c_contiguous else np.ascontiguousarray(view.array)
+    buf = rt.to_device(host, device)  # (ascontiguousarray would make a 0-d array 1-d)
     return DeviceArrayView(buf.ptr, tuple(host.shape), view.dtype,
                            _c_strides(tuple(host.shape), view.dtype.itemsize), device, buf,
                            view.kind)

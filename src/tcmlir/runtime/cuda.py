@@ -377,7 +377,8 @@ class CudaRuntime:
 
     def to_device(self, array: np.ndarray, device: int = 0) -> DeviceBuffer:
         """A new device buffer holding a copy of a numpy array."""
-        array = np.ascontiguousarray(array)
+        if not array.flags.c_contiguous:
+            array = np.ascontiguousarray(array)
         buf = self.alloc(array.nbytes, device)
         buf.copy_from_host(array)
         return buf
