@@ -26,6 +26,7 @@ import islpy as isl
 
 from .. import ir
 from ..affine import to_isl
+from ..errors import CallError
 
 __all__ = ["Scop", "StatementInfo", "build_scop", "format_scop", "maps_of", "sets_of"]
 
@@ -76,6 +77,10 @@ def build_scop(fn: ir.Function, sizes: Mapping[str, int] | None = None,
     params = tuple(fn.sizes)
     builder = _Builder(fn, ctx, params)
     context = builder.context(sizes)
+    if sizes and context.is_empty():
+        given = ", ".join(f"{k}={v}" for k, v in sizes.items())
+        raise CallError(f"sizes {given} do not satisfy the constraints of {fn.name}: "
+                        f"{fn.context}")
     infos: dict[str, StatementInfo] = {}
     domains: list[isl.Set] = []
     reads, may_reads, writes = builder.empty_map(), builder.empty_map(), builder.empty_map()
