@@ -465,3 +465,33 @@ def test_wrong_inputs_are_call_errors():
         k.run({**good, "B": np.zeros((3, 2), np.float32)}, {"M": 2, "N": 2, "K": 2})
     with pytest.raises(CallError, match="compiled for"):
         k.run(good, {"M": 3, "N": 2, "K": 2})
+
+
+def test_bessel_j_y_through_libm():
+    fn = elementwise("j0", F64, F64, lambda x: call("j0", x))
+    out, _ = run(fn, {"N": 2}, {"A": np.array([0.0, 2.404825557695773])})
+    np.testing.assert_allclose(out["O"], [1.0, 0.0], atol=1e-15)
+    fn = elementwise("y1", F32, F32, lambda x: call("y1", x))
+    out, _ = run(fn, {"N": 1}, {"A": np.array([1.0], np.float32)})
+    np.testing.assert_allclose(out["O"], [-0.7812128213], rtol=1e-6)
+
+
+def test_front_end_and_poly_state_end_to_end():
+    lang = pytest.importorskip("tcmlir.lang")
+    state_mod = pytest.importorskip("tcmlir.poly.state")
+    from tcmlir import reference
+    from tcmlir.codegen.host import compile_host
+
+    text = """def softmax(float(N, M) X) -> (Y) {
+  mx(n) max=! X(n, m)
+  e(n, m) = exp(X(n, m) - mx(n))
+  s(n) +=! e(n, m)
+  Y(n, m) = e(n, m) / s(n)
+}"""
+    fn = lang.check(lang.parse(text), source=Source(text))
+    for sizes in ({"N": 1, "M": 1}, {"N": 13, "M": 31}):
+        k = compile_host(state_mod.CompileState.initial(fn, sizes), threads=2)
+        X = rng.standard_normal((sizes["N"], sizes["M"])).astype(np.float32)
+        Y = np.full_like(X, np.nan)
+        k.run({"X": X, "Y": Y}, sizes)
+        np.testing.assert_allclose(Y, reference.run(fn, {"X": X}, sizes)["Y"], rtol=1e-6, atol=1e-7)
