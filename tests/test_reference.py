@@ -480,9 +480,29 @@ SOURCES = [
      {"A": _V}, {"N": 6}, lambda: np.array([1, 2, 3, -1, -3, 3], np.float32)),
     ("def g(float(N) A, int32(M) I) -> (O) { O(i) = A(I(i)) }",
      {"A": _V, "I": _IDX}, {"N": 6, "M": 4}, lambda: _V[_IDX]),
-    ("def h(float16(N) A) -> (O) { O(i) = A(i) * 3 }",
+    ("def h(float16(N) A) -> (float16(N) O) { O(i) = A(i) * 3 }",
      {"A": _V.astype(np.float16)}, {"N": 6}, lambda: (3 * _V).astype(np.float16)),
+    ("def diff(float(N) A) -> (O) { O(i) = A(i+1) - A(i) }",
+     {"A": _V}, {"N": 6}, lambda: np.diff(_V)),
+    ("def sel(float(N) A) -> (O) { O(i) = A(i) > 0 ? A(i) : 0.5 * A(i) }",
+     {"A": _V}, {"N": 6}, lambda: np.where(_V > 0, _V, 0.5 * _V)),
+    ("def cm(int32(N) A) -> (O) { O(i) = float(A(i)) / 2 + max(A(i), 0) }",
+     {"A": _IA}, {"N": 5}, lambda: (_IA / 2 + np.maximum(_IA, 0)).astype(np.float32)),
+    ("def up(float(N) A) -> (O) { O(i) = A(i/2) }",
+     {"A": _V}, {"N": 6}, lambda: np.repeat(_V, 2)),
+    ("def conv(float(H,W) I, float(KH,KW) K) -> (O) { O(h,w) +=! I(h+kh, w+kw) * K(kh,kw) }",
+     {"I": _X, "K": _X[:2, :3].copy()}, {"H": 4, "W": 6, "KH": 2, "KW": 3},
+     lambda: _conv2d(_X, _X[:2, :3])),
 ]
+
+
+def _conv2d(img, ker):
+    kh, kw = ker.shape
+    out = np.zeros((img.shape[0] - kh + 1, img.shape[1] - kw + 1))
+    for h in range(out.shape[0]):
+        for w in range(out.shape[1]):
+            out[h, w] = (img[h:h + kh, w:w + kw].astype(np.float64) * ker).sum()
+    return out
 
 
 @pytest.mark.parametrize(("src", "inputs", "sizes", "expected"), SOURCES,
@@ -573,3 +593,14 @@ def test_constant_index_reads():
     out = reference.run(elementwise(rhs, [F32]), {"A": np.array([5.0, 1.0, 2.0], np.float32)},
                         {"N": 3})
     assert out["out"].tolist() == [10.0, 6.0, 7.0]
+
+
+def test_source_where_clause_sub_box_and_gather_bounds():
+    compile_ = _front_end()
+    fn = compile_("def f(float(N) A) -> (float(N) O) { O(i) = A(i) where i in 2:N }")
+    out = np.full(6, -1.0, np.float32)
+    reference.run(fn, {"A": _V}, {"N": 6}, {"O": out})
+    np.testing.assert_array_equal(out, np.concatenate([[-1.0, -1.0], _V[2:]]))
+    fn = compile_("def g(float(N) A, int32(M) I) -> (O) { O(i) = A(I(i)) }")
+    with pytest.raises(CallError, match=r"7 in dimension 0 of tensor 'A'.*extent 6"):
+        reference.run(fn, {"A": _V, "I": np.array([0, 7], np.int32)}, {"N": 6, "M": 2})
