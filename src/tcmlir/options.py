@@ -216,8 +216,11 @@ class MappingOptions:
             f"schedule{{fusion={self.fusion},skew={str(self.allow_skewing).lower()},"
             f"positive-orthant={str(self.positive_orthant).lower()}}}",
         ]
-        if any(self.tile_sizes):
-            steps.append(f"tile{{sizes={ints(self.tile_sizes)}}}")
+        tiles = self.tile_sizes
+        if target == "cuda" and not any(tiles):
+            tiles = tuple(reversed(self.block))  # threads need a point band to map onto
+        if any(tiles):
+            steps.append(f"tile{{sizes={ints(tiles)}}}")
         if target == "cpu":
             steps.append("mark-parallel")
         elif target == "cuda":

@@ -88,9 +88,8 @@ def autotune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
     config = dataclasses.replace(config, **overrides)
 
     store = open_cache(cache)
-    arch = fn.default_arch(target)
     if store is not None:
-        hit = store.lookup(fn, *inputs, exact=True, arch=arch)
+        hit = store.lookup(fn, *inputs, exact=True)
         if hit is not None:
             log.info("autotune: options for %s found in the cache", fn.entry)
             return hit
@@ -123,7 +122,7 @@ def autotune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
     if store is not None:
         ranked = sorted((e for e in result.evaluated.values() if e.ok), key=lambda e: e.time_s)
         for ev in ranked[:TOP_K]:
-            store.store(fn, *inputs, options=ev.options, time_s=ev.time_s, runs=ev.runs, arch=arch)
+            store.record(fn, *inputs, options=ev.options, time_s=ev.time_s, runs=ev.runs)
     return result.best.options
 
 
