@@ -29,7 +29,15 @@ comments and hands them to the code generator as mark nodes.
 
 from __future__ import annotations
 
-from . import mark_parallel, schedule, specialize, tile, verify  # noqa: F401  (registration)
+from . import (  # noqa: F401  (registration)
+    map_to_blocks,
+    map_to_threads,
+    mark_parallel,
+    schedule,
+    specialize,
+    tile,
+    verify,
+)
 from .base import PASSES, Pass, format_pass, register
 from .manager import PassManager
 from .pipeline import parse_pipeline

@@ -17,8 +17,11 @@ __all__ = ["build_ast", "format_loops"]
 
 def build_ast(state: CompileState) -> isl.AstNode:
     """The isl AST of ``state.schedule`` (the original program order if none was computed)."""
+    from .gpu_mapping import build_context
+
     schedule = state.schedule if state.schedule is not None else state.scop.schedule
-    build = isl.AstBuild.from_context(state.scop.context)
+    # A GPU-mapped tree has block/thread parameters: their ranges join the context.
+    build = isl.AstBuild.from_context(build_context(schedule, state.scop.context))
     return build.node_from_schedule(schedule)
 
 
