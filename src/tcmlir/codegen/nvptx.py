@@ -1,0 +1,359 @@
+"""The NVPTX target (``target="cuda"``): one PTX kernel per ``kernel`` mark of the mapped schedule.
+
+`compile_cuda(state, arch)` builds the isl AST of a schedule the GPU mapping passes have run on
+(``map-to-blocks``/``map-to-threads``), finds every mark named ``kernel grid=GX,GY,GZ
+block=BX,BY,BZ`` and lowers the subtree under each with the shared walk of `lower.py` into one
+``ptx_kernel`` function. Block and thread indices appear in that AST as the isl parameters
+``_bx _by _bz _tx _ty _tz``; `NvptxTarget.parameter` reads them from the special registers
+(``llvm.nvvm.read.ptx.sreg.{ctaid,tid}.{x,y,z}``). The mapped loops are strided, so every
+(block, thread) covers its share of the instances and no synchronisation is needed.
+
+Kernel ABI (the k-th kernel mark, in program order; kernels run in that order on one stream)::
+
+    .entry {entry}_k{k}(T0*, ..., Tn*,  i64 size0, ..., i64 sizem,  i32* err)
+
+* one ``ptr addrspace(1)`` per tensor in `ir.Function.tensors` order (inputs, outputs,
+  temporaries; `CudaKernelImage.arg_order`), row-major, C-contiguous, storage types of
+  `exprs.memory_type`;
+* one ``i64`` per size in `ir.Function.sizes` order (`CudaKernelImage.sizes_order`); sizes fixed
+  at compile time are also folded into the code as constants;
+* ``err``: a device ``i32`` set to ``1 + c`` when gather site ``c`` (`CudaKernelImage.gathers`)
+  reads outside its tensor (the offending thread then stops).
+
+Math built-ins go to libdevice (``__nv_expf``, ``__nv_tanh``, ...) except those NVPTX lowers
+itself (sqrt, fabs, floor, fma, min/max, ...). libdevice is linked only into modules that call
+it, with every definition made ``linkonce_odr`` so O3 drops the unused ones.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import islpy as isl
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from .. import ir as tc
+from ..errors import CodegenError
+from .exprs import I32, I64
+from .lower import PTR, GatherSite, GroupWalker, Lowerer
+from .target import Target, declare
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..poly.state import CompileState
+
+__all__ = ["CudaKernelImage", "KernelLaunch", "NvptxTarget", "compile_cuda", "find_libdevice",
+           "parse_kernel_mark"]
+
+TRIPLE = "nvptx64-nvidia-cuda"
+PTX_FEATURES = "+ptx80"  # PTX ISA 8.0: sm_90 and the ptxas of CUDA 12/13 accept it
+_LOCK = threading.RLock()
+_KERNEL_MARK = re.compile(r"kernel\s+grid=(\d+),(\d+),(\d+)\s+block=(\d+),(\d+),(\d+)\s*$")
+_SREG = {"_bx": "ctaid.x", "_by": "ctaid.y", "_bz": "ctaid.z",
+         "_tx": "tid.x", "_ty": "tid.y", "_tz": "tid.z"}
+_LIBDEVICE_PLACES = ("/usr/local/cuda/nvvm/libdevice/libdevice.10.bc",
+                     "/opt/cuda/nvvm/libdevice/libdevice.10.bc")
+
+
+@dataclass(frozen=True)
+class KernelLaunch:
+    """One kernel of the sequence: its PTX entry name and launch configuration."""
+
+    name: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    has_gathers: bool = False
+
+
+@dataclass(frozen=True)
+class CudaKernelImage:
+    """Everything needed to launch a compiled TC function on a GPU (no GPU needed to build it).
+
+    ``kernels`` run in order; each takes the tensors of ``arg_order``, then the sizes of
+    ``sizes_order`` as i64, then the error flag. ``sizes`` are the values fixed at compile time.
+    """
+
+    entry: str
+    arch: str
+    ptx: str
+    llvm_ir: str
+    kernels: tuple[KernelLaunch, ...]
+    arg_order: tuple[str, ...]
+    sizes_order: tuple[str, ...]
+    gathers: tuple[GatherSite, ...] = ()
+    sizes: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def uses_libdevice(self) -> bool:
+        return "__nv_" in self.llvm_ir
+
+
+def parse_kernel_mark(name: str) -> tuple[tuple[int, int, int], tuple[int, int, int]] | None:
+    """(grid, block) of a ``kernel grid=GX,GY,GZ block=BX,BY,BZ`` mark name, else None."""
+    m = _KERNEL_MARK.match(name.strip())
+    if m is None:
+        return None
+    v = tuple(int(x) for x in m.groups())
+    grid, block = v[:3], v[3:]
+    if min(v) < 1:
+        raise CodegenError(f"kernel mark {name!r}: grid and block extents must be at least 1")
+    return grid, block  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------- the target strategy
+
+
+class NvptxTarget(Target):
+    """NVPTX: global memory in address space 1, libdevice math, block/thread ids from sregs."""
+
+    name = "cuda"
+    global_addrspace = 1
+    intrinsics = MappingProxyType({
+        "sqrt": "sqrt", "fabs": "fabs", "floor": "floor", "ceil": "ceil", "trunc": "trunc",
+        "fma": "fma", "copysign": "copysign", "fmin": "minnum", "fmax": "maxnum",
+        # TC's min/max on floats propagate NaN (numpy's minimum/maximum)
+        "fminimum": "minimum", "fmaximum": "maximum",
+    })
+
+    def external_math(self, module: ir.Module, name: str, ty: ir.Type, arity: int) -> ir.Function:
+        cname = "__nv_" + name + ("f" if isinstance(ty, ir.FloatType) else "")
+        return declare(module, cname, ir.FunctionType(ty, [ty] * arity))
+
+    def parameter(self, b: ir.IRBuilder, name: str) -> ir.Value | None:
+        reg = _SREG.get(name)
+        if reg is None:
+            return None
+        fn = declare(b.module, f"llvm.nvvm.read.ptx.sreg.{reg}", ir.FunctionType(I32, []))
+        return b.zext(b.call(fn, []), I64, name=name)
+
+    def mark(self, walker: GroupWalker, name: str, child: isl.AstNode) -> None:
+        if parse_kernel_mark(name) is not None:
+            raise CodegenError(f"kernel mark {name!r} nested in another kernel")
+        walker.node(child)
+
+
+# ---------------------------------------------------------------- finding the kernels
+
+Guard = tuple[isl.AstExpr, bool]
+
+
+def find_kernels(ast: isl.AstNode) -> list[tuple[str, isl.AstNode, tuple[Guard, ...]]]:
+    """The ``kernel`` marks of ``ast`` in program order: (mark name, subtree, the ``if``
+    conditions above it with the branch taken). A loop above a kernel mark is an error."""
+    found: list[tuple[str, isl.AstNode, tuple[Guard, ...]]] = []
+
+    def visit(node: isl.AstNode, guards: tuple[Guard, ...]) -> None:
+        kind = node.get_type()
+        if kind == isl.ast_node_type.mark:
+            name = node.mark_get_id().get_name()
+            if parse_kernel_mark(name) is not None:
+                found.append((name, node.mark_get_node(), guards))
+            else:
+                visit(node.mark_get_node(), guards)
+        elif kind == isl.ast_node_type.block:
+            kids = node.block_get_children()
+            for i in range(kids.n_ast_node()):
+                visit(kids.get_at(i), guards)
+        elif kind == isl.ast_node_type.if_:
+            cond = node.if_get_cond()
+            visit(node.if_get_then_node(), (*guards, (cond, True)))
+            if node.if_has_else_node():
+                visit(node.if_get_else_node(), (*guards, (cond, False)))
+        elif kind == isl.ast_node_type.for_:
+            if _has_kernel_mark(node.for_get_body()):
+                raise CodegenError("a kernel mark lies inside a loop: the GPU mapping must put "
+                                   "every kernel at the top of the schedule")
+            raise CodegenError("statement instances outside every kernel mark (a loop above "
+                               "the kernels): run the GPU mapping passes on the whole tree")
+        elif kind == isl.ast_node_type.user:
+            raise CodegenError(f"statement {node.user_get_expr().to_C_str()} lies outside every "
+                               "kernel mark")
+
+    visit(ast, ())
+    return found
+
+
+def _has_kernel_mark(node: isl.AstNode) -> bool:
+    hit = []
+
+    def fn(n: isl.AstNode) -> bool:
+        if n.get_type() == isl.ast_node_type.mark and parse_kernel_mark(n.mark_get_id().get_name()):
+            hit.append(n)
+        return True
+
+    node.foreach_descendant_top_down(fn)
+    return bool(hit)
+
+
+class _KernelLowerer(Lowerer):
+    """The shared `Lowerer`, emitting one ``ptx_kernel`` per kernel mark instead of groups."""
+
+    def kernels(self, ast: isl.AstNode) -> tuple[KernelLaunch, ...]:
+        found = find_kernels(ast)
+        if not found:
+            raise CodegenError("cuda target needs the mapping passes map-to-blocks/map-to-threads")
+        launches = []
+        for k, (mark, node, guards) in enumerate(found):
+            grid, block = parse_kernel_mark(mark)  # type: ignore[misc]
+            name = f"{self.name}_k{k}"
+            before = len(self.gathers)
+            body = self.kernel_body(name, node, guards)
+            self.kernel_entry(name, body)
+            launches.append(KernelLaunch(name, grid, block, len(self.gathers) > before))
+        return tuple(launches)
+
+    def kernel_body(self, name: str, node: isl.AstNode, guards: Sequence[Guard]) -> ir.Function:
+        nbuf = len(self.fn.tensors)
+        body_ty = ir.FunctionType(ir.VoidType(), [self.target.pointer] * nbuf + [PTR, I64, I64, PTR])
+        body = ir.Function(self.module, body_ty, f"{name}.body")
+        body.linkage = "internal"
+        body.attributes.add("alwaysinline")
+        body.attributes.add("nounwind")
+        for i, t in enumerate(self.fn.tensors):
+            body.args[i].name = t.name
+            body.args[i].add_attribute("noalias")
+        for a, n in zip(body.args[nbuf:], ("sizes", "lo", "hi", "err"), strict=True):
+            a.name = n
+        walker = GroupWalker(self, body, parallel=False)
+        b = walker.builder
+        for cond, taken in guards:
+            c = walker.expr(cond)
+            if not taken:
+                c = b.not_(c)
+            inside = b.append_basic_block("guard")
+            b.cbranch(c, inside, walker.exit)
+            b.position_at_end(inside)
+        walker.node(node)
+        walker.finish()
+        return body
+
+    def kernel_entry(self, name: str, body: ir.Function) -> None:
+        nbuf, nsize = len(self.fn.tensors), len(self.fn.sizes)
+        gptr = self.target.pointer
+        fnty = ir.FunctionType(ir.VoidType(), [gptr] * nbuf + [I64] * nsize + [gptr])
+        fn = ir.Function(self.module, fnty, name)
+        fn.calling_convention = "ptx_kernel"
+        fn.attributes.add("nounwind")
+        names = [t.name for t in self.fn.tensors] + list(self.fn.sizes) + ["err"]
+        for a, n in zip(fn.args, names, strict=True):
+            a.name = n
+        for a in fn.args[:nbuf]:
+            a.add_attribute("noalias")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        # the body reads sizes from memory (the host ABI); after inlining, SROA makes them
+        # registers again
+        sizes = b.alloca(I64, size=max(1, nsize), name="sizes")
+        for j, a in enumerate(fn.args[nbuf:nbuf + nsize]):
+            b.store(a, b.gep(sizes, [ir.Constant(I64, j)], inbounds=True, source_etype=I64))
+        sizes = b.bitcast(sizes, PTR)
+        err = b.addrspacecast(fn.args[-1], PTR)
+        b.call(body, [*fn.args[:nbuf], sizes, ir.Constant(I64, 0), ir.Constant(I64, 0), err])
+        b.ret_void()
+
+
+# ---------------------------------------------------------------- LLVM: link, optimise, emit
+
+
+@functools.cache
+def _init_nvptx() -> None:
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+
+
+def nvptx_target_machine(arch: str = "sm_90") -> llvm.TargetMachine:
+    _init_nvptx()
+    target = llvm.Target.from_triple(TRIPLE)
+    return target.create_target_machine(cpu=arch, features=PTX_FEATURES, opt=3)
+
+
+def find_libdevice() -> str | None:
+    """Path of ``libdevice.10.bc`` (``TCMLIR_LIBDEVICE``, then the CUDA toolkit), or None."""
+    candidates = [os.environ.get("TCMLIR_LIBDEVICE", "")]
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            candidates.append(os.path.join(os.environ[var], "nvvm", "libdevice", "libdevice.10.bc"))
+    candidates.extend(_LIBDEVICE_PLACES)
+    for path in candidates:
+        if path and os.path.isfile(path):
+            return path
+    return None
+
+
+@functools.cache
+def _libdevice_bitcode() -> bytes:
+    path = find_libdevice()
+    if path is None:
+        raise CodegenError("libdevice.10.bc was not found (needed for math built-ins on the GPU): "
+                           "install the CUDA toolkit or set TCMLIR_LIBDEVICE to its path")
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _link_libdevice(mod: llvm.ModuleRef, tm: llvm.TargetMachine) -> None:
+    lib = llvm.parse_bitcode(_libdevice_bitcode())
+    lib.triple = TRIPLE
+    lib.data_layout = str(tm.target_data)
+    for f in lib.functions:
+        if not f.is_declaration:
+            f.linkage = llvm.Linkage.linkonce_odr
+    mod.link_in(lib)
+
+
+def _fail(what: str, text: str) -> CodegenError:
+    return CodegenError(f"{what}\n--- LLVM IR ---\n{text}")
+
+
+def emit_ptx(module: ir.Module, arch: str = "sm_90") -> tuple[str, str]:
+    """(LLVM IR text as generated, PTX) of ``module``: verify, link libdevice if it calls
+    ``__nv_*`` functions, optimise at O3, emit PTX for ``arch``."""
+    with _LOCK:
+        tm = nvptx_target_machine(arch)
+        module.triple = TRIPLE
+        module.data_layout = str(tm.target_data)
+        text = str(module)
+        try:
+            mod = llvm.parse_assembly(text)
+            mod.verify()
+        except RuntimeError as exc:
+            raise _fail(f"generated NVPTX LLVM IR does not verify: {exc}", text) from None
+        if any(f.is_declaration and f.name.startswith("__nv_") for f in mod.functions):
+            _link_libdevice(mod, tm)
+        pb = llvm.create_pass_builder(tm, llvm.PipelineTuningOptions(speed_level=3))
+        pb.getModulePassManager().run(mod, pb)
+        leftover = [f.name for f in mod.functions if f.is_declaration
+                    and not f.name.startswith("llvm.")]
+        if leftover:
+            raise _fail(f"unresolved functions after linking libdevice: {', '.join(leftover)}", text)
+        try:
+            ptx = tm.emit_assembly(mod)
+        except RuntimeError as exc:  # pragma: no cover - LLVM reports, rarely
+            raise _fail(f"the NVPTX backend failed: {exc}", text) from None
+        return text, ptx
+
+
+def compile_cuda_from_ast(fn: tc.Function, ast: isl.AstNode, sizes: Mapping[str, int] | None = None,
+                          arch: str = "sm_90") -> CudaKernelImage:
+    """PTX for ``fn`` scheduled and mapped as the isl AST ``ast`` (see the module docstring)."""
+    if not re.fullmatch(r"sm_\d+a?", arch or ""):
+        raise CodegenError(f"cuda arch must look like sm_90, got {arch!r}")
+    sizes = {k: int(v) for k, v in (sizes or {}).items() if k in fn.sizes}
+    lowerer = _KernelLowerer(fn, NvptxTarget(), sizes, fn.name)
+    launches = lowerer.kernels(ast)
+    text, ptx = emit_ptx(lowerer.module, arch)
+    return CudaKernelImage(fn.name, arch, ptx, text, launches, tuple(t.name for t in fn.tensors),
+                           tuple(fn.sizes), tuple(lowerer.gathers), MappingProxyType(sizes))
+
+
+def compile_cuda(state: CompileState | Any, arch: str = "sm_90") -> CudaKernelImage:
+    """PTX for a `CompileState` whose schedule the GPU mapping passes have run on."""
+    from ..poly.loops import build_ast
+
+    return compile_cuda_from_ast(state.fn, build_ast(state), getattr(state, "sizes", None) or {},
+                                 arch or "sm_90")
