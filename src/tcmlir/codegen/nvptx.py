@@ -196,9 +196,9 @@ class _KernelLowerer(Lowerer):
     """The shared `Lowerer`, emitting one ``ptx_kernel`` per kernel mark instead of groups."""
 
     def kernels(self, ast: isl.AstNode) -> tuple[KernelLaunch, ...]:
-        found = find_kernels(ast)
-        if not found:
+        if not _has_kernel_mark(ast):
             raise CodegenError("cuda target needs the mapping passes map-to-blocks/map-to-threads")
+        found = find_kernels(ast)
         launches = []
         for k, (mark, node, guards) in enumerate(found):
             grid, block = parse_kernel_mark(mark)  # type: ignore[misc]
