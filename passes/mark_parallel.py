@@ -12,9 +12,10 @@ from ..poly.state import CompileState
 from ..poly.tree import mark_name, node_at, outermost_band_paths
 from .base import Pass, register
 
-__all__ = ["PARALLEL", "MarkParallel"]
+__all__ = ["PARALLEL", "PARALLEL_END", "MarkParallel"]
 
 PARALLEL = "parallel"
+PARALLEL_END = "parallel-end"
 
 
 @register
@@ -39,5 +40,11 @@ class MarkParallel(Pass):
             if node.has_parent() and mark_name(node.parent()) == PARALLEL:
                 continue
             if member_is_parallel(node, 0, state.deps.validity):
+                # The parallel member gets a band of its own and the rest sits under a
+                # `parallel-end` mark: when isl drops the member's loop as degenerate (one
+                # iteration), the first loop under `parallel` must not be taken for it.
+                if node.band_n_member() > 1:
+                    node = node.band_split(1)
+                node = node.child(0).insert_mark(isl.Id(PARALLEL_END, context=ctx)).parent()
                 schedule = node.insert_mark(isl.Id(PARALLEL, context=ctx)).get_schedule()
         return dataclasses.replace(state, schedule=schedule)

@@ -115,7 +115,8 @@ def _to_host_array(fn: ir.Function, tensor: ir.Tensor, value: Any) -> np.ndarray
         raise CallError(
             f"{fn.name}: input {tensor.name} must have dtype {tensor.dtype}, got {arr.dtype} "
             f"(convert it, e.g. x.astype(np.{tensor.dtype.numpy.name}))")
-    return np.ascontiguousarray(arr)
+    # np.ascontiguousarray would turn a 0-d array into shape (1,)
+    return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr).reshape(arr.shape)
 
 
 def _is_cuda_dlpack(value: Any) -> bool:

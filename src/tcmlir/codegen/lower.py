@@ -144,7 +144,9 @@ def find_parallel_loop(node: isl.AstNode) -> isl.AstNode | None:
     while True:
         kind = node.get_type()
         if kind == isl.ast_node_type.mark:
-            marked = marked or node.mark_get_id().get_name() == "parallel"
+            if marked:  # another mark (`parallel-end`) before any loop: the loop was degenerate
+                return None
+            marked = node.mark_get_id().get_name() == "parallel"
             node = node.mark_get_node()
         elif kind == isl.ast_node_type.if_ and not node.if_has_else_node():
             node = node.if_get_then_node()

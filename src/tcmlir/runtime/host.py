@@ -30,7 +30,9 @@ __all__ = ["EntryPoint", "HostKernel"]
 GROUP_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                             ctypes.c_void_p)
 RANGE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
-_LO, _HI = -(2**63), 2**63 - 1
+# Sentinels for "no bound": far inside int64 so the kernel's start-alignment arithmetic
+# (lo - first, rounded up to the stride) cannot overflow.
+_LO, _HI = -(2**62), 2**62
 
 
 @dataclass(frozen=True)
