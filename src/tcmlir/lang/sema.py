@@ -254,11 +254,23 @@ class _Checker:
                 dims.append(self.solver.size_expr(hi))
             target.shape = tuple(dims)
         if target.dtype is None:
-            target.dtype = rhs.dtype
+            target.dtype = self._inferred_storage(rhs)
         rhs = self._coerce(rhs, target.dtype.compute)
         target.written = True
         self.stmt = None
         return name, s, ranges, tuple(st.accesses), s.op, rhs
+
+    def _inferred_storage(self, rhs: ir.Expr) -> DType:
+        """The type of an unannotated tensor: the rhs's, except that arithmetic on half types
+        (computed in float32) stores back in that half type when every float tensor read is
+        of it, as in CUDA and PyTorch (``O(i) = A(i) * B(i)`` on float16 gives float16)."""
+        if rhs.dtype is not DType.FLOAT32:
+            return rhs.dtype
+        stored = {self.tensors[e.tensor].dtype for e in ir.walk(rhs)
+                  if isinstance(e, ir.Read) and e.dtype.is_float and e.tensor in self.tensors}
+        if len(stored) == 1 and next(iter(stored)) in (DType.FLOAT16, DType.BFLOAT16):
+            return next(iter(stored))
+        return rhs.dtype
 
     def _index(self, ident: ast.Ident) -> ir.Index:
         st = self.stmt
