@@ -56,6 +56,7 @@ class CudaRunner:
         self._runtime = runtime
         self._modules: dict[int, Module] = {}
         self._lock = threading.Lock()
+        self._source: Any = None  # the function's Source (set by launches): located messages
 
     def __repr__(self) -> str:
         names = ", ".join(k.name for k in self.image.kernels)
@@ -103,8 +104,6 @@ class CudaRunner:
         g = gathers[code - 1]
         return CallError(f"{fn_name}: gather index out of bounds reading tensor {g.tensor} in "
                          f"statement {g.statement}{_where(self._source, g)}")
-
-    _source: Any = None  # set by launch_cuda: the function's Source, for located messages
 
 
 def _where(source: Any, g: Any) -> str:
