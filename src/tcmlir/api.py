@@ -154,7 +154,10 @@ class TCFunction:
             options = (self.options_factory(self, inputs) if self.options_factory
                        else MappingOptions.naive())
         bound = bind_host_inputs(self.ir, inputs) if target != "cuda" else _bind_any(self, inputs)
-        key = (target, bound.signature, options.to_json(), arch)
+        # A parametric kernel takes its sizes as arguments: one compile serves every size of
+        # the signature's ranks and dtypes, so only those enter the key.
+        sig_key = bound.signature.ranks_and_dtypes if options.parametric else bound.signature
+        key = (target, sig_key, options.to_json(), arch)
         config = get_config()
         with self._lock:
             kernel = None if config.always_compile else self._kernels.get(key)

@@ -7,6 +7,10 @@
 
 Sizes are fixed in the scop (specialised kernels) unless the options ask for a parametric
 kernel, which keeps them symbolic so one kernel serves every size of a signature's ranks.
+
+Compiled artifacts (host object code, PTX, cubins) go through the persistent `KernelCache`
+(see `tcmlir.cache.artifacts`), so another process compiling the same kernel skips LLVM.
+``COMPILE_COUNTS["compile_kernel"]`` counts the compiles of this process (tests read it).
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .api import Kernel, TCFunction
     from .poly.state import CompileState
 
-__all__ = ["compile_kernel", "lower"]
+__all__ = ["COMPILE_COUNTS", "compile_kernel", "lower"]
+
+COMPILE_COUNTS: dict[str, int] = {"compile_kernel": 0}
 
 
 def lower(fn_ir: Any, sizes: Mapping[str, int] | None, options: MappingOptions, target: str,
@@ -44,28 +50,28 @@ def compile_kernel(fn: TCFunction, target: str, options: MappingOptions, signatu
     from .api import Kernel
     from .poly.loops import build_ast, format_loops
 
+    COMPILE_COUNTS["compile_kernel"] += 1
     state = lower(fn.ir, sizes, options, target)
     kernel = Kernel(function=fn, target=target, options=options, signature=signature,
                     sizes=dict(sizes), schedule=str(state.schedule), arch=arch)
     if target == "cuda":
-        from .codegen.nvptx import compile_cuda
-        from .runtime.cuda_launch import CudaRunner
+        from .cache.artifacts import compile_cuda_cached, make_cuda_runner
 
         arch = arch or fn.default_arch("cuda")
-        image = compile_cuda(state, arch)
+        image, cubin_key = compile_cuda_cached(fn, state, signature, options, arch)
         kernel.arch = arch
         kernel.loops = format_loops(build_ast(state))
         kernel.llvm_ir, kernel.ptx_text = image.llvm_ir, image.ptx
-        kernel.runner = CudaRunner(image, device=0)
+        kernel.runner = make_cuda_runner(image, cubin_key, device=0)
         return kernel
     kernel.loops = format_loops(build_ast(state))
     if target == "cpu":
-        from .codegen.host import compile_host
+        from .cache.artifacts import compile_host_cached
         from .config import get_config
 
         threads = options.threads or get_config().threads
-        runner = compile_host(state, threads=threads)
+        kernel.arch = fn.default_arch("cpu")
+        runner = compile_host_cached(fn, state, signature, options, kernel.arch, threads)
         kernel.runner = runner
         kernel.llvm_ir = runner.llvm_ir
-        kernel.arch = fn.default_arch("cpu")
     return kernel

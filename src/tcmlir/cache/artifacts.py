@@ -1,0 +1,260 @@
+"""Compiled artifacts through the `KernelCache`: host objects (MCJIT) and PTX / cubins (CUDA).
+
+`tcmlir.compiler.compile_kernel` calls in here. The key of an artifact
+(`tcmlir.cache.keys.artifact_key`) holds the canonical TC text, the entry, the signature (only
+ranks and dtypes for a parametric kernel), the options JSON, the arch, the tcmlir and LLVM
+versions and the artifact kind, plus a ``toolchain`` string for what else changes the bytes:
+the host CPU's feature string for a host object, the CUDA driver version for a cubin.
+
+* host (kind ``host-object``): llvmlite's MCJIT object cache. On a miss the optimised module is
+  compiled as usual and MCJIT hands the object code to ``notify``, which stores it; on a hit
+  the unoptimised module is given to MCJIT together with the stored object, so neither LLVM's
+  O3 pipeline nor its code generation runs.
+* cuda (kind ``ptx``): the PTX text replaces ``emit_ptx`` (LLVM O3 + the NVPTX backend); the
+  kernel runner then loads a stored ``cubin`` (keyed with the driver version) instead of
+  JIT-linking the PTX, and stores the cubin the driver made on a miss.
+
+``COUNTERS`` count what happened in this process (tests assert on them). The cache is skipped
+when ``TCMLIR_ALWAYS_COMPILE=1`` or `set_artifact_cache(False)`; any failure of the cache
+itself is logged and the kernel is compiled as if there were no cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .keys import artifact_key
+
+__all__ = ["COUNTERS", "ArtifactCounters", "artifact_cache", "compile_cuda_cached",
+           "compile_host_cached", "kernel_artifact_key", "set_artifact_cache"]
+
+log = logging.getLogger("tcmlir.cache")
+
+
+@dataclass
+class ArtifactCounters:
+    """``hits``/``misses``/``writes`` of artifact lookups; ``host_codegen``: MCJIT code
+    generations (0 when every host object came from the cache); ``ptx_emits``: NVPTX backend
+    runs; ``cubin_links``: PTX JIT-links by the driver."""
+
+    hits: int = 0
+    misses: int = 0
+    writes: int = 0
+    host_codegen: int = 0
+    ptx_emits: int = 0
+    cubin_links: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+COUNTERS = ArtifactCounters()
+_LOCK = threading.Lock()
+_CACHES: dict[str, Any] = {}
+_SETTING: Any = True  # True: the default database; False: off; else a path
+
+
+def set_artifact_cache(path: Any) -> None:
+    """Where compiled artifacts go: True (the default database), False (nowhere) or a path."""
+    global _SETTING
+    with _LOCK:
+        _SETTING = path
+
+
+def artifact_cache() -> Any:
+    """The process's `KernelCache` for the current setting, or None (off, or not openable)."""
+    from ..config import get_config
+    from .kernel_cache import KernelCache
+    from .paths import resolve_cache_path
+
+    if _SETTING is False or get_config().always_compile:
+        return None
+    try:
+        path = str(resolve_cache_path(None if _SETTING is True else _SETTING))
+        with _LOCK:
+            cache = _CACHES.get(path)
+            if cache is None:
+                cache = _CACHES[path] = KernelCache(path)
+        return cache
+    except Exception as exc:  # noqa: BLE001 - a cache problem must never stop a compile
+        log.warning("tcmlir: compiled-artifact cache unavailable (%s); compiling without it", exc)
+        return None
+
+
+def kernel_artifact_key(fn: Any, signature: Any, options: Any, arch: str, kind: str,
+                        toolchain: str = "") -> dict[str, str]:
+    return artifact_key(source=fn.canonical_source, entry=fn.entry, signature=signature,
+                        options=options.to_json(), arch=arch, kind=kind,
+                        parametric=bool(options.parametric), toolchain=toolchain)
+
+
+def _get(cache: Any, key: Mapping[str, str]) -> bytes | None:
+    if cache is None:
+        return None
+    try:
+        found = cache.get(key)
+    except Exception as exc:  # noqa: BLE001
+        log.warning("tcmlir: artifact cache read failed (%s)", exc)
+        return None
+    if found is None:
+        COUNTERS.misses += 1
+        return None
+    COUNTERS.hits += 1
+    return found[0]
+
+
+def _put(cache: Any, key: Mapping[str, str], payload: bytes, meta: Mapping[str, Any]) -> None:
+    if cache is None:
+        return
+    try:
+        cache.put(key, payload, meta)
+        COUNTERS.writes += 1
+    except Exception as exc:  # noqa: BLE001
+        log.warning("tcmlir: artifact cache write failed (%s)", exc)
+
+
+# ---------------------------------------------------------------- host
+
+
+def compile_host_cached(fn: Any, state: Any, signature: Any, options: Any, arch: str,
+                        threads: int | None) -> Any:
+    """`codegen.host.compile_host` with the MCJIT object cache (see the module docstring)."""
+    import llvmlite.binding as llvm
+
+    from ..codegen import host as hc
+    from ..codegen.lower import lower_function
+    from ..codegen.target import HostTarget
+    from ..poly.loops import build_ast
+    from ..runtime.host import GROUP_FN, RANGE_FN, EntryPoint, HostKernel
+
+    cache = artifact_cache()
+    sizes = dict(getattr(state, "sizes", None) or {})
+    lowered = lower_function(state.fn, build_ast(state), HostTarget(), sizes)
+    key = None
+    cached = None
+    with hc._LOCK:
+        tm = hc.host_target_machine()
+        if cache is not None:
+            features = llvm.get_host_cpu_features().flatten()
+            key = kernel_artifact_key(fn, signature, options, arch, "host-object",
+                                      toolchain=features)
+            cached = _get(cache, key)
+        module = lowered.module
+        module.triple = llvm.get_process_triple()
+        module.data_layout = str(tm.target_data)
+        text = str(module)
+        try:
+            mod = llvm.parse_assembly(text)
+            mod.verify()
+        except RuntimeError as exc:
+            raise hc._fail(f"generated LLVM IR does not verify: {exc}", text) from None
+        for f in mod.functions:
+            if f.is_declaration and not f.name.startswith("llvm.") and not llvm.address_of_symbol(f.name):
+                raise hc._fail(f"external function {f.name} is not available in this process", text)
+        if cached is None:
+            pto = llvm.PipelineTuningOptions(speed_level=3)
+            pto.loop_vectorization = True
+            pto.slp_vectorization = True
+            pb = llvm.create_pass_builder(tm, pto)
+            pb.getModulePassManager().run(mod, pb)
+            optimized = str(mod)
+        else:
+            optimized = "; optimised IR not available: the object code came from the tcmlir cache"
+        engine = llvm.create_mcjit_compiler(mod, tm)
+        produced: list[bytes] = []
+
+        def notify(_module: Any, buffer: bytes) -> None:
+            COUNTERS.host_codegen += 1
+            produced.append(bytes(buffer))
+
+        engine.set_object_cache(notify, lambda _module: cached)
+        engine.finalize_object()
+        engine.run_static_constructors()
+    if produced and key is not None:
+        _put(cache, key, produced[0], {"groups": [g.name for g in lowered.groups]})
+    jm = hc.JitModule(engine, text, optimized)
+    entries = []
+    for g in lowered.groups:
+        call = GROUP_FN(jm.address(g.name))
+        rng = RANGE_FN(jm.address(g.range_name)) if g.range_name else None
+        entries.append(EntryPoint(g.name, call, rng))
+    return HostKernel(state.fn, entries, lowered.gathers, jm.llvm_ir, jm.optimized_ir,
+                      keepalive=jm, sizes=sizes, threads=threads)
+
+
+# ---------------------------------------------------------------- cuda
+
+
+def compile_cuda_cached(fn: Any, state: Any, signature: Any, options: Any, arch: str) -> Any:
+    """`codegen.nvptx.compile_cuda` with the PTX taken from / stored in the cache."""
+    import re
+    from types import MappingProxyType
+
+    from ..codegen import nvptx
+    from ..errors import CodegenError
+    from ..poly.loops import build_ast
+
+    if not re.fullmatch(r"sm_\d+a?", arch or ""):
+        raise CodegenError(f"cuda arch must look like sm_90, got {arch!r}")
+    cir = state.fn
+    sizes = {k: int(v) for k, v in (getattr(state, "sizes", None) or {}).items() if k in cir.sizes}
+    lowerer = nvptx._KernelLowerer(cir, nvptx.NvptxTarget(), sizes, cir.name)
+    launches = lowerer.kernels(build_ast(state))
+    cache = artifact_cache()
+    key = kernel_artifact_key(fn, signature, options, arch, "ptx") if cache is not None else None
+    cached = _get(cache, key) if key is not None else None
+    if cached is not None:
+        text, ptx = str(lowerer.module), cached.decode("utf-8")
+    else:
+        text, ptx = nvptx.emit_ptx(lowerer.module, arch)
+        COUNTERS.ptx_emits += 1
+        if key is not None:
+            _put(cache, key, ptx.encode("utf-8"), {"kernels": [k.name for k in launches]})
+    image = nvptx.CudaKernelImage(cir.name, arch, ptx, text, launches,
+                                  tuple(t.name for t in cir.tensors), tuple(cir.sizes),
+                                  tuple(lowerer.gathers), MappingProxyType(sizes))
+    cubin_key = (kernel_artifact_key(fn, signature, options, arch, "cubin")
+                 if cache is not None else None)
+    return image, cubin_key
+
+
+def driver_version() -> str:
+    """``cuda-driver-<n>`` (what a cubin the driver's JIT linker produced depends on)."""
+    from cuda.bindings import driver
+
+    err, version = driver.cuDriverGetVersion()
+    return f"cuda-driver-{int(version)}" if int(err) == 0 else "cuda-driver-unknown"
+
+
+def make_cuda_runner(image: Any, cubin_key: dict[str, str] | None, device: int = 0) -> Any:
+    """A `CudaRunner` that loads a cached cubin when there is one and stores the one made."""
+    from ..runtime.cuda_launch import CudaRunner
+
+    class CachedCudaRunner(CudaRunner):
+        def module(self, device: int | None = None) -> Any:
+            device = self.device if device is None else int(device)
+            if cubin_key is None or device in self._modules:
+                return super().module(device)
+            rt = self.runtime
+            if rt.device(device).arch != self.image.arch:
+                return super().module(device)
+            key = {**cubin_key, "toolchain": driver_version()}
+            cache = artifact_cache()
+            blob = _get(cache, key)
+            if blob is not None:
+                with self._lock:
+                    mod = self._modules.get(device)
+                    if mod is None:
+                        mod = self._modules[device] = rt.load_cubin(blob, device)
+                return mod
+            mod = super().module(device)
+            COUNTERS.cubin_links += 1
+            if mod.cubin:
+                _put(cache, key, bytes(mod.cubin), {"entry": self.image.entry})
+            return mod
+
+    return CachedCudaRunner(image, device=device)
