@@ -31,30 +31,58 @@ def make_naive_options_factory() -> Factory:
     return factory
 
 
+def _memo_key(fn: Any, inputs: Sequence[Any]) -> tuple:
+    return (fn.canonical_source, fn.entry, fn.target, fn.signature(*inputs))
+
+
 def make_load_from_cache_options_factory(cache: Any = True) -> Factory:
-    """Options from the cache: the exact signature, else the nearest size (logged), else naive."""
+    """Options from the cache: the exact signature, else the nearest size (logged), else naive.
+
+    The database is opened once, on the first call; each signature is looked up once.
+    """
+    state: dict[str, Any] = {}
+    memo: dict[tuple, MappingOptions] = {}
 
     def factory(fn: Any, inputs: Sequence[Any]) -> MappingOptions:
         from .tune.autotune import open_cache
 
-        store = open_cache(cache)
-        exact = store.lookup(fn, *inputs, exact=True)
-        if exact is not None:
-            return exact
-        near = store.lookup(fn, *inputs, exact=False)
-        if near is not None:
-            log.info("%s: no tuned options for this size; using those of the nearest size", fn.entry)
-            return near
-        log.info("%s: no tuned options in the cache; using naive options", fn.entry)
-        return MappingOptions.naive()
+        key = _memo_key(fn, inputs)
+        if key in memo:
+            return memo[key]
+        if "store" not in state:
+            state["store"] = open_cache(cache)
+        store = state["store"]
+        found = store.lookup(fn, *inputs, exact=True) if store is not None else None
+        if found is None and store is not None:
+            found = store.lookup(fn, *inputs, exact=False)
+            if found is not None:
+                log.info("%s: no tuned options for this size; using those of the nearest size",
+                         fn.entry)
+        if found is None:
+            log.info("%s: no tuned options in the cache; using naive options", fn.entry)
+            found = MappingOptions.naive()
+        memo[key] = found
+        return found
 
     return factory
 
 
-def make_autotuned_options_factory(config: Any = None, cache: Any = True) -> Factory:
-    """Tune once per new signature (then served from the cache)."""
+def make_autotuned_options_factory(config: Any = None, cache: Any = True,
+                                   **autotune_kwargs: Any) -> Factory:
+    """Tune once per new signature (the result is stored in ``cache`` and served from it, in
+    this process and later ones); extra keyword arguments go to ``fn.autotune``."""
+    state: dict[str, Any] = {}
+    memo: dict[tuple, MappingOptions] = {}
 
     def factory(fn: Any, inputs: Sequence[Any]) -> MappingOptions:
-        return fn.autotune(*inputs, config=config, cache=cache)
+        from .tune.autotune import open_cache
+
+        key = _memo_key(fn, inputs)
+        if key not in memo:
+            if "store" not in state:
+                state["store"] = open_cache(cache)
+            memo[key] = fn.autotune(*inputs, config=config, cache=state["store"] or False,
+                                    **autotune_kwargs)
+        return memo[key]
 
     return factory

@@ -24,7 +24,7 @@ from .evaluate import HostEvaluator, WorkerPoolEvaluator
 from .genetic import GeneticSearch, TuningResult
 from .space import space_for
 
-__all__ = ["autotune", "open_cache"]
+__all__ = ["TOP_K", "autotune", "open_cache", "tune"]
 
 log = logging.getLogger("tcmlir.tune")
 TOP_K = 3
@@ -71,7 +71,31 @@ def autotune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
              devices: Sequence[int] | None = None, config: TunerConfig | None = None,
              options: MappingOptions | None = None, target: str | None = None,
              progress: bool = True) -> MappingOptions:
-    """Tune ``fn`` for these inputs and return the best MappingOptions found."""
+    """Tune ``fn`` for these inputs and return the best MappingOptions found.
+
+    A cache hit for the exact signature returns the stored options without tuning.
+    """
+    store = open_cache(cache)
+    if store is not None:
+        hit = store.lookup(fn, *inputs, exact=True)
+        if hit is not None:
+            log.info("autotune: options for %s found in the cache", fn.entry)
+            return hit
+    result = tune(fn, inputs, generations=generations, population=population, cache=store,
+                  devices=devices, config=config, options=options, target=target,
+                  progress=progress)
+    assert result.best is not None
+    return result.best.options
+
+
+def tune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
+         population: int | None = None, cache: bool | str | Any = False,
+         devices: Sequence[int] | None = None, config: TunerConfig | None = None,
+         options: MappingOptions | None = None, target: str | None = None,
+         progress: bool = True) -> TuningResult:
+    """Run the genetic search (no cache lookup first) and return the whole `TuningResult`:
+    every evaluation, the evaluation order, and ``stats`` (compiles, worker restarts). The best
+    `TOP_K` candidates go to ``cache`` when one is given."""
     from ..api import resolve_target
 
     target = resolve_target(target or fn.target)
@@ -86,21 +110,20 @@ def autotune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
     if devices is not None:
         overrides["devices"] = tuple(devices)
     config = dataclasses.replace(config, **overrides)
-
     store = open_cache(cache)
-    if store is not None:
-        hit = store.lookup(fn, *inputs, exact=True)
-        if hit is not None:
-            log.info("autotune: options for %s found in the cache", fn.entry)
-            return hit
 
     start = [MappingOptions.naive()]
     if options is not None:
         start.insert(0, options)
-    space = space_for(fn.ir, target)
+    if target == "cuda":
+        from .space import cuda_limits
+
+        space = space_for(fn.ir, target, cuda_limits((config.devices or (0,))[0]))
+        evaluator: Any = WorkerPoolEvaluator(fn, inputs, config, target="cuda")
+    else:
+        space = space_for(fn.ir, target)
+        evaluator = HostEvaluator(fn, inputs, target, config)
     search = GeneticSearch(space, config, start)
-    evaluator = (WorkerPoolEvaluator(fn, inputs, config) if target == "cuda"
-                 else HostEvaluator(fn, inputs, target, config))
     bar = _progress(progress, config, fn.entry)
     try:
         with _StopFlag() as flag:
@@ -108,22 +131,29 @@ def autotune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
                 if bar is not None:
                     bar.update(len(result.evaluated) - bar.n)
                     best = result.best.time_s if result.best else math.inf
-                    bar.set_postfix_str(f"gen {gen + 1}/{config.generations} best {best * 1e3:.4f} ms")
+                    bar.set_postfix_str(f"gen {gen + 1}/{config.generations} "
+                                        f"evaluated {len(result.evaluated)} "
+                                        f"best {best * 1e3:.4f} ms")
 
             result = search.run(evaluator.evaluate, on_generation, lambda: flag.stop)
     finally:
         evaluator.close()
         if bar is not None:
             bar.close()
+    result.stats = {"compiles": evaluator.compiles, "restarts": evaluator.restarts,
+                    "workers": len(getattr(evaluator, "workers", {}))}
     if result.best is None:
         errors = {e.error for e in result.evaluated.values() if e.error}
         raise TCError(f"autotune: no candidate for {fn.entry} compiled and ran; errors: "
                       + "; ".join(sorted(errors)[:5]))
+    if result.interrupted:
+        log.warning("autotune: interrupted after generation %d; keeping the best so far",
+                    result.generations_run)
     if store is not None:
         ranked = sorted((e for e in result.evaluated.values() if e.ok), key=lambda e: e.time_s)
         for ev in ranked[:TOP_K]:
             store.record(fn, *inputs, options=ev.options, time_s=ev.time_s, runs=ev.runs)
-    return result.best.options
+    return result
 
 
 def _progress(enabled: bool, config: TunerConfig, name: str) -> Any:

@@ -4,14 +4,24 @@ The fitness of a candidate is the median of ``runs`` timed runs; a candidate who
 is ``prune_factor`` times slower than the best so far is not timed further. On GPUs every
 device gets a worker process (it sees only its GPU through CUDA_VISIBLE_DEVICES): a kernel
 that faults or hangs kills its worker, the candidate is recorded as failed, a new worker is
-started, and the tuning goes on.
+started, and the tuning goes on. Workers ignore SIGINT, so Ctrl-C reaches only the tuner.
+
+Candidates are compiled without entering the function's in-memory kernel table (a tuning run
+would otherwise keep every candidate's JIT engine or CUDA module alive).
+
+Test hook (for the fault-tolerance test, harmless otherwise): ``TCMLIR_TUNE_FAULT`` =
+``crash:FIELD=VALUE`` or ``hang:FIELD=VALUE`` (VALUE as JSON, e.g. ``crash:unroll_factor=8``)
+makes a *worker process* die by SIGSEGV, or hang, when asked to evaluate a candidate whose
+option FIELD has that value.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import multiprocessing as mp
 import os
+import signal
 import statistics
 import tempfile
 import time
@@ -27,7 +37,9 @@ from ..errors import CudaError, TCError
 from ..options import MappingOptions
 from .config import TunerConfig
 
-__all__ = ["Evaluation", "HostEvaluator", "WorkerPoolEvaluator"]
+__all__ = ["Evaluation", "HostEvaluator", "WorkerPoolEvaluator", "compile_candidate"]
+
+FAULT_ENV = "TCMLIR_TUNE_FAULT"
 
 
 @dataclass(frozen=True)
@@ -56,16 +68,49 @@ def time_kernel(kernel: Any, inputs: Sequence[Any], runs: int, best: float,
     return statistics.median(times), len(times), False
 
 
+def compile_candidate(fn: Any, inputs: Sequence[Any], opts: MappingOptions, target: str) -> Any:
+    """A `Kernel` for ``opts`` (through the artifact cache, not the in-memory kernel table)."""
+    from .. import compiler
+
+    if target == "cuda":
+        from ..runtime.arrays import bind_device_inputs
+
+        bound = bind_device_inputs(fn.ir, inputs)
+    else:
+        from ..binding import bind_host_inputs
+
+        bound = bind_host_inputs(fn.ir, inputs)
+    return compiler.compile_kernel(fn, target, opts, bound.signature, bound.sizes, None)
+
+
+def _fault(opts_json: str) -> str | None:
+    """The test hook's action ("crash"/"hang") for this candidate, or None."""
+    spec = os.environ.get(FAULT_ENV, "")
+    action, _, cond = spec.partition(":")
+    name, _, value = cond.partition("=")
+    if action not in ("crash", "hang") or not name:
+        return None
+    try:
+        wanted = json.loads(value)
+    except ValueError:
+        wanted = value
+    have = json.loads(opts_json).get(name)
+    if isinstance(have, list):
+        wanted = list(wanted) if isinstance(wanted, list | tuple) else wanted
+    return action if have == wanted else None
+
+
 class HostEvaluator:
     """Compiles candidates on a thread pool, then times them one after another in-process."""
 
     def __init__(self, fn: Any, inputs: Sequence[Any], target: str, config: TunerConfig):
         self.fn, self.inputs, self.target, self.config = fn, tuple(inputs), target, config
         self.compiles = 0
+        self.restarts = 0
 
     def _compile(self, opts: MappingOptions) -> Any:
         self.compiles += 1
-        return self.fn.compile(*self.inputs, options=opts, target=self.target)
+        return compile_candidate(self.fn, self.inputs, opts, self.target)
 
     def evaluate(self, candidates: Sequence[MappingOptions], best: float) -> list[Evaluation]:
         with ThreadPoolExecutor(max_workers=self.config.threads) as pool:
@@ -91,12 +136,13 @@ class HostEvaluator:
 
 
 def _worker_main(conn: Any, device: int, source: str, entry: str, inputs_path: str,
-                 config: TunerConfig) -> None:  # pragma: no cover - runs in a child process
+                 config: TunerConfig, target: str = "cuda") -> None:  # pragma: no cover - child
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the tuner's to handle
     os.environ["CUDA_VISIBLE_DEVICES"] = str(device)
     try:
         import tcmlir
 
-        fn = tcmlir.define(source, entry, target="cuda")
+        fn = tcmlir.define(source, entry, target=target)
         with np.load(inputs_path) as data:
             inputs = [data[f"arg{i}"] for i in range(len(data.files))]
         conn.send(("ready", None))
@@ -108,8 +154,13 @@ def _worker_main(conn: Any, device: int, source: str, entry: str, inputs_path: s
         if msg is None:
             return
         opts_json, best = msg
+        fault = _fault(opts_json)
+        if fault == "crash":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        elif fault == "hang":
+            time.sleep(1e6)
         try:
-            kernel = fn.compile(*inputs, options=MappingOptions.from_json(opts_json))
+            kernel = compile_candidate(fn, inputs, MappingOptions.from_json(opts_json), target)
             t, n, pruned = time_kernel(kernel, inputs, config.runs, best, config.prune_factor,
                                        config.timeout_s)
             conn.send(("ok", (t, n, pruned)))
@@ -144,14 +195,16 @@ class _Worker:
 class WorkerPoolEvaluator:
     """One worker process per device; candidates go to whichever worker is free."""
 
-    def __init__(self, fn: Any, inputs: Sequence[Any], config: TunerConfig):
+    def __init__(self, fn: Any, inputs: Sequence[Any], config: TunerConfig,
+                 target: str = "cuda"):
         self.config = config
+        self.compiles = 0
         self.devices = config.devices or (0,)
         self._tmp = tempfile.TemporaryDirectory(prefix="tcmlir-tune-")
         path = os.path.join(self._tmp.name, "inputs.npz")
         np.savez(path, **{f"arg{i}": np.asarray(_to_host(x)) for i, x in enumerate(inputs)})
         self._ctx = mp.get_context("spawn")
-        self._args = (fn.source.text, fn.entry, path, config)
+        self._args = (fn.source.text, fn.entry, path, config, target)
         self.workers = {d: _Worker(self._ctx, d, self._args, 120.0) for d in self.devices}
         self.restarts = 0
 
@@ -169,6 +222,7 @@ class WorkerPoolEvaluator:
                 if device not in busy and pending:
                     idx, opts = pending.pop(0)
                     worker.parent.send((opts.to_json(), best))
+                    self.compiles += 1
                     busy[device] = (idx, opts, time.monotonic())
             for device in list(busy):
                 idx, opts, started = busy[device]

@@ -3,7 +3,9 @@
 Each generation: evaluate the candidates not seen before, keep the ``elites`` best unchanged,
 fill the rest of the population with children of parents chosen in proportion to their speed
 (1/time), crossed over with probability ``crossover_rate`` and mutated field by field with
-probability ``mutation_rate``. Deterministic for a given seed and evaluation order.
+probability ``mutation_rate``; a child equal to a candidate already measured is mutated again
+(a few tries), so generations do not re-spend their budget on known points. Deterministic for
+a given seed: `TuningResult.order` lists the candidates in the order they were evaluated.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ __all__ = ["GeneticSearch", "TuningResult"]
 class TuningResult:
     best: Evaluation | None
     evaluated: dict[str, Evaluation] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)  # options JSON, in evaluation order
     generations_run: int = 0
     interrupted: bool = False
+    stats: dict[str, int] = field(default_factory=dict)  # filled by `tcmlir.tune.tune`
 
 
 class GeneticSearch:
@@ -49,15 +53,24 @@ class GeneticSearch:
             return self.rng.choice(ranked).options
         return self.rng.choices(ranked, weights=weights, k=1)[0].options
 
-    def next_population(self, ranked: Sequence[Evaluation]) -> list[MappingOptions]:
+    def next_population(self, ranked: Sequence[Evaluation],
+                        seen: frozenset[str] | set[str] = frozenset()) -> list[MappingOptions]:
         cfg = self.config
         survivors = [e for e in ranked if e.ok] or list(ranked)
         children = [e.options for e in survivors[: cfg.elites]]
+        taken = {c.to_json() for c in children}
+        fresh_rate = max(cfg.mutation_rate, 1.0 / max(1, len(self.space.fields)))
         while len(children) < cfg.population:
             parent = self._pick(survivors)
             if self.rng.random() < cfg.crossover_rate:
                 parent = self.space.crossover(self.rng, parent, self._pick(survivors))
-            children.append(self.space.mutate(self.rng, parent, cfg.mutation_rate))
+            child = self.space.mutate(self.rng, parent, cfg.mutation_rate)
+            for _ in range(8):  # prefer points not measured yet
+                if child.to_json() not in seen and child.to_json() not in taken:
+                    break
+                child = self.space.mutate(self.rng, child, fresh_rate)
+            taken.add(child.to_json())
+            children.append(child)
         return children
 
     def run(self, evaluate: Callable[[list[MappingOptions], float], list[Evaluation]],
@@ -74,6 +87,7 @@ class GeneticSearch:
             best_time = result.best.time_s if result.best else math.inf
             for ev in evaluate(fresh, best_time):
                 result.evaluated[ev.options.to_json()] = ev
+                result.order.append(ev.options.to_json())
                 if ev.ok and (result.best is None or ev.time_s < result.best.time_s):
                     result.best = ev
             result.generations_run = gen + 1
@@ -84,5 +98,5 @@ class GeneticSearch:
                 break
             ranked = sorted((result.evaluated[o.to_json()] for o in population),
                             key=lambda e: e.time_s)
-            population = self.next_population(ranked)
+            population = self.next_population(ranked, set(result.evaluated))
         return result

@@ -1,9 +1,13 @@
 """The search space of the autotuner: which MappingOptions fields vary, and over what values.
 
-The space depends on the target: on the CPU only the fields the host backend honours vary
-(fusion, tiling, threads), so no evaluation is spent on knobs that change nothing; on the GPU
-block, grid, unrolling and promotion vary too. Candidates that break a hardware limit (more
-than 1024 threads per block, a z-dimension over 64) are filtered before compiling.
+The space depends on the target: only the fields the backend honours vary, so no evaluation
+is spent on knobs that change nothing. On the CPU: fusion, tiling, threads. On CUDA: fusion,
+tiling, block, grid, unrolling. Shared/private promotion (``use_shared_memory``,
+``use_private_memory``) is NOT varied: the CUDA backend does not implement the
+``promote-shared``/``promote-private`` passes yet (the pipeline would name unknown passes);
+add the two fields back to ``CUDA_FIELDS`` when it does. Candidates that break a device limit
+(threads per block, block and grid dimensions, shared memory) are filtered before compiling
+(`SearchSpace.is_valid`); the limits default to those of sm_90 and can be given per device.
 """
 
 from __future__ import annotations
@@ -18,11 +22,25 @@ from typing import Any
 from .. import ir
 from ..options import FUSION_STRATEGIES, MappingOptions
 
-__all__ = ["SearchSpace", "space_for"]
+__all__ = ["CPU_FIELDS", "CUDA_FIELDS", "DeviceLimits", "SearchSpace", "cuda_limits", "space_for"]
 
 _POW2 = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-MAX_THREADS_PER_BLOCK = 1024
-MAX_BLOCK_Z = 64
+CPU_FIELDS = ("fusion", "tile_sizes", "threads")
+CUDA_FIELDS = ("fusion", "tile_sizes", "block", "grid", "unroll_factor")
+
+
+@dataclass(frozen=True)
+class DeviceLimits:
+    """What a GPU accepts (defaults: every NVIDIA GPU since sm_30; shared memory of sm_90)."""
+
+    max_threads_per_block: int = 1024
+    max_block: tuple[int, int, int] = (1024, 1024, 64)
+    max_grid: tuple[int, int, int] = (2**31 - 1, 65535, 65535)
+    max_shared_bytes: int = 227 * 1024  # opt-in maximum per block on sm_90
+
+
+MAX_THREADS_PER_BLOCK = DeviceLimits.max_threads_per_block
+MAX_BLOCK_Z = DeviceLimits.max_block[2]
 
 
 @dataclass(frozen=True)
@@ -32,24 +50,38 @@ class SearchSpace:
     target: str
     depth: int  # number of loops of the deepest statement: how many tile sizes matter
     cores: int
+    limits: DeviceLimits = DeviceLimits()
 
     def _draw(self, rng: random.Random, field: str) -> Any:
         return _FIELDS[field](self, rng)
 
     @property
     def fields(self) -> tuple[str, ...]:
-        if self.target == "cuda":
-            return ("fusion", "tile_sizes", "block", "grid", "unroll_factor",
-                    "use_shared_memory", "use_private_memory")
-        return ("fusion", "tile_sizes", "threads")
+        return CUDA_FIELDS if self.target == "cuda" else CPU_FIELDS
 
-    def is_valid(self, opts: MappingOptions) -> bool:
+    def why_invalid(self, opts: MappingOptions) -> str | None:
+        """None if ``opts`` fits the device, else the limit it breaks."""
         if self.target != "cuda":
-            return True
+            return None
+        lim = self.limits
         product = 1
         for b in opts.block:
             product *= b
-        return product <= MAX_THREADS_PER_BLOCK and (len(opts.block) < 3 or opts.block[2] <= MAX_BLOCK_Z)
+        if product > lim.max_threads_per_block:
+            return f"{product} threads per block > {lim.max_threads_per_block}"
+        for axis, (b, top) in enumerate(zip(opts.block, lim.max_block, strict=False)):
+            if b > top:
+                return f"block dimension {'xyz'[axis]} = {b} > {top}"
+        for axis, (g, top) in enumerate(zip(opts.grid, lim.max_grid, strict=False)):
+            if g > top:
+                return f"grid dimension {'xyz'[axis]} = {g} > {top}"
+        if opts.use_shared_memory and opts.max_shared_memory > lim.max_shared_bytes:
+            return (f"shared memory request {opts.max_shared_memory} B > "
+                    f"{lim.max_shared_bytes} B per block")
+        return None
+
+    def is_valid(self, opts: MappingOptions) -> bool:
+        return self.why_invalid(opts) is None
 
     def sample(self, rng: random.Random, base: MappingOptions) -> MappingOptions:
         for _ in range(100):
@@ -97,12 +129,23 @@ _FIELDS: dict[str, Callable[[SearchSpace, random.Random], Any]] = {
     "block": _block,
     "grid": _grid,
     "unroll_factor": lambda s, r: r.choice((1, 2, 4, 8, 16)),
-    "use_shared_memory": lambda s, r: r.random() < 0.5,
-    "use_private_memory": lambda s, r: r.random() < 0.5,
     "threads": lambda s, r: r.choice(sorted({1, max(1, s.cores // 2), s.cores})),
 }
 
 
-def space_for(fn: ir.Function, target: str) -> SearchSpace:
+def space_for(fn: ir.Function, target: str, limits: DeviceLimits | None = None) -> SearchSpace:
     depth = max((len(s.ranges) for s in fn.statements), default=1)
-    return SearchSpace(target=target, depth=max(1, depth), cores=os.cpu_count() or 1)
+    return SearchSpace(target=target, depth=max(1, depth), cores=os.cpu_count() or 1,
+                       limits=limits or DeviceLimits())
+
+
+def cuda_limits(device: int = 0) -> DeviceLimits:
+    """The limits of a visible GPU (the defaults if its properties cannot be read)."""
+    try:
+        from ..runtime.cuda import get_runtime
+
+        lim = get_runtime().device(device).limits
+        return DeviceLimits(lim.max_threads_per_block, tuple(lim.max_block_dims),
+                            tuple(lim.max_grid_dims), lim.max_shared_per_block_optin)
+    except Exception:  # noqa: BLE001 - limits are advisory; the driver has the last word
+        return DeviceLimits()
