@@ -35,7 +35,8 @@ CASES = [
     (body("B(i + 1) = A(i)"), 2, 9, "expected ',' or ')' in the left-hand side indices but found '+'",
      "plain names"),
     (body("B(2) = A(i)"), 2, 7, "expected an index name but found '2'", None),
-    (HEAD + "    B(i) = A(i)\n", 3, 1, "expected a statement (`C(i) = ...`) or '}' but found end of input",
+    # an unclosed body is reported at its '{', where the fix belongs
+    (HEAD + "    B(i) = A(i)\n", 1, 26, "'{' of def f is never closed (found end of input)",
      "close the definition"),
     ("def f(float(N) A) -> () {\n}\n", 1, 23, "a definition needs at least one output", "-> (C)"),
     ("def f(float(N) A) (B) {\n}\n", 1, 19, "expected '->' after the parameters but found '('", None),

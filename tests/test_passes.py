@@ -7,7 +7,7 @@ import io
 import islpy as isl
 import pytest
 from tcmlir.passes import PASSES, PassManager, format_pass, parse_pipeline
-from tcmlir.passes.mark_parallel import PARALLEL
+from tcmlir.passes.mark_parallel import PARALLEL, PARALLEL_END
 from tcmlir.passes.schedule import Schedule
 from tcmlir.passes.specialize import Specialize
 from tcmlir.passes.tile import Tile
@@ -231,7 +231,7 @@ def test_mark_parallel_skips_reduction_only_loops():
     state = run(SUM_ALL, "schedule,tile{sizes=32},mark-parallel")
     assert PARALLEL not in _marks(state)
     state = run(ROWSUM, "schedule,mark-parallel")  # rows are independent
-    assert _marks(state) == [PARALLEL]
+    assert _marks(state) == [PARALLEL, PARALLEL_END]
 
 
 def test_mark_parallel_marks_only_parallel_outermost_bands():
@@ -239,7 +239,7 @@ def test_mark_parallel_marks_only_parallel_outermost_bands():
     for path in outermost_band_paths(state.schedule):
         band = node_at(state.schedule, path)
         assert mark_name(band.parent()) == PARALLEL
-    assert len(_marks(state)) == 6
+    assert _marks(state).count(PARALLEL) == 6
 
 
 # ---------------------------------------------------------------- specialize

@@ -117,9 +117,12 @@ class _Parser:
         while self.accept(","):
             returns.append(self.param(output=True))
         self.expect(")", "',' or ')' in the output list")
-        self.expect("{", "'{' to open the body")
+        brace = self.expect("{", "'{' to open the body")
         body: list[ast.Stmt] = []
         while self.tok.kind != "}":
+            if self.tok.kind in ("EOF", "def"):  # point at the brace left open, not at the end
+                raise self.error(brace.span, f"'{{' of def {name.name} is never closed "
+                                 f"(found {self.tok.describe()})", "close the definition with '}'")
             body.append(self.statement())
         end = self.advance().span
         return ast.Def(name, tuple(params), tuple(returns), tuple(body), span=start.merge(end))
