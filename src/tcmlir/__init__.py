@@ -14,8 +14,15 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
-    CallError, CodegenError, CudaError, InferenceError, OptionsError, ParseError, PipelineError,
-    SemaError, TCError,
+    CallError,
+    CodegenError,
+    CudaError,
+    InferenceError,
+    OptionsError,
+    ParseError,
+    PipelineError,
+    SemaError,
+    TCError,
 )
 
 __version__ = "0.1.0"
@@ -40,8 +47,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .api import Kernel, TCFunction, define
-    from .options import MappingOptions
+    from .api import Kernel, TCFunction, define  # noqa: F401
+    from .options import MappingOptions  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:

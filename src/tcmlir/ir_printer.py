@@ -3,7 +3,18 @@
 from __future__ import annotations
 
 from .ir import (
-    Binary, Call, Cast, Const, Expr, Function, Index, Read, Select, Size, Statement, Unary,
+    Binary,
+    Call,
+    Cast,
+    Const,
+    Expr,
+    Function,
+    Index,
+    Read,
+    Select,
+    Size,
+    Statement,
+    Unary,
 )
 
 __all__ = ["format_expr", "format_function", "format_statement"]

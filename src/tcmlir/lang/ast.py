@@ -12,9 +12,29 @@ from dataclasses import dataclass, field
 from ..errors import Span
 
 __all__ = [
-    "Access", "Binary", "BoolLit", "Call", "Cast", "Def", "DimRef", "Exists", "Expr", "FloatLit",
-    "Ident", "IntLit", "Let", "Param", "Program", "RangeConstraint", "Stmt", "Ternary", "Unary",
-    "WhereClause", "ASSIGN_OPS", "BINARY_OPS", "BUILTINS",
+    "ASSIGN_OPS",
+    "BINARY_OPS",
+    "BUILTINS",
+    "Access",
+    "Binary",
+    "BoolLit",
+    "Call",
+    "Cast",
+    "Def",
+    "DimRef",
+    "Exists",
+    "Expr",
+    "FloatLit",
+    "Ident",
+    "IntLit",
+    "Let",
+    "Param",
+    "Program",
+    "RangeConstraint",
+    "Stmt",
+    "Ternary",
+    "Unary",
+    "WhereClause",
 ]
 
 # `=` and the reduction operators; each reduction has an initialising form with a trailing `!`.
