@@ -7,7 +7,7 @@
 
 Passes (see each file): ``schedule{fusion=max|preserve3coincident|min,skew=false,
 positive-orthant=true}``, ``tile{sizes=...}``, ``specialize{N=...}``, ``verify``,
-``mark-parallel``.
+``mark-parallel``, ``vectorize`` (CPU loop order), ``unroll{factor=4}``.
 
 How mappings are recorded in the tree: as isl *mark* nodes, so a tree prints in isl syntax and
 re-parses with ``isl.Schedule.read_from_str(ctx, str(schedule))`` unchanged. A mark's id is a
@@ -36,6 +36,8 @@ from . import (  # noqa: F401  (registration)
     schedule,
     specialize,
     tile,
+    unroll,
+    vectorize,
     verify,
 )
 from .base import PASSES, Pass, format_pass, register

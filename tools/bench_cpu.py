@@ -1,30 +1,33 @@
-"""Benchmark target cpu against numpy doing the same work, and time source -> callable kernel.
+"""Benchmark ``target="cpu"`` against numpy doing the same work, through the public API.
 
-    python tools/bench_cpu.py [--threads N] [--repeat R] [--small]
+    python tools/bench_cpu.py [--repeat R] [--small] [--threads 1,0] [--only NAME,...]
 
-Kernels: a fused elementwise chain ``O(i) = tanh(A(i)) * B(i) + exp(-A(i))`` over 4M elements,
-a row softmax 4096x1024, a matmul 512^3 (float32). Each is compiled through the front end, the
-polyhedral core (isl scheduler, ``max`` fusion) with a ``parallel`` mark above every outermost
-band whose first member is coincident, and the host JIT. Prints median times and the ratio
-numpy / cpu (> 1: faster than numpy), then the median source-to-kernel time for the matmul.
+Kernels (float32): two fused elementwise chains over 4M elements (arithmetic only, and one with
+exp/tanh), a row softmax 4096x1024 (4 statements), matmuls 512^3 and 1024^3. Each is defined
+with ``tc.define(src, target="cpu")`` and compiled with ``fn.compile(*inputs, options=...)``
+under the default options (what a call without ``options=`` uses) and under hand-picked
+"best" options; times come from ``Kernel.benchmark`` (median of ``--repeat`` runs after a
+warm-up run). numpy does the same work with its separate operations (``A @ B`` for matmul).
+The table gives median milliseconds and the ratio numpy / tcmlir (> 1: tcmlir is faster), for
+each thread count of ``--threads`` (0 = all cores). Then the median time from source to a
+callable kernel (``tc.define`` + ``compile``) for the 512^3 matmul, default options.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
-import islpy as isl
 import numpy as np
 
-from tcmlir import lang
-from tcmlir.codegen.host import compile_host
-from tcmlir.errors import Source
-from tcmlir.poly.scheduler import compute_schedule
-from tcmlir.poly.state import CompileState
+import tcmlir as tc
 
-CHAIN = "def chain(float(N) A, float(N) B) -> (O) { O(i) = tanh(A(i)) * B(i) + exp(-A(i)) }"
+CHAIN_ARITH = ("def chain(float(N) A, float(N) B, float(N) C) -> (O) "
+               "{ O(i) = A(i) * B(i) + C(i) * 0.5 - A(i) }")
+CHAIN_MATH = ("def chainm(float(N) A, float(N) B) -> (O) "
+              "{ O(i) = tanh(A(i)) * B(i) + exp(-A(i)) }")
 SOFTMAX = """def softmax(float(N, M) X) -> (Y) {
   mx(n) max=! X(n, m)
   e(n, m) = exp(X(n, m) - mx(n))
@@ -34,32 +37,69 @@ SOFTMAX = """def softmax(float(N, M) X) -> (Y) {
 MATMUL = "def matmul(float(M, K) A, float(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }"
 
 
-def mark_parallel(schedule: isl.Schedule) -> isl.Schedule:
-    """Insert a ``parallel`` mark above each outermost band whose first member is coincident
-    (a stand-in for the ``mark-parallel`` pass while the pass library is being written)."""
-    def visit(node: isl.ScheduleNode) -> isl.ScheduleNode:
-        if node.get_type() == isl.schedule_node_type.band:
-            if node.band_member_get_coincident(0):
-                node = node.insert_mark(isl.Id("parallel", context=node.get_ctx()))
-                node = node.child(0)
-            return node
-        for i in range(node.n_children()):
-            node = visit(node.child(i)).parent()
-        return node
-
-    return visit(schedule.get_root()).get_schedule()
+def default_options() -> tc.MappingOptions:
+    """What ``fn(*inputs)`` uses on target cpu without options (see TCFunction.compile)."""
+    return tc.MappingOptions.naive()
 
 
-def compile_cpu(text: str, sizes: dict[str, int], threads: int | None):
-    fn = lang.check(lang.parse(text), source=Source(text))
-    state = CompileState.initial(fn, sizes)
-    sched = mark_parallel(compute_schedule(state.scop, state.deps, "max"))
-    from dataclasses import replace
+def best_options(kind: str) -> tc.MappingOptions:
+    """Hand-picked options per kernel kind (found with this script)."""
+    base = tc.MappingOptions.naive()
+    if kind == "elementwise":
+        return base.tile(0).outer_schedule_fusion_strategy("max")
+    if kind == "softmax":
+        return base.tile(0).outer_schedule_fusion_strategy("max")
+    return base.tile(32, 64, 64)
 
-    return compile_host(replace(state, schedule=sched), threads=threads)
+
+def cases(small: bool):
+    rng = np.random.default_rng(0)
+    n = 1 << (18 if small else 22)
+    rows, cols = (512, 256) if small else (4096, 1024)
+    f32 = np.float32
+    A, B, C = (rng.standard_normal(n, dtype=f32) for _ in range(3))
+    X = rng.standard_normal((rows, cols), dtype=f32)
+
+    def np_chain():
+        return A * B + C * f32(0.5) - A
+
+    def np_chainm():
+        return np.tanh(A) * B + np.exp(-A)
+
+    def np_softmax():
+        e = np.exp(X - X.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    out = [
+        (f"chain arith {n >> 20}M" if n >= 1 << 20 else "chain arith", CHAIN_ARITH, (A, B, C),
+         np_chain, "elementwise"),
+        (f"chain exp/tanh {n >> 20}M" if n >= 1 << 20 else "chain exp/tanh", CHAIN_MATH, (A, B),
+         np_chainm, "elementwise"),
+        (f"softmax {rows}x{cols}", SOFTMAX, (X,), np_softmax, "softmax"),
+    ]
+    for mm in ((128,) if small else (512, 1024)):
+        P = rng.standard_normal((mm, mm), dtype=f32)
+        Q = rng.standard_normal((mm, mm), dtype=f32)
+        out.append((f"matmul {mm}^3", MATMUL, (P, Q), lambda P=P, Q=Q: P @ Q, "matmul"))
+    return out
 
 
-def median_time(f, repeat: int) -> float:
+def blas_threads_setter():
+    """A function setting numpy's OpenBLAS thread count (None if not found: BLAS keeps its own)."""
+    import ctypes
+
+    with open(f"/proc/{os.getpid()}/maps") as maps:
+        libs = {line.split()[-1] for line in maps if "openblas" in line.lower()}
+    for path in libs:
+        lib = ctypes.CDLL(path)
+        for sym in ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_",
+                    "openblas_set_num_threads"):
+            if hasattr(lib, sym):
+                return getattr(lib, sym)
+    return None
+
+
+def median(f, repeat: int) -> float:
     f()
     times = []
     for _ in range(repeat):
@@ -69,51 +109,59 @@ def median_time(f, repeat: int) -> float:
     return statistics.median(times)
 
 
+def rel_err(got, want) -> float:
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return float(np.max(np.abs(got - want)) / max(1e-30, float(np.max(np.abs(want)))))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--small", action="store_true", help="smaller sizes (a quick check)")
+    ap.add_argument("--threads", default="1,0", help="comma-separated thread counts (0: all)")
+    ap.add_argument("--only", default="", help="comma-separated name prefixes to run")
+    ap.add_argument("--no-best", action="store_true", help="skip the hand-picked options")
     args = ap.parse_args()
-    rng = np.random.default_rng(0)
-    n = 1 << (18 if args.small else 22)
-    rows, cols = (512, 256) if args.small else (4096, 1024)
+    only = [s for s in args.only.split(",") if s]
+    set_blas = blas_threads_setter()
+    threads = [int(t) for t in args.threads.split(",")]
+    load = os.getloadavg()
+    print(f"# cores {os.cpu_count()}, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, "
+          f"median of {args.repeat} runs")
+    print(f"{'kernel':<22}{'thr':>4}{'numpy ms':>10}{'default ms':>12}{'ratio':>7}"
+          f"{'best ms':>10}{'ratio':>7}  best options")
+    for name, src, inputs, ref, kind in cases(args.small):
+        if only and not any(name.startswith(o) for o in only):
+            continue
+        fn = tc.define(src, target="cpu")
+        want = ref()
+        for thr in threads:
+            if set_blas is not None:
+                set_blas(thr or os.cpu_count())
+            t_np = median(ref, args.repeat)
+            row = f"{name:<22}{thr or os.cpu_count():>4}{t_np * 1e3:>10.2f}"
+            variants = [default_options()] + ([] if args.no_best else [best_options(kind)])
+            for opts in variants:
+                kernel = fn.compile(*inputs, options=opts.with_threads(thr))
+                got = kernel.launch(*inputs)
+                err = rel_err(got, want)
+                assert err < 1e-3, f"{name}: relative error {err:g}"
+                t = statistics.median(kernel.benchmark(*inputs, runs=args.repeat + 1)[1:])
+                row += f"{t * 1e3:>{12 if opts is variants[0] else 10}.2f}{t_np / t:>7.2f}"
+            if not args.no_best:
+                row += f"  {best_options(kind).to_pipeline('cpu')}"
+            print(row, flush=True)
+
     mm = 128 if args.small else 512
-
-    A, B = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
-    Out = np.empty_like(A)
-    X = rng.standard_normal((rows, cols), dtype=np.float32)
-    Y = np.empty_like(X)
-    P, Q = rng.standard_normal((mm, mm), dtype=np.float32), rng.standard_normal((mm, mm), dtype=np.float32)
-    C = np.empty((mm, mm), np.float32)
-
-    def np_chain():
-        return np.tanh(A) * B + np.exp(-A)
-
-    def np_softmax():
-        e = np.exp(X - X.max(axis=1, keepdims=True))
-        return e / e.sum(axis=1, keepdims=True)
-
-    cases = [
-        ("chain 4M" if not args.small else "chain", CHAIN, {"N": n}, {"A": A, "B": B, "O": Out}, np_chain, "O"),
-        (f"softmax {rows}x{cols}", SOFTMAX, {"N": rows, "M": cols}, {"X": X, "Y": Y}, np_softmax, "Y"),
-        (f"matmul {mm}^3", MATMUL, {"M": mm, "N": mm, "K": mm}, {"A": P, "B": Q, "C": C}, lambda: P @ Q, "C"),
-    ]
-    print(f"{'kernel':<22}{'cpu ms':>10}{'numpy ms':>10}{'numpy/cpu':>11}")
-    for name, text, sizes, arrays, ref, out in cases:
-        k = compile_cpu(text, sizes, args.threads)
-        t_cpu = median_time(lambda k=k, a=arrays, s=sizes: k.run(a, s), args.repeat)
-        t_np = median_time(ref, args.repeat)
-        err = float(np.max(np.abs(arrays[out] - ref())))
-        print(f"{name:<22}{t_cpu * 1e3:>10.3f}{t_np * 1e3:>10.3f}{t_np / t_cpu:>11.2f}   (max |err| {err:.1e})")
-
-    sizes = {"M": mm, "N": mm, "K": mm}
-    compile_times = []
+    rng = np.random.default_rng(1)
+    P = rng.standard_normal((mm, mm), dtype=np.float32)
+    times = []
     for _ in range(5):
         t0 = time.perf_counter()
-        compile_cpu(MATMUL, sizes, args.threads)
-        compile_times.append(time.perf_counter() - t0)
-    print(f"matmul source -> kernel: median {statistics.median(compile_times) * 1e3:.1f} ms")
+        tc.define(MATMUL, target="cpu").compile(P, P)
+        times.append(time.perf_counter() - t0)
+    print(f"matmul {mm}^3 source -> callable kernel (define + compile, default options): "
+          f"median {statistics.median(times) * 1e3:.1f} ms of 5")
 
 
 if __name__ == "__main__":

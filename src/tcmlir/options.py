@@ -223,6 +223,7 @@ class MappingOptions:
             steps.append(f"tile{{sizes={ints(tiles)}}}")
         if target == "cpu":
             steps.append("mark-parallel")
+            steps.append("vectorize")  # a unit-stride parallel member innermost, if legal
         elif target == "cuda":
             steps.append(f"map-to-blocks{{grid={ints(self.grid)}}}")
             steps.append(f"map-to-threads{{block={ints(self.block)}}}")

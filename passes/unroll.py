@@ -1,0 +1,90 @@
+"""The `unroll` pass: strip-mine the innermost band member and have isl unroll the strip."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import islpy as isl
+
+from ..poly.state import CompileState
+from ..poly.tree import path_of
+from .base import Pass, register
+
+__all__ = ["Unroll", "leaf_band_paths", "unroll_band"]
+
+_BAND = isl.schedule_node_type.band
+
+
+@register
+@dataclass(frozen=True)
+class Unroll(Pass):
+    """Unroll the innermost loop of every innermost band by ``factor``.
+
+    For each band with no band below it, its last member is split into a band of its own and
+    strip-mined by ``factor`` (a strip loop ``floor(x / factor)`` over a point loop
+    ``x - factor * floor(x / factor)`` in ``[0, factor)``); the point loop's isl AST loop type
+    is set to ``unroll``, so isl's AST builder emits ``factor`` copies of the body (with the
+    guards a partial strip needs) instead of a loop. Execution order is unchanged, so the pass
+    is legal by construction (the pass manager proves it anyway). ``factor=1`` does nothing.
+    Requires a schedule.
+    """
+
+    name = "unroll"
+    requires_schedule = True
+    factor: int = 4
+
+    def __post_init__(self):
+        if self.factor < 1:
+            raise ValueError(f"unroll factor must be >= 1, got {self.factor}")
+
+    def run(self, state: CompileState) -> CompileState:
+        schedule = state.schedule
+        assert schedule is not None
+        if self.factor == 1:
+            return state
+        # Deepest first: transforming a band leaves the paths of bands outside it valid.
+        for path in sorted(leaf_band_paths(schedule), key=len, reverse=True):
+            node = schedule.get_root()
+            for pos in path:
+                node = node.child(pos)
+            schedule = unroll_band(node, self.factor).get_schedule()
+        return dataclasses.replace(state, schedule=schedule)
+
+
+def leaf_band_paths(schedule: isl.Schedule) -> list[tuple[int, ...]]:
+    """Paths of the bands with no band node in their subtree (the innermost bands)."""
+    found: list[tuple[int, ...]] = []
+
+    def visit(node: isl.ScheduleNode) -> bool:
+        if node.get_type() == _BAND:
+            inner: list[bool] = []
+
+            def probe(n: isl.ScheduleNode) -> bool:
+                if n.get_type() == _BAND:
+                    inner.append(True)
+                    return False
+                return True
+
+            for i in range(node.n_children()):
+                node.child(i).foreach_descendant_top_down(probe)
+            if not inner:
+                found.append(path_of(node))
+        return True
+
+    schedule.get_root().foreach_descendant_top_down(visit)
+    return found
+
+
+def unroll_band(node: isl.ScheduleNode, factor: int) -> isl.ScheduleNode:
+    """Strip-mine the last member of band ``node`` by ``factor`` and mark the strip unrolled;
+    returns a node in the transformed tree."""
+    n = node.band_n_member()
+    if n > 1:
+        node = node.band_split(n - 1).child(0)
+    ctx = node.get_ctx()
+    ctx.set_tile_scale_tile_loops(0)
+    ctx.set_tile_shift_point_loops(1)
+    sizes = isl.MultiVal.zero(node.band_get_space()).set_at(0, isl.Val.int_from_si(ctx, factor))
+    node = node.band_tile(sizes).child(0)
+    return node.band_member_set_ast_loop_type(0, isl.ast_loop_type.unroll)
