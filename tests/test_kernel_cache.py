@@ -1,0 +1,120 @@
+"""Compiled artifacts in the persistent cache: host objects across processes, keys, bypass,
+corruption (CUDA's PTX and cubin rows are checked by the gpu-marked test)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tcmlir as tc
+from tcmlir.cache import KernelCache
+from tcmlir.cache.artifacts import COUNTERS, kernel_artifact_key
+from tcmlir.cache.keys import artifact_digest
+from tcmlir.options import MappingOptions
+
+MATMUL = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
+
+_CHILD = """
+import json, sys, numpy as np, tcmlir as tc
+from tcmlir import compiler
+from tcmlir.cache.artifacts import COUNTERS
+fn = tc.define(sys.argv[1], target="cpu")
+a = np.arange(12 * 8, dtype=np.float32).reshape(12, 8) / 50
+b = np.arange(8 * 10, dtype=np.float32).reshape(8, 10) / 40
+ok = bool(np.allclose(fn(a, b), a @ b, rtol=1e-5))
+print(json.dumps({"ok": ok, **COUNTERS.as_dict(),
+                  "compiles": compiler.COMPILE_COUNTS["compile_kernel"]}))
+"""
+
+
+def _child(tmp_path, env_extra=None) -> dict:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "TCMLIR_ALWAYS_COMPILE"}
+    env.update({"TCMLIR_CACHE_DIR": str(tmp_path / "cache"), **(env_extra or {})})
+    proc = subprocess.run([sys.executable, "-c", _CHILD, MATMUL], capture_output=True,
+                          text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_second_process_loads_the_host_object_without_llvm_codegen(tmp_path):
+    first = _child(tmp_path)
+    assert first["ok"] and first["misses"] == 1 and first["writes"] == 1
+    assert first["host_codegen"] == 1
+    second = _child(tmp_path)
+    assert second["ok"] and second["hits"] == 1 and second["host_codegen"] == 0
+    assert second["writes"] == 0
+    forced = _child(tmp_path, {"TCMLIR_ALWAYS_COMPILE": "1"})
+    assert forced["ok"] and forced["hits"] == 0 and forced["host_codegen"] == 1
+
+
+def _snapshot() -> dict:
+    return COUNTERS.as_dict()
+
+
+def _delta(before: dict) -> dict:
+    return {k: v - before[k] for k, v in COUNTERS.as_dict().items()}
+
+
+def test_corrupted_artifact_is_dropped_and_rebuilt(tmp_path, monkeypatch):
+    monkeypatch.setenv("TCMLIR_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TCMLIR_ALWAYS_COMPILE", raising=False)
+    a, b = np.ones((6, 5), np.float32), np.ones((5, 4), np.float32)
+    tc.define(MATMUL, target="cpu").compile(a, b)
+    db = tmp_path / "cache.sqlite3"
+    with sqlite3.connect(db) as conn:
+        n = conn.execute("UPDATE artifacts SET payload = zeroblob(length(payload))").rowcount
+    assert n == 1
+    before = _snapshot()
+    fn = tc.define(MATMUL, target="cpu")  # a fresh function: no in-memory kernel
+    np.testing.assert_allclose(fn(a, b), a @ b)
+    d = _delta(before)
+    assert d["misses"] == 1 and d["host_codegen"] == 1 and d["writes"] == 1
+    assert KernelCache(db).entries(kind="host-object")  # rebuilt
+
+
+def test_artifact_key_names_what_changes_the_code():
+    fn = tc.define(MATMUL, target="cpu")
+    a, b = np.ones((6, 5), np.float32), np.ones((5, 4), np.float32)
+    a2, b2 = np.ones((7, 5), np.float32), np.ones((5, 4), np.float32)
+    sig, sig2 = fn.signature(a, b), fn.signature(a2, b2)
+    naive = MappingOptions.naive()
+
+    def digest(signature, opts, arch="cpu-x", kind="host-object"):
+        return artifact_digest(kernel_artifact_key(fn, signature, opts, arch, kind))
+
+    base = digest(sig, naive)
+    assert base == digest(sig, MappingOptions.from_json(naive.to_json()))
+    assert base != digest(sig2, naive)  # sizes matter for a specialised kernel
+    assert base != digest(sig, naive.tile(8, 8))
+    assert base != digest(sig, naive, arch="cpu-y")
+    assert base != digest(sig, naive, kind="llvm-ir")
+    par = naive.with_parametric()
+    assert digest(sig, par) == digest(sig2, par)  # only ranks and dtypes for parametric
+    assert digest(sig, par) != base
+    key = kernel_artifact_key(fn, sig, naive, "cpu-x", "host-object")
+    assert key["source"] == fn.canonical_source and key["entry"] == "mm"
+    assert key["tcmlir_version"] and key["llvm_version"]
+
+
+@pytest.mark.gpu
+def test_cuda_ptx_and_cubin_are_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("TCMLIR_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TCMLIR_ALWAYS_COMPILE", raising=False)
+    a, b = np.ones((64, 32), np.float32), np.ones((32, 48), np.float32)
+    before = _snapshot()
+    np.testing.assert_allclose(np.asarray(tc.define(MATMUL, target="cuda")(a, b)), a @ b)
+    d = _delta(before)
+    assert d["ptx_emits"] == 1 and d["cubin_links"] == 1 and d["writes"] == 2
+    before = _snapshot()
+    np.testing.assert_allclose(np.asarray(tc.define(MATMUL, target="cuda")(a, b)), a @ b)
+    d = _delta(before)
+    assert d["ptx_emits"] == 0 and d["cubin_links"] == 0 and d["hits"] == 2
+    kinds = {e.kind for e in KernelCache(tmp_path / "cache.sqlite3").entries()}
+    assert kinds == {"ptx", "cubin"}
