@@ -30,6 +30,7 @@ comments and hands them to the code generator as mark nodes.
 from __future__ import annotations
 
 from . import (  # noqa: F401  (registration)
+    map_reductions,
     map_to_blocks,
     map_to_threads,
     mark_parallel,

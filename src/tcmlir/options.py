@@ -227,6 +227,9 @@ class MappingOptions:
         elif target == "cuda":
             steps.append(f"map-to-blocks{{grid={ints(self.grid)}}}")
             steps.append(f"map-to-threads{{block={ints(self.block)}}}")
+            # a reduction member left sequential goes to threadIdx.x with a block combine
+            # (only where the kernel has at most one thread-mapped member; passes/map_reductions)
+            steps.append(f"map-reduction{{threads={self.block[0]}}}")
             if self.use_shared_memory:
                 steps.append(f"promote-shared{{depth={self.shared_depth},"
                              f"max-bytes={self.max_shared_memory}}}")

@@ -107,6 +107,12 @@ def parse_kernel_mark(name: str) -> tuple[tuple[int, int, int], tuple[int, int, 
     return grid, block  # type: ignore[return-value]
 
 
+def _reduction_mark(name: str) -> tuple[int, int] | None:
+    """(statement, threads) of a ``reduction S<k> threads=B`` mark (passes/map_reductions)."""
+    m = re.match(r"^reduction S(\d+) threads=(\d+)$", name.strip())
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
 # ---------------------------------------------------------------- the target strategy
 
 
@@ -136,6 +142,14 @@ class NvptxTarget(Target):
     def mark(self, walker: GroupWalker, name: str, child: isl.AstNode) -> None:
         if parse_kernel_mark(name) is not None:
             raise CodegenError(f"kernel mark {name!r} nested in another kernel")
+        red = _reduction_mark(name)
+        if red is not None:
+            from .gpu_reduce import ReducingWalker
+
+            if not isinstance(walker, ReducingWalker):
+                raise CodegenError(f"mark {name!r} outside a kernel")
+            walker.reduce(*red, child)
+            return
         walker.node(child)
 
 
@@ -221,7 +235,9 @@ class _KernelLowerer(Lowerer):
             body.args[i].add_attribute("noalias")
         for a, n in zip(body.args[nbuf:], ("sizes", "lo", "hi", "err"), strict=True):
             a.name = n
-        walker = GroupWalker(self, body, parallel=False)
+        from .gpu_reduce import ReducingWalker
+
+        walker = ReducingWalker(self, body, parallel=False)
         b = walker.builder
         for cond, taken in guards:
             c = walker.expr(cond)

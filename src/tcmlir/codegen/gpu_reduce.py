@@ -1,0 +1,232 @@
+"""Block-wide reductions on NVPTX: what a ``reduction S<k> threads=B`` mark becomes.
+
+The `map-reduction` pass puts the mark above a band whose member is split over ``threadIdx.x``
+(``v mod B = _tx``); every thread of the block reaches the mark (no ``_tx`` guard lies above it)
+and, at the mark, all instances of ``S<k>`` below it write one lhs element. Lowering:
+
+1. on entry, a private accumulator (an alloca, promoted to a register) is set to the
+   reduction's identity, and a private i64 ``offset`` of the lhs element to -1;
+2. in the subtree, ``S<k>`` folds its right-hand side into the accumulator and records the lhs
+   offset (it never touches the lhs in memory); ``S<k>_init`` and other statements are as usual;
+3. the combine: butterfly warp shuffles (``llvm.nvvm.shfl.sync.bfly.{f32,i32}``; 64-bit values
+   as two 32-bit halves) fold the accumulators, and take the max of the offsets (threads that
+   ran no instance hold -1); lane 0 of each warp writes both to static shared arrays
+   (address space 3, one slot per warp); ``llvm.nvvm.barrier0``; thread 0 folds the warps'
+   values and, when some thread ran an instance, does ``lhs = op(lhs, total)``; a second barrier
+   so that the shared slots may be reused and later statements of the kernel see the lhs.
+
+Blocks of fewer than 32 threads (B a power of two) shuffle within the partial warp, with the
+member mask ``(1 << B) - 1``. Operators and NaN rules are those of `exprs.ExprEmitter.arith`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import islpy as isl
+from llvmlite import ir
+
+from ..errors import CodegenError
+from .exprs import _COMBINE, I32, I64, ExprEmitter, const, value_type
+from .lower import _STMT, GroupWalker, _id_names
+from .target import declare
+
+if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Mapping
+
+__all__ = ["ReducingWalker", "ReductionScope", "accumulate", "combine", "enter"]
+
+_NEG1 = ir.Constant(I64, -1)
+
+
+@dataclass
+class ReductionScope:
+    statement: int
+    threads: int
+    acc: ir.Value      # alloca of the value type
+    offset: ir.Value   # alloca i64
+
+
+def enter(walker: GroupWalker, statement: int, threads: int) -> ReductionScope:
+    """Allocate and initialise the private accumulator of ``S<statement>``."""
+    fn = walker.fn
+    st = fn.statements[statement]
+    if st.reduction is None:
+        raise CodegenError(f"reduction mark on statement S{statement}, which is not a reduction")
+    if threads < 1 or threads > 1024 or threads & (threads - 1):
+        raise CodegenError(f"reduction mark: threads={threads} is not a power of two <= 1024")
+    dt = fn.tensor(st.tensor).dtype.compute
+    ty = value_type(dt)
+    if not isinstance(ty, (ir.FloatType, ir.DoubleType)) and ty not in (I32, I64):
+        raise CodegenError(f"reduction mark on S{statement}: {dt} values cannot be shuffled")
+    acc = walker.entry.alloca(ty, name=f"red.acc.{statement}")
+    off = walker.entry.alloca(I64, name=f"red.off.{statement}")
+    b = walker.builder
+    b.store(const(dt, st.reduction.identity(dt)), acc)
+    b.store(_NEG1, off)
+    return ReductionScope(statement, threads, acc, off)
+
+
+def accumulate(walker: GroupWalker, scope: ReductionScope, env: Mapping[str, ir.Value]) -> None:
+    """One instance of ``S<k>`` into the private accumulator."""
+    st = walker.fn.statements[scope.statement]
+    em = ExprEmitter(walker, env, scope.statement)
+    missing = [n for n in st.index_names if n not in env]
+    if missing:
+        raise em.error(st, f"statement without values for indices {missing}")
+    off = em.offset(st.tensor, [env[n] for n in st.lhs])
+    dt = walker.fn.tensor(st.tensor).dtype.compute
+    val = em.value(st.rhs)
+    if val.type != value_type(dt):
+        raise em.error(st.rhs, f"a {st.rhs.dtype} value reduced into {dt} tensor {st.tensor}")
+    b = walker.builder
+    b.store(em.arith(_COMBINE[st.reduction], b.load(scope.acc), val, dt, st), scope.acc)
+    b.store(off, scope.offset)
+
+
+# ---------------------------------------------------------------- the combine
+
+
+def _shfl(b: ir.IRBuilder, value: ir.Value, lane: int, mask: int) -> ir.Value:
+    """``shfl.sync.bfly`` of a 32- or 64-bit value (64-bit: two 32-bit halves)."""
+    ty = value.type
+    args = [ir.Constant(I32, mask), None, ir.Constant(I32, lane), ir.Constant(I32, 31)]
+    if isinstance(ty, ir.FloatType) or ty == I32:
+        suffix = "f32" if isinstance(ty, ir.FloatType) else "i32"
+        fn = declare(b.module, f"llvm.nvvm.shfl.sync.bfly.{suffix}",
+                     ir.FunctionType(ty, [I32, ty, I32, I32]))
+        args[1] = value
+        return b.call(fn, args)
+    bits = b.bitcast(value, I64) if isinstance(ty, ir.DoubleType) else value
+    fn = declare(b.module, "llvm.nvvm.shfl.sync.bfly.i32", ir.FunctionType(I32, [I32, I32, I32, I32]))
+    lo = b.call(fn, [args[0], b.trunc(bits, I32), args[2], args[3]])
+    hi = b.call(fn, [args[0], b.trunc(b.lshr(bits, ir.Constant(I64, 32)), I32), args[2], args[3]])
+    out = b.or_(b.zext(lo, I64), b.shl(b.zext(hi, I64), ir.Constant(I64, 32)))
+    return b.bitcast(out, ty) if isinstance(ty, ir.DoubleType) else out
+
+
+def _barrier(b: ir.IRBuilder) -> None:
+    b.call(declare(b.module, "llvm.nvvm.barrier0", ir.FunctionType(ir.VoidType(), [])), [])
+
+
+def _shared(module: ir.Module, ty: ir.Type, count: int, stem: str) -> ir.GlobalVariable:
+    n = 0
+    while f"{stem}.{n}" in module.globals:
+        n += 1
+    g = ir.GlobalVariable(module, ir.ArrayType(ty, count), f"{stem}.{n}", addrspace=3)
+    g.linkage = "internal"
+    g.initializer = ir.Constant(ir.ArrayType(ty, count), ir.Undefined)
+    g.align = 8
+    return g
+
+
+def _smax(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    return b.select(b.icmp_signed(">", x, y), x, y)
+
+
+def _if(b: ir.IRBuilder, cond: ir.Value, name: str):
+    then = b.append_basic_block(f"{name}.then")
+    done = b.append_basic_block(f"{name}.end")
+    b.cbranch(cond, then, done)
+    b.position_at_end(then)
+    return done
+
+
+def combine(walker: GroupWalker, scope: ReductionScope) -> None:
+    """Combine the block's accumulators and fold the total into the lhs (thread 0)."""
+    b = walker.builder
+    st = walker.fn.statements[scope.statement]
+    dt = walker.fn.tensor(st.tensor).dtype.compute
+    em = ExprEmitter(walker, {}, scope.statement)
+    op = _COMBINE[st.reduction]
+    threads = scope.threads
+    acc, off = b.load(scope.acc), b.load(scope.offset)
+    width = min(threads, 32)
+    mask = -1 if width == 32 else (1 << width) - 1
+    step = width // 2
+    while step >= 1:
+        acc = em.arith(op, acc, _shfl(b, acc, step, mask), dt, st)
+        off = _smax(b, off, _shfl(b, off, step, mask))
+        step //= 2
+    tid = b.trunc(walker.param("_tx"), I32)
+    is0 = b.icmp_unsigned("==", tid, ir.Constant(I32, 0))
+    warps = (threads + 31) // 32
+    if warps > 1:
+        vals = _shared(b.module, acc.type, warps, "red.vals")
+        offs = _shared(b.module, I64, warps, "red.offs")
+        lane0 = b.icmp_unsigned("==", b.and_(tid, ir.Constant(I32, 31)), ir.Constant(I32, 0))
+        done = _if(b, lane0, "red.warp")
+        warp = b.zext(b.lshr(tid, ir.Constant(I32, 5)), I64)
+        zero = ir.Constant(I64, 0)
+        b.store(acc, b.gep(vals, [zero, warp], inbounds=True))
+        b.store(off, b.gep(offs, [zero, warp], inbounds=True))
+        b.branch(done)
+        b.position_at_end(done)
+    _barrier(b)
+    done = _if(b, is0, "red.fold")
+    if warps > 1:
+        zero = ir.Constant(I64, 0)
+        acc = b.load(b.gep(vals, [zero, zero], inbounds=True))
+        off = b.load(b.gep(offs, [zero, zero], inbounds=True))
+        for w in range(1, warps):
+            slot = ir.Constant(I64, w)
+            acc = em.arith(op, acc, b.load(b.gep(vals, [zero, slot], inbounds=True)), dt, st)
+            off = _smax(b, off, b.load(b.gep(offs, [zero, slot], inbounds=True)))
+    ran = b.icmp_signed(">=", off, ir.Constant(I64, 0))
+    inner = _if(b, ran, "red.store")
+    em.store(st.tensor, off, em.arith(op, em.load(st.tensor, off), acc, dt, st))
+    b.branch(inner)
+    b.position_at_end(inner)
+    b.branch(done)
+    b.position_at_end(done)
+    _barrier(b)
+
+
+# ---------------------------------------------------------------- the walk
+
+
+class ReducingWalker(GroupWalker):
+    """The kernel walk with reduction marks: `reduce` lowers the subtree under a mark;
+    ``S<k>`` below it goes to the private accumulator. A reduction mark below a loop or ``if``
+    that reads ``_tx`` is an internal error (some threads would miss the barriers)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.scopes: list[ReductionScope] = []
+        self.tx_guards = 0
+
+    def reduce(self, statement: int, threads: int, child: isl.AstNode) -> None:
+        if self.tx_guards or self.scopes:
+            raise CodegenError(f"reduction mark of S{statement} lies under a loop or condition "
+                               "on _tx, or in another reduction: the GPU mapping is broken")
+        scope = enter(self, statement, threads)
+        self.scopes.append(scope)
+        self.node(child)
+        self.scopes.pop()
+        combine(self, scope)
+
+    def _guarded(self, exprs: list[isl.AstExpr], walk, node: isl.AstNode) -> None:
+        tx = any("_tx" in _id_names(e) for e in exprs)
+        self.tx_guards += tx
+        walk(node)
+        self.tx_guards -= tx
+
+    def loop(self, node: isl.AstNode) -> None:
+        self._guarded([node.for_get_init(), node.for_get_cond(), node.for_get_inc()],
+                      super().loop, node)
+
+    def branch(self, node: isl.AstNode) -> None:
+        self._guarded([node.if_get_cond()], super().branch, node)
+
+    def user(self, node: isl.AstNode) -> None:
+        call = node.user_get_expr()
+        m = _STMT.match(call.get_op_arg(0).get_id().get_name()) if call.get_op_n_arg() else None
+        if not self.scopes or m is None or m.group(2) or int(m.group(1)) != self.scopes[-1].statement:
+            super().user(node)
+            return
+        st = self.fn.statements[self.scopes[-1].statement]
+        args = [self.expr(call.get_op_arg(i + 1)) for i in range(call.get_op_n_arg() - 1)]
+        if len(args) != len(st.index_names):
+            raise CodegenError(f"isl AST call {call.to_C_str()} has {len(args)} arguments")
+        accumulate(self, self.scopes[-1], dict(zip(st.index_names, args, strict=True)))
