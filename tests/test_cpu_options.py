@@ -1,0 +1,144 @@
+"""target="cpu" against target="numpy" under the option sets a CPU honours (issue 4).
+
+Every corpus case runs on the host JIT under at least two option sets out of: tile sizes 1,
+3,3,3 and 32,32,32, no tiling, each fusion strategy, threads 1 and 2, unroll 4 (and 3 with
+odd tiles), with fresh random inputs and, where the case writes every element of its outputs,
+poisoned ``outputs=``; comparisons in float64 (`assert_outputs_close`). The option sets rotate
+over the cases (case i gets sets i, i + 4 and i + 8, each at one of its awkward size
+assignments), so the file stays quick while every set meets over a quarter of the corpus. Random programs from
+`strategies_programs` run under a random option set too. The CPU passes (`vectorize`,
+`unroll`) are checked for what they do to the loops.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import numpy as np
+import pytest
+from conftest import target_unavailable_reason
+from corpus import assert_outputs_close, check_against_reference, poisoned_like, run_program
+from corpus.programs import CASES, case_by_name
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies_programs import programs
+
+import tcmlir as tc
+
+pytestmark = pytest.mark.skipif(target_unavailable_reason("cpu") is not None,
+                                reason=str(target_unavailable_reason("cpu")))
+
+_BASE = tc.MappingOptions.naive()
+OPTION_SETS: dict[str, tc.MappingOptions] = {
+    "tile1": _BASE.tile(1),
+    "tile3": _BASE.tile(3, 3, 3),
+    "tile32": _BASE.tile(32, 32, 32),
+    "untiled": _BASE.tile(0),
+    "fusion-max": _BASE.outer_schedule_fusion_strategy("max").tile(3, 3, 3),
+    "fusion-p3c": _BASE.outer_schedule_fusion_strategy("preserve3coincident").tile(0),
+    "fusion-min": _BASE.outer_schedule_fusion_strategy("min"),
+    "threads1": _BASE.with_threads(1),
+    "threads2": _BASE.with_threads(2).tile(0),
+    "unroll4": _BASE.unroll(4),
+    "unroll3-tile5": _BASE.tile(5, 5, 5).unroll(3).with_threads(2),
+}
+_NAMES = list(OPTION_SETS)
+
+
+def _rotation() -> list:
+    params = []
+    for i, case in enumerate(CASES):
+        for j, shift in enumerate((0, 4, 8)):
+            name = _NAMES[(i + shift) % len(_NAMES)]
+            sizes = case.sizes[(i + j) % len(case.sizes)]
+            label = ",".join(f"{k}={v}" for k, v in sizes.items())
+            params.append(pytest.param(case, sizes, name, id=f"{case.name}[{label}]-{name}"))
+    return params
+
+
+@functools.cache
+def _define(source: str, entry: str | None, target: str):
+    return tc.define(source, name=entry, target=target)
+
+
+def test_rotation_covers_every_case_and_option_set():
+    seen_cases: dict[str, int] = {}
+    seen_sets = set()
+    for p in _rotation():
+        case, _, name = p.values
+        seen_cases[case.name] = seen_cases.get(case.name, 0) + 1
+        seen_sets.add(name)
+    assert all(n >= 3 for n in seen_cases.values()) and len(seen_cases) == len(CASES)
+    assert seen_sets == set(_NAMES)
+
+
+@pytest.mark.parametrize(("case", "sizes", "option_set"), _rotation())
+def test_case_cpu_matches_numpy(case, sizes, option_set, rng):
+    options = OPTION_SETS[option_set]
+    inputs = case.make_inputs(rng, **sizes)
+    reference = run_program(_define(case.source, case.entry, "numpy"),
+                            [np.copy(x) for x in inputs])
+    fn = _define(case.source, case.entry, "cpu")
+    context = f"{case.name} {sizes} {option_set}: {options.to_pipeline('cpu')}"
+    got = run_program(fn, inputs, options=options)
+    assert_outputs_close(got, reference, case.rtol, context=f"{context} (fresh outputs)")
+    if case.full_write:
+        outs = tuple(poisoned_like(r) for r in reference)
+        got = run_program(fn, inputs, outputs=outs, options=options)
+        assert_outputs_close(got, reference, case.rtol, context=f"{context} (outputs=)")
+        assert_outputs_close(outs, reference, case.rtol, context=f"{context} (arrays passed)")
+
+
+@settings(max_examples=50, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(program=programs(), option_set=st.sampled_from(_NAMES), seed=st.integers(0, 2**32 - 1))
+def test_random_program_cpu_matches_numpy(program, option_set, seed):
+    inputs = program.make_inputs(np.random.default_rng(seed))
+    check_against_reference(program.source, inputs, "cpu", OPTION_SETS[option_set], rtol=1e-3)
+
+
+# ---------------------------------------------------------------- what the CPU passes do
+
+MATMUL = case_by_name("matmul")
+
+
+def _loops(options: tc.MappingOptions, **sizes: int) -> str:
+    fn = tc.define(MATMUL.source, target="cpu")
+    inputs = MATMUL.make_inputs(np.random.default_rng(0), **sizes)
+    return fn.compile(*inputs, options=options).loops
+
+
+def test_cpu_pipeline_has_the_cpu_passes():
+    assert _BASE.to_pipeline("cpu").endswith("mark-parallel,vectorize")
+    assert _BASE.unroll(4).to_pipeline("cpu").endswith("vectorize,unroll{factor=4}")
+    assert "vectorize" not in _BASE.to_pipeline("cuda")
+
+
+def test_vectorize_puts_the_unit_stride_member_innermost():
+    # untiled matmul: the schedule's m, n, k becomes m, k, n (n walks C and B contiguously)
+    loops = _loops(_BASE.tile(0), M=4, K=40, N=6)  # k spans more than 32: moved out
+    innermost = [line for line in loops.splitlines() if "S0(" in line]
+    assert innermost, loops
+    assert all(re.fullmatch(r"S0\(c0, c2, (c1|0)\);", line.strip()) for line in innermost), loops
+
+
+def test_vectorize_keeps_a_short_innermost_point_loop():
+    # tiled 32: the k point loop (32 values) stays innermost for LLVM to unroll
+    loops = _loops(_BASE.tile(32, 32, 32), M=64, K=64, N=64)
+    assert "S0(32 * c0 + c3, 32 * c1 + c4, 32 * c2 + c5)" in loops, loops
+
+
+def test_unroll_leaves_no_innermost_loop():
+    plain = _loops(_BASE.tile(0), M=8, K=9, N=12)
+    unrolled = _loops(_BASE.tile(0).unroll(4), M=8, K=9, N=12)
+    assert unrolled.count("S0(") == 4 * plain.count("S0("), unrolled
+    assert unrolled.count("for (") == plain.count("for ("), unrolled  # a strip loop per loop
+
+
+@pytest.mark.parametrize("factor", [1, 2, 4, 7])
+def test_unroll_factors_agree_with_numpy(factor, rng):
+    case = case_by_name("softmax_outputs")
+    sizes = case.sizes[-1]
+    check_against_reference(case.source, case.make_inputs(rng, **sizes), "cpu",
+                            _BASE.tile(3, 3).unroll(factor))
