@@ -49,7 +49,7 @@ def best_options(kind: str) -> tc.MappingOptions:
         return base.tile(0).outer_schedule_fusion_strategy("max")
     if kind == "softmax":
         return base.tile(0).outer_schedule_fusion_strategy("max")
-    return base.tile(32, 64, 64)
+    return base.tile(16, 256, 64)
 
 
 def cases(small: bool):
