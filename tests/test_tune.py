@@ -169,7 +169,8 @@ def test_cpu_space_varies_only_what_the_host_honours():
     base = MappingOptions.naive()
     for _ in range(50):
         cand = space.sample(rng, base)
-        assert (cand.block, cand.grid, cand.unroll_factor) == (base.block, base.grid, 1)
+        assert (cand.block, cand.grid) == (base.block, base.grid)
+        assert not cand.use_shared_memory and not cand.use_private_memory
 
 
 # ---------------------------------------------------------------- worker pool

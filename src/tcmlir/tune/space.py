@@ -1,7 +1,7 @@
 """The search space of the autotuner: which MappingOptions fields vary, and over what values.
 
 The space depends on the target: only the fields the backend honours vary, so no evaluation
-is spent on knobs that change nothing. On the CPU: fusion, tiling, threads. On CUDA: fusion,
+is spent on knobs that change nothing. On the CPU: fusion, tiling, unrolling, threads. On CUDA: fusion,
 tiling, block, grid, unrolling. Shared/private promotion (``use_shared_memory``,
 ``use_private_memory``) is NOT varied: the CUDA backend does not implement the
 ``promote-shared``/``promote-private`` passes yet (the pipeline would name unknown passes);
@@ -25,7 +25,7 @@ from ..options import FUSION_STRATEGIES, MappingOptions
 __all__ = ["CPU_FIELDS", "CUDA_FIELDS", "DeviceLimits", "SearchSpace", "cuda_limits", "space_for"]
 
 _POW2 = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-CPU_FIELDS = ("fusion", "tile_sizes", "threads")
+CPU_FIELDS = ("fusion", "tile_sizes", "unroll_factor", "threads")
 CUDA_FIELDS = ("fusion", "tile_sizes", "block", "grid", "unroll_factor")
 
 
