@@ -18,6 +18,15 @@ import numpy as np
 import pytest
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+# The test run gets a cache database of its own: it neither reads the user's tuned options or
+# compiled kernels nor fills the user's cache directory (tests that need a specific cache set
+# TCMLIR_CACHE_DIR or pass a path themselves).
+if "TCMLIR_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["TCMLIR_CACHE_DIR"] = tempfile.mkdtemp(prefix="tcmlir-test-cache-")
+
 if TESTS_DIR not in sys.path:
     sys.path.insert(0, TESTS_DIR)
 
