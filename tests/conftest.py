@@ -23,9 +23,12 @@ TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 # compiled kernels nor fills the user's cache directory (tests that need a specific cache set
 # TCMLIR_CACHE_DIR or pass a path themselves).
 if "TCMLIR_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
     import tempfile
 
     os.environ["TCMLIR_CACHE_DIR"] = tempfile.mkdtemp(prefix="tcmlir-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["TCMLIR_CACHE_DIR"], True)
 
 if TESTS_DIR not in sys.path:
     sys.path.insert(0, TESTS_DIR)
