@@ -169,9 +169,24 @@ def _active(node: isl.ScheduleNode, deps: isl.UnionMap) -> isl.UnionMap:
 
 def _map_kernel(state: CompileState, schedule: isl.Schedule, path: tuple[int, ...],
                 km: KernelMark, threads: int, min_threads: int) -> isl.Schedule | None:
-    """``schedule`` with kernel ``path`` reduction-mapped, or None to leave it alone."""
+    """``schedule`` with kernel ``path`` reduction-mapped, or None to leave it alone.
+
+    The member tried first is the innermost one of the innermost band (merged with its tile
+    member when it was tiled); then, for a tile band over a point band, the tile band's last
+    member when it was left untiled (it moves below the point band).
+    """
     if km.block[1] > 1 or km.block[2] > 1:
         return None  # two or more members on threads: keep that mapping
+    for outer_last in (False, True):
+        mapped = _attempt(state, schedule, path, km, threads, min_threads, outer_last)
+        if mapped is not None:
+            return mapped
+    return None
+
+
+def _attempt(state: CompileState, schedule: isl.Schedule, path: tuple[int, ...],
+             km: KernelMark, threads: int, min_threads: int,
+             outer_last: bool) -> isl.Schedule | None:
     top = node_at(schedule, path).child(0)
     if top.get_type() == _FILTER:  # map-to-threads pinned an unused _tx to 0: free it again
         top = top.delete().insert_filter(_unpinned(top.filter_get_filter(), "_tx"))
@@ -186,6 +201,13 @@ def _map_kernel(state: CompileState, schedule: isl.Schedule, path: tuple[int, ..
         bands = [below.parent(), below]
     elif below is not None and below.get_type() == _BAND:
         bands = [outer, below]
+    if outer_last:
+        if len(bands) != 2:
+            return None
+        rband = _sink_outer_last(bands[1])
+        if rband is None:
+            return None
+        return _finish(state, rband, path, km, threads, min_threads)
     inner = bands[-1]
     mupa_in, perm_in, coin_in = _band_parts(inner)
     red = mupa_in.get_at(mupa_in.dim(isl.dim_type.out) - 1)
@@ -216,7 +238,27 @@ def _map_kernel(state: CompileState, schedule: isl.Schedule, path: tuple[int, ..
         node = top
         for _ in range(rband_depth):
             node = node.child(0)
-    rband = node
+    return _finish(state, node, path, km, threads, min_threads)
+
+
+def _sink_outer_last(inner: isl.ScheduleNode) -> isl.ScheduleNode | None:
+    """Move the last member of the band above ``inner`` to a new band below it."""
+    mupa_o, perm_o, coin_o = _band_parts(inner.parent())
+    red = mupa_o.get_at(mupa_o.dim(isl.dim_type.out) - 1)
+    node = inner.child(0).insert_partial_schedule(isl.MultiUnionPwAff.from_union_pw_aff(red))
+    node = node.parent().parent()  # the outer band
+    node = node.delete()
+    depth = 1
+    if mupa_o.dim(isl.dim_type.out) > 1:
+        node = _insert_band(node, _without_last(mupa_o), perm_o, coin_o[:-1])
+        depth = 2
+    for _ in range(depth):
+        node = node.child(0)
+    return node if node.get_type() == _BAND else None
+
+
+def _finish(state: CompileState, rband: isl.ScheduleNode, path: tuple[int, ...],
+            km: KernelMark, threads: int, min_threads: int) -> isl.Schedule | None:
     rpath = _path(rband)
     if not _checks(state, rband):
         return None
