@@ -206,6 +206,10 @@ class ReducingWalker(GroupWalker):
         self.scopes.pop()
         combine(self, scope)
 
+    def guard_on_tx(self, conds) -> None:
+        """Count the kernel-level guards that read ``_tx`` (a reduction below them is an error)."""
+        self.tx_guards += sum("_tx" in _id_names(c) for c in conds)
+
     def _guarded(self, exprs: list[isl.AstExpr], walk, node: isl.AstNode) -> None:
         tx = any("_tx" in _id_names(e) for e in exprs)
         self.tx_guards += tx
