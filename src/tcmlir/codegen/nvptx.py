@@ -238,7 +238,6 @@ class _KernelLowerer(Lowerer):
         from .gpu_reduce import ReducingWalker
 
         walker = ReducingWalker(self, body, parallel=False)
-        walker.guard_on_tx(cond for cond, _ in guards)
         b = walker.builder
         for cond, taken in guards:
             c = walker.expr(cond)
