@@ -125,65 +125,22 @@ def compile_host_cached(fn: Any, state: Any, signature: Any, options: Any, arch:
     """`codegen.host.compile_host` with the MCJIT object cache (see the module docstring)."""
     import llvmlite.binding as llvm
 
-    from ..codegen import host as hc
-    from ..codegen.lower import lower_function
-    from ..codegen.target import HostTarget
-    from ..poly.loops import build_ast
-    from ..runtime.host import GROUP_FN, RANGE_FN, EntryPoint, HostKernel
+    from ..codegen.host import compile_host
 
     cache = artifact_cache()
-    sizes = dict(getattr(state, "sizes", None) or {})
-    lowered = lower_function(state.fn, build_ast(state), HostTarget(), sizes)
-    key = None
-    cached = None
-    with hc._LOCK:
-        tm = hc.host_target_machine()
-        if cache is not None:
-            features = llvm.get_host_cpu_features().flatten()
-            key = kernel_artifact_key(fn, signature, options, arch, "host-object",
-                                      toolchain=features)
-            cached = _get(cache, key)
-        module = lowered.module
-        module.triple = llvm.get_process_triple()
-        module.data_layout = str(tm.target_data)
-        text = str(module)
-        try:
-            mod = llvm.parse_assembly(text)
-            mod.verify()
-        except RuntimeError as exc:
-            raise hc._fail(f"generated LLVM IR does not verify: {exc}", text) from None
-        for f in mod.functions:
-            if f.is_declaration and not f.name.startswith("llvm.") and not llvm.address_of_symbol(f.name):
-                raise hc._fail(f"external function {f.name} is not available in this process", text)
-        if cached is None:
-            pto = llvm.PipelineTuningOptions(speed_level=3)
-            pto.loop_vectorization = True
-            pto.slp_vectorization = True
-            pb = llvm.create_pass_builder(tm, pto)
-            pb.getModulePassManager().run(mod, pb)
-            optimized = str(mod)
-        else:
-            optimized = "; optimised IR not available: the object code came from the tcmlir cache"
-        engine = llvm.create_mcjit_compiler(mod, tm)
-        produced: list[bytes] = []
+    key = (kernel_artifact_key(fn, signature, options, arch, "host-object",
+                               toolchain=llvm.get_host_cpu_features().flatten())
+           if cache is not None else {})
 
-        def notify(_module: Any, buffer: bytes) -> None:
+    class _Objects:  # MCJIT's object cache; with the cache off it only counts code generation
+        def load(self) -> bytes | None:
+            return _get(cache, key) if cache is not None else None
+
+        def store(self, obj: bytes) -> None:
             COUNTERS.host_codegen += 1
-            produced.append(bytes(buffer))
+            _put(cache, key, obj, {"entry": fn.entry})
 
-        engine.set_object_cache(notify, lambda _module: cached)
-        engine.finalize_object()
-        engine.run_static_constructors()
-    if produced and key is not None:
-        _put(cache, key, produced[0], {"groups": [g.name for g in lowered.groups]})
-    jm = hc.JitModule(engine, text, optimized)
-    entries = []
-    for g in lowered.groups:
-        call = GROUP_FN(jm.address(g.name))
-        rng = RANGE_FN(jm.address(g.range_name)) if g.range_name else None
-        entries.append(EntryPoint(g.name, call, rng))
-    return HostKernel(state.fn, entries, lowered.gathers, jm.llvm_ir, jm.optimized_ir,
-                      keepalive=jm, sizes=sizes, threads=threads)
+    return compile_host(state, threads, object_cache=_Objects())
 
 
 # ---------------------------------------------------------------- cuda

@@ -16,6 +16,7 @@ of the same options are one key.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Mapping
@@ -80,10 +81,23 @@ def parametric_signature_json(signature: Signature | str) -> str:
                       separators=(",", ":"))
 
 
+@functools.cache
 def current_tcmlir_version() -> str:
-    from .. import __version__
+    """The release plus a digest of the compiler's own source (tcmlir and its passes).
 
-    return __version__
+    A compiled artifact depends on the code that compiled it, not only on the release number:
+    an edited checkout must never be served kernels built by the code before the edit.
+    """
+    from pathlib import Path
+
+    from .. import __version__, passes
+
+    digest = hashlib.sha256()
+    for root in (Path(__file__).resolve().parent.parent, Path(passes.__file__).resolve().parent):
+        for path in sorted(root.rglob("*.py")):
+            digest.update(str(path.relative_to(root)).encode())
+            digest.update(path.read_bytes())
+    return f"{__version__}+{digest.hexdigest()[:16]}"
 
 
 def current_llvm_version() -> str:

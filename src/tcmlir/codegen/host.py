@@ -16,7 +16,7 @@ import ctypes.util
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import llvmlite.binding as llvm
 from llvmlite import ir
@@ -79,8 +79,20 @@ def _fail(what: str, text: str) -> CodegenError:
     return CodegenError(f"{what}\n--- LLVM IR ---\n{text}")
 
 
-def jit(module: ir.Module) -> JitModule:
-    """Verify, optimise (new pass manager, O3, loop and SLP vectorisation) and JIT ``module``."""
+class ObjectCache(Protocol):
+    """Where MCJIT's object code can come from and go to (see `tcmlir.cache.artifacts`)."""
+
+    def load(self) -> bytes | None: ...
+
+    def store(self, obj: bytes) -> None: ...
+
+
+def jit(module: ir.Module, object_cache: ObjectCache | None = None) -> JitModule:
+    """Verify, optimise (new pass manager, O3, loop and SLP vectorisation) and JIT ``module``.
+
+    With ``object_cache``: object code found there is used as is (neither the optimiser nor code
+    generation runs), and freshly generated object code is handed to it.
+    """
     with _LOCK:
         tm = host_target_machine()
         module.triple = llvm.get_process_triple()
@@ -94,21 +106,29 @@ def jit(module: ir.Module) -> JitModule:
         for f in mod.functions:
             if f.is_declaration and not f.name.startswith("llvm.") and not llvm.address_of_symbol(f.name):
                 raise _fail(f"external function {f.name} is not available in this process", text)
-        pto = llvm.PipelineTuningOptions(speed_level=3)
-        pto.loop_vectorization = True
-        pto.slp_vectorization = True
-        pb = llvm.create_pass_builder(tm, pto)
-        pb.getModulePassManager().run(mod, pb)
-        optimized = str(mod)
+        cached = object_cache.load() if object_cache is not None else None
+        if cached is None:
+            pto = llvm.PipelineTuningOptions(speed_level=3)
+            pto.loop_vectorization = True
+            pto.slp_vectorization = True
+            pb = llvm.create_pass_builder(tm, pto)
+            pb.getModulePassManager().run(mod, pb)
+            optimized = str(mod)
+        else:
+            optimized = "; optimised IR not available: the object code came from the tcmlir cache"
         engine = llvm.create_mcjit_compiler(mod, tm)
+        if object_cache is not None:
+            engine.set_object_cache(lambda _m, buf: object_cache.store(bytes(buf)),
+                                    lambda _m: cached)
         engine.finalize_object()
         engine.run_static_constructors()
         return JitModule(engine, text, optimized)
 
 
 def kernel_from_lowered(fn: tc.Function, lowered: LoweredModule, sizes: Mapping[str, int],
-                        threads: int | None = None) -> HostKernel:
-    jm = jit(lowered.module)
+                        threads: int | None = None,
+                        object_cache: ObjectCache | None = None) -> HostKernel:
+    jm = jit(lowered.module, object_cache)
     entries = []
     for g in lowered.groups:
         call = GROUP_FN(jm.address(g.name))
@@ -119,16 +139,18 @@ def kernel_from_lowered(fn: tc.Function, lowered: LoweredModule, sizes: Mapping[
 
 
 def compile_host_from_ast(fn: tc.Function, ast: isl.AstNode, sizes: Mapping[str, int] | None = None,
-                          threads: int | None = None) -> HostKernel:
+                          threads: int | None = None,
+                          object_cache: ObjectCache | None = None) -> HostKernel:
     """JIT ``fn`` scheduled as the isl AST ``ast``; ``sizes`` fixed at compile time (may be partial)."""
     sizes = dict(sizes or {})
     lowered = lower_function(fn, ast, HostTarget(), sizes)
-    return kernel_from_lowered(fn, lowered, sizes, threads)
+    return kernel_from_lowered(fn, lowered, sizes, threads, object_cache)
 
 
-def compile_host(state: Any, threads: int | None = None) -> HostKernel:
+def compile_host(state: Any, threads: int | None = None,
+                 object_cache: ObjectCache | None = None) -> HostKernel:
     """JIT the function of a polyhedral `CompileState` (its schedule's loop AST)."""
     from ..poly.loops import build_ast
 
     sizes = getattr(state, "sizes", None) or {}
-    return compile_host_from_ast(state.fn, build_ast(state), sizes, threads)
+    return compile_host_from_ast(state.fn, build_ast(state), sizes, threads, object_cache)
