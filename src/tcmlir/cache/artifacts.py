@@ -147,33 +147,25 @@ def compile_host_cached(fn: Any, state: Any, signature: Any, options: Any, arch:
 
 
 def compile_cuda_cached(fn: Any, state: Any, signature: Any, options: Any, arch: str) -> Any:
-    """`codegen.nvptx.compile_cuda` with the PTX taken from / stored in the cache."""
-    import re
-    from types import MappingProxyType
+    """`codegen.nvptx.compile_cuda` with the PTX taken from / stored in the cache.
 
-    from ..codegen import nvptx
-    from ..errors import CodegenError
-    from ..poly.loops import build_ast
+    Returns the image and the key under which the runner keeps the driver's cubin (or None).
+    """
+    from ..codegen.nvptx import compile_cuda
 
-    if not re.fullmatch(r"sm_\d+a?", arch or ""):
-        raise CodegenError(f"cuda arch must look like sm_90, got {arch!r}")
-    cir = state.fn
-    sizes = {k: int(v) for k, v in (getattr(state, "sizes", None) or {}).items() if k in cir.sizes}
-    lowerer = nvptx._KernelLowerer(cir, nvptx.NvptxTarget(), sizes, cir.name)
-    launches = lowerer.kernels(build_ast(state))
     cache = artifact_cache()
-    key = kernel_artifact_key(fn, signature, options, arch, "ptx") if cache is not None else None
-    cached = _get(cache, key) if key is not None else None
-    if cached is not None:
-        text, ptx = str(lowerer.module), cached.decode("utf-8")
-    else:
-        text, ptx = nvptx.emit_ptx(lowerer.module, arch)
-        COUNTERS.ptx_emits += 1
-        if key is not None:
-            _put(cache, key, ptx.encode("utf-8"), {"kernels": [k.name for k in launches]})
-    image = nvptx.CudaKernelImage(cir.name, arch, ptx, text, launches,
-                                  tuple(t.name for t in cir.tensors), tuple(cir.sizes),
-                                  tuple(lowerer.gathers), MappingProxyType(sizes))
+    key = kernel_artifact_key(fn, signature, options, arch, "ptx") if cache is not None else {}
+
+    class _Ptx:  # with the cache off it only counts NVPTX backend runs
+        def load(self) -> str | None:
+            blob = _get(cache, key) if cache is not None else None
+            return None if blob is None else blob.decode("utf-8")
+
+        def store(self, ptx: str) -> None:
+            COUNTERS.ptx_emits += 1
+            _put(cache, key, ptx.encode("utf-8"), {"entry": fn.entry})
+
+    image = compile_cuda(state, arch, ptx_cache=_Ptx())
     cubin_key = (kernel_artifact_key(fn, signature, options, arch, "cubin")
                  if cache is not None else None)
     return image, cubin_key

@@ -34,7 +34,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import islpy as isl
 import llvmlite.binding as llvm
@@ -354,22 +354,41 @@ def emit_ptx(module: ir.Module, arch: str = "sm_90") -> tuple[str, str]:
         return text, ptx
 
 
+class PtxCache(Protocol):
+    """Where PTX can come from and go to (see `tcmlir.cache.artifacts`)."""
+
+    def load(self) -> str | None: ...
+
+    def store(self, ptx: str) -> None: ...
+
+
 def compile_cuda_from_ast(fn: tc.Function, ast: isl.AstNode, sizes: Mapping[str, int] | None = None,
-                          arch: str = "sm_90") -> CudaKernelImage:
-    """PTX for ``fn`` scheduled and mapped as the isl AST ``ast`` (see the module docstring)."""
+                          arch: str = "sm_90", ptx_cache: PtxCache | None = None) -> CudaKernelImage:
+    """PTX for ``fn`` scheduled and mapped as the isl AST ``ast`` (see the module docstring).
+
+    With ``ptx_cache``, PTX found there replaces LLVM's optimiser and NVPTX backend, and fresh
+    PTX is handed to it.
+    """
     if not re.fullmatch(r"sm_\d+a?", arch or ""):
         raise CodegenError(f"cuda arch must look like sm_90, got {arch!r}")
     sizes = {k: int(v) for k, v in (sizes or {}).items() if k in fn.sizes}
     lowerer = _KernelLowerer(fn, NvptxTarget(), sizes, fn.name)
     launches = lowerer.kernels(ast)
-    text, ptx = emit_ptx(lowerer.module, arch)
+    cached = ptx_cache.load() if ptx_cache is not None else None
+    if cached is not None:
+        text, ptx = str(lowerer.module), cached
+    else:
+        text, ptx = emit_ptx(lowerer.module, arch)
+        if ptx_cache is not None:
+            ptx_cache.store(ptx)
     return CudaKernelImage(fn.name, arch, ptx, text, launches, tuple(t.name for t in fn.tensors),
                            tuple(fn.sizes), tuple(lowerer.gathers), MappingProxyType(sizes))
 
 
-def compile_cuda(state: CompileState | Any, arch: str = "sm_90") -> CudaKernelImage:
+def compile_cuda(state: CompileState | Any, arch: str = "sm_90",
+                 ptx_cache: PtxCache | None = None) -> CudaKernelImage:
     """PTX for a `CompileState` whose schedule the GPU mapping passes have run on."""
     from ..poly.loops import build_ast
 
     return compile_cuda_from_ast(state.fn, build_ast(state), getattr(state, "sizes", None) or {},
-                                 arch or "sm_90")
+                                 arch or "sm_90", ptx_cache)
