@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# One full GPU check in one call of the lent machine (it has many cores, one or two GPUs):
+#   bash tools/gpu-session.sh [tests|sanitize|bench|tune]...   (default: tests sanitize bench)
+# Installs the carried wheels (.whl/) and tcmlir without downloads, then runs, with time limits:
+#   tests     the GPU tests, split over 4 pytest processes that share the GPU
+#   sanitize  compute-sanitizer memcheck on the corpus and racecheck/synccheck on reductions
+#   bench     tools/bench.py (alone on the GPU, after the rest)
+#   tune      tools/tune_gpu.py (autotuning matmul and softmax on 1 and, if present, 2 GPUs)
+# Logs go to $OUT (./gpu-out when unset); a summary line per step is printed at the end.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+OUT="${OUT:-./gpu-out}"; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 TCMLIR_ALWAYS_COMPILE=1 NCCL_NVLS_ENABLE=0
+export TCMLIR_CACHE_DIR="$(mktemp -d)"
+steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=(tests sanitize bench)
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "install failed" >&2
+nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1
+summary=()
+has() { for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+pids=()
+if has tests; then
+  groups=("tests/test_gpu_corpus.py" "tests/test_gpu_reductions.py"
+          "tests/test_cuda_runtime.py tests/test_tune.py tests/test_kernel_cache.py tests/test_parametric.py"
+          "tests/test_corpus.py tests/test_random_programs.py")
+  for i in "${!groups[@]}"; do
+    # shellcheck disable=SC2086
+    (timeout 420 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE ${groups[$i]} >"$OUT/gpu-tests-$i.log" 2>&1
+     echo "tests[$i] ${groups[$i]}: exit $? $(tail -1 "$OUT/gpu-tests-$i.log")" >"$OUT/.sum-tests-$i") &
+    pids+=($!)
+  done
+fi
+if has sanitize; then
+  (timeout 400 compute-sanitizer --tool memcheck --error-exitcode 1 python3 tools/sanitize_corpus.py \
+     >"$OUT/memcheck.log" 2>&1; echo "memcheck corpus: exit $? $(grep -c ' ok$' "$OUT/memcheck.log") ok runs, $(tail -1 "$OUT/memcheck.log")" >"$OUT/.sum-mem") &
+  pids+=($!)
+  (timeout 400 compute-sanitizer --tool racecheck --error-exitcode 1 python3 tools/sanitize_corpus.py --tag reduction \
+     >"$OUT/racecheck.log" 2>&1; echo "racecheck reductions: exit $? $(tail -1 "$OUT/racecheck.log")" >"$OUT/.sum-race"
+   timeout 200 compute-sanitizer --tool synccheck --error-exitcode 1 python3 tools/sanitize_corpus.py --tag reduction \
+     >"$OUT/synccheck.log" 2>&1; echo "synccheck reductions: exit $? $(tail -1 "$OUT/synccheck.log")" >"$OUT/.sum-sync") &
+  pids+=($!)
+fi
+for p in "${pids[@]}"; do wait "$p"; done
+if has bench; then
+  timeout 240 python3 tools/bench.py --json "$OUT/bench.json" >"$OUT/bench.log" 2>&1
+  echo "bench: exit $?" >"$OUT/.sum-bench"
+fi
+if has tune; then
+  timeout 500 python3 tools/tune_gpu.py --json "$OUT/tune.json" >"$OUT/tune.log" 2>&1
+  echo "tune: exit $?" >"$OUT/.sum-tune"
+fi
+cat "$OUT"/.sum-* 2>/dev/null; rm -f "$OUT"/.sum-*
+tail -n 40 "$OUT"/bench.log "$OUT"/tune.log 2>/dev/null
