@@ -28,7 +28,8 @@ def _mm_inputs(m, k, n, rng):
 
 
 @pytest.mark.parametrize("target", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def test_parametric_kernel_compiled_once_serves_three_sizes(target, rng):
+def test_parametric_kernel_compiled_once_serves_three_sizes(target, rng, monkeypatch):
+    monkeypatch.delenv("TCMLIR_ALWAYS_COMPILE", raising=False)  # the in-memory cache is the point
     fn = tc.define(MATMUL, target=target)
     opts = MappingOptions.naive().with_parametric()
     before = compiler.COMPILE_COUNTS["compile_kernel"]

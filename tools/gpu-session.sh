@@ -10,7 +10,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 OUT="${OUT:-./gpu-out}"; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 TCMLIR_ALWAYS_COMPILE=1 NCCL_NVLS_ENABLE=0
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 export TCMLIR_CACHE_DIR="$(mktemp -d)"
 steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=(tests sanitize bench)
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site

@@ -203,8 +203,19 @@ class Function:
         if query is None:
             return None
         self.module.context.activate()
+        # Ask for the count first where the driver has it: probing past the last parameter
+        # works too, but every probe is an API error that compute-sanitizer reports.
+        count_query = getattr(driver, "cuFuncGetParamCount", None)
+        count = 4096
+        if count_query is not None:
+            try:
+                err, n = count_query(self.handle)
+            except RuntimeError:
+                err, n = None, 0
+            if err == driver.CUresult.CUDA_SUCCESS:
+                count = int(n)
         sizes = []
-        for index in range(4096):
+        for index in range(count):
             try:
                 result = query(self.handle, index)
             except RuntimeError:  # binding present but the driver lacks the entry point
