@@ -14,6 +14,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,8 +46,7 @@ def cases(quick: bool) -> list[Case]:
         Case("matmul 4096^3", "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }",
              lambda t: (t.randn(M, K, device="cuda"), t.randn(K, N, device="cuda")),
              lambda t, a, b: a @ b, 2.0 * M * N * K, 4.0 * (M * K + K * N + M * N),
-             lambda: MO.naive().tile(64, 64, 32).map_to_threads(16, 16).map_to_blocks(256, 256)
-             .shared_memory(True).private_memory(True).unroll(4)),
+             lambda: MO.naive().tile(32, 32, 32).map_to_threads(32, 32).map_to_blocks(128, 128)),
         Case("softmax 32768x4096", """def softmax(float(N, D) X) -> (O) {
                 mx(n) max=! X(n, d)
                 e(n, d) = exp(X(n, d) - mx(n))
@@ -61,8 +61,8 @@ def cases(quick: bool) -> list[Case]:
              1.0 * R * D, 4.0 * R * D, lambda: MO.naive().tile(1).map_to_threads(256).map_to_blocks(R)),
         Case("transpose 8192^2", "def tr(float(N, M) A) -> (B) { B(m, n) = A(n, m) }",
              lambda t: (t.randn(T, T, device="cuda"),), lambda t, a: a.t().contiguous(),
-             0.0, 8.0 * T * T, lambda: MO.naive().tile(32, 32).map_to_threads(32, 8)
-             .map_to_blocks(256, 256).shared_memory(True)),
+             0.0, 8.0 * T * T, lambda: MO.naive().tile(32, 32).map_to_threads(32, 32)
+             .map_to_blocks(256, 256)),
         Case("bias+relu 1024x2048->1024", """def fc_relu(float(B, M) I, float(N, M) W, float(N) bias) -> (O) {
                 O(b, n) +=! I(b, m) * W(n, m)
                 O(b, n) = fmax(O(b, n) + bias(n), 0)
@@ -101,20 +101,30 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.backends.cuda.matmul.allow_tf32 = False
     rows = []
+    t0 = time.perf_counter()
+
+    def step(what: str) -> None:  # progress on stderr: where the time goes
+        print(f"[{time.perf_counter() - t0:7.2f}s] {what}", file=sys.stderr, flush=True)
+
     for case in cases(args.quick):
         if args.only and not any(case.name.startswith(p) for p in args.only.split(",")):
             continue
         torch.manual_seed(0)
+        step(f"{case.name}: inputs")
         inputs = case.make(torch)
         ceiling = max(case.flops / FP32_FLOPS, case.bytes / COPY_BW)
         t_torch = time_cuda(torch, lambda case=case, inputs=inputs: case.torch_fn(torch, *inputs))
         ref = case.torch_fn(torch, *inputs)
+        step(f"{case.name}: torch timed")
         fn = tc.define(case.tc, target="cuda")
         row = {"case": case.name, "torch_ms": t_torch * 1e3, "ceiling_ms": ceiling * 1e3}
         for label, opts in (("naive", tc.MappingOptions.naive()), ("tuned", case.tuned())):
             try:
                 kernel = fn.compile(*inputs, options=opts)
+                step(f"{case.name}: {label} compiled")
                 out = kernel.launch(*inputs)
+                torch.cuda.synchronize()
+                step(f"{case.name}: {label} launched")
                 err = float((out - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
                 t = statistics.median(kernel.benchmark(*inputs, runs=20))
                 row[f"{label}_ms"] = t * 1e3
