@@ -354,6 +354,9 @@ def _with_filter(schedule: isl.Schedule, rpath: tuple[int, ...], kpath: tuple[in
     """Insert the ``_tx`` filter and the reduction mark above the band at ``rpath``, pin
     ``_ty``/``_tz``, set the kernel's block; None when some thread would sit idle."""
     rband = node_at(schedule, rpath)
+    rband = _split_init(rband, k, ctx)
+    if rband is None:
+        return None
     node = rband.insert_filter(member_filter(rband, 0, 1, b, "_tx"))
     node = node.insert_mark(isl.Id(reduction_mark_name(k, b), context=ctx))
     if not _full_participation(node.child(0).child(0), b):
@@ -363,6 +366,27 @@ def _with_filter(schedule: isl.Schedule, rpath: tuple[int, ...], kpath: tuple[in
     new = KernelMark(km.grid, (b, 1, 1))
     mark = mark.delete().insert_mark(isl.Id(new.name, context=ctx))
     return mark.get_schedule()
+
+
+def _split_init(rband: isl.ScheduleNode, k: int, ctx: isl.Context) -> isl.ScheduleNode | None:
+    """The band to put under the reduction mark: ``rband`` itself when only ``S<k>`` runs below
+    it; when ``S<k>_init`` does too, a sequence [init, update] above two copies of the band,
+    the init's copy pinned to thread 0, and the update's copy returned. (Left together, the
+    init's instances, which only thread 0 runs, make isl split the subtree under a ``_tx``
+    guard: the combine and its barriers would be copied under it, and the block would hang.)
+    None when other statements run below the band."""
+    domain = rband.get_domain()
+    names = {s.get_tuple_name() for s in _sets(domain)}
+    stmt, init = f"S{k}", f"S{k}_init"
+    if names == {stmt}:
+        return rband
+    if names != {stmt, init}:
+        return None
+    filters = isl.UnionSetList.alloc(ctx, 2).add(_named(domain, init)).add(_named(domain, stmt))
+    seq = rband.insert_sequence(filters)
+    init_band = seq.child(0).child(0)
+    seq = pin_unused(init_band, THREAD_PARAMS, [1, 1, 1]).parent().parent()
+    return seq.child(1).child(0)
 
 
 def _full_participation(rband: isl.ScheduleNode, b: int) -> bool:
