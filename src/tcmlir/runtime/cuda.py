@@ -427,7 +427,11 @@ class CudaRuntime:
                         kernel=function.name, kernel_max_threads=function.max_threads_per_block,
                         static_shared_bytes=function.static_shared_bytes)
         try:
-            packed = pack_kernel_args(args, function.param_sizes)
+            # Only plain Python numbers need the kernel's parameter sizes to be packed; asking
+            # the driver for them costs API calls (which compute-sanitizer reports as errors
+            # where the driver lacks cuFuncGetParamCount), so typed arguments skip the query.
+            untyped = any(isinstance(a, int | float) and not isinstance(a, bool) for a in args)
+            packed = pack_kernel_args(args, function.param_sizes if untyped else None)
         except CudaError as exc:
             raise CudaError(f"{what}: {exc}") from None
         if shared_bytes > _DEFAULT_DYNAMIC_SHARED:
