@@ -24,7 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--generations", type=int, default=5)
     ap.add_argument("--population", type=int, default=20)
     ap.add_argument("--fault", action="store_true")
-    ap.add_argument("--only", default="")
+    ap.add_argument("--only", default="", help="a kernel-name prefix (matmul, softmax)")
+    ap.add_argument("--gpus", default="", help="only these GPU counts, e.g. 2 (default: 1 and 2)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     if args.fault:
@@ -56,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         naive = statistics.median(fn.compile(*inputs, options=tc.MappingOptions.naive())
                                   .benchmark(*inputs, runs=10))
         for devices in ([0], [0, 1])[: 2 if ngpu >= 2 else 1]:
+            if args.gpus and str(len(devices)) not in args.gpus.split(","):
+                continue
             config = tc.TunerConfig(generations=args.generations, population=args.population,
                                     seed=0, devices=tuple(devices), runs=5)
             start = time.perf_counter()
