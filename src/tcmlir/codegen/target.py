@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, ClassVar
 from llvmlite import ir
 
 from ..errors import CodegenError
+from .fastmath import FAST_F32, emit_fast_f32
 
 if TYPE_CHECKING:  # pragma: no cover
     import islpy as isl
@@ -83,7 +84,9 @@ class Target:
 
 
 class HostTarget(Target):
-    """The host CPU: intrinsics for the common functions, libm (``tanhf``/``tanh``, ...) for the rest.
+    """The host CPU: intrinsics for the common functions, libm (``tanhf``/``tanh``, ...) for the rest,
+    except float32 ``exp``, ``exp2``, ``expm1``, ``log``, ``log2`` and ``tanh``, emitted inline by
+    `fastmath` so that loops using them vectorise.
 
     MCJIT resolves the libm symbols from the process once `codegen.host` has loaded libm
     permanently. A ``parallel`` mark whose loop is not nested in another loop becomes the
@@ -99,6 +102,12 @@ class HostTarget(Target):
         # TC's min/max on floats propagate NaN (numpy's minimum/maximum)
         "fminimum": "minimum", "fmaximum": "maximum",
     })
+
+    def math(self, b: ir.IRBuilder, module: ir.Module, name: str, args: Sequence[ir.Value]) -> ir.Value:
+        # float32 exp/log/tanh family inline (see `fastmath`): libm calls would keep loops scalar
+        if name in FAST_F32 and isinstance(args[0].type, ir.FloatType):
+            return emit_fast_f32(b, name, args[0])
+        return super().math(b, module, name, args)
 
     def external_math(self, module: ir.Module, name: str, ty: ir.Type, arity: int) -> ir.Function:
         cname = name + ("f" if isinstance(ty, ir.FloatType) else "")
