@@ -152,7 +152,7 @@ class TCFunction:
             raise TCError(f"options must be tc.MappingOptions, got {type(options).__name__}")
         if options is None:
             options = (self.options_factory(self, inputs) if self.options_factory
-                       else MappingOptions.naive())
+                       else MappingOptions.default_for(self.ir, target))
         bound = bind_host_inputs(self.ir, inputs) if target != "cuda" else _bind_any(self, inputs)
         # A parametric kernel takes its sizes as arguments: one compile serves every size of
         # the signature's ranks and dtypes, so only those enter the key.

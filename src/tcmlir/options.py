@@ -99,6 +99,17 @@ class MappingOptions:
         return cls(fusion="max", tile_sizes=(1, 1), block=(4, 16, 4), grid=(128, 128),
                    unroll_factor=1)
 
+    @classmethod
+    def default_for(cls, fn: Any, target: str) -> MappingOptions:
+        """What a call without options uses. On the CPU, nests of three or more loops
+        (matmul, convolutions) get the naive 32³ tiling, which keeps their operands in cache;
+        shallower programs (elementwise chains, row reductions, softmax) are fused instead of
+        tiled (measured: softmax 4096×1024 15.5 ms fused and untiled, 42.6 ms naive). On the
+        GPU: the naive options."""
+        if target == "cpu" and max((len(s.ranges) for s in fn.statements), default=0) < 3:
+            return cls(fusion="max")
+        return cls.naive()
+
     # ------------------------------------------------------------ fluent setters
 
     def _with(self, **changes: Any) -> MappingOptions:
