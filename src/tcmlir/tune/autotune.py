@@ -112,7 +112,12 @@ def tune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
     config = dataclasses.replace(config, **overrides)
     store = open_cache(cache)
 
+    # seeded with naive and with what a call without options would use: the best found is at
+    # least as fast as either (both are measured)
     start = [MappingOptions.naive()]
+    default = MappingOptions.default_for(fn.ir, target)
+    if default != start[0]:
+        start.append(default)
     if options is not None:
         start.insert(0, options)
     if target == "cuda":
