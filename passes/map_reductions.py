@@ -50,9 +50,9 @@ from ..poly.gpu_mapping import (
     with_params,
 )
 from ..poly.legality import check_legal, member_is_parallel
-from ..poly.scop import maps_of
+from ..poly.scop import maps_of, sets_of
 from ..poly.state import CompileState
-from ..poly.tree import node_at
+from ..poly.tree import node_at, path_of
 from .base import Pass, register
 
 __all__ = ["REDUCTION_MARK", "MapReduction", "parse_reduction_mark", "reduction_mark_name"]
@@ -259,7 +259,7 @@ def _sink_outer_last(inner: isl.ScheduleNode) -> isl.ScheduleNode | None:
 
 def _finish(state: CompileState, rband: isl.ScheduleNode, path: tuple[int, ...],
             km: KernelMark, threads: int, min_threads: int) -> isl.Schedule | None:
-    rpath = _path(rband)
+    rpath = path_of(rband)
     if not _checks(state, rband):
         return None
     stmt = _statement_of(_active(rband, state.deps.reduction))
@@ -283,14 +283,6 @@ def _unpinned(filt: isl.UnionSet, param: str) -> isl.UnionSet:
     if pos < 0:
         return filt
     return filt.project_out(isl.dim_type.param, pos, 1).align_params(space)
-
-
-def _path(node: isl.ScheduleNode) -> tuple[int, ...]:
-    out = []
-    while node.has_parent():
-        out.append(node.get_child_position())
-        node = node.parent()
-    return tuple(reversed(out))
 
 
 def _candidates(threads: int, min_threads: int) -> list[int]:
@@ -337,15 +329,9 @@ def _checks(state: CompileState, rband: isl.ScheduleNode) -> bool:
 
 def _named(domain: isl.UnionSet, name: str) -> isl.UnionSet:
     found = isl.UnionSet.empty(domain.get_space())
-    for s in _sets(domain):
+    for s in sets_of(domain):
         if s.get_tuple_name() == name:
             found = found.union(isl.UnionSet.from_set(s))
-    return found
-
-
-def _sets(union: isl.UnionSet) -> list[isl.Set]:
-    found: list[isl.Set] = []
-    union.foreach_set(found.append)
     return found
 
 
@@ -376,7 +362,7 @@ def _split_init(rband: isl.ScheduleNode, k: int, ctx: isl.Context) -> isl.Schedu
     guard: the combine and its barriers would be copied under it, and the block would hang.)
     None when other statements run below the band."""
     domain = rband.get_domain()
-    names = {s.get_tuple_name() for s in _sets(domain)}
+    names = {s.get_tuple_name() for s in sets_of(domain)}
     stmt, init = f"S{k}", f"S{k}_init"
     if names == {stmt}:
         return rband
@@ -393,7 +379,7 @@ def _full_participation(rband: isl.ScheduleNode, b: int) -> bool:
     """Every ``_tx`` in [0, b) has an instance under ``rband`` at every outer iteration."""
     prefix = rband.get_prefix_schedule_union_map()
     outer = prefix.intersect_domain(rband.get_domain()).range()
-    for s in _sets(outer):
+    for s in sets_of(outer):
         pos = s.find_dim_by_name(isl.dim_type.param, "_tx")
         if pos < 0:
             return False

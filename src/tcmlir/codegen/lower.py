@@ -371,11 +371,11 @@ class Lowerer:
         return LoweredModule(self.module, tuple(groups), tuple(self.gathers),
                              tuple(t.name for t in self.fn.tensors), self.fn.sizes)
 
-    def group(self, g: int, node: isl.AstNode) -> Group:
-        name = f"{self.name}_{g}"
-        ptr = self.target.pointer
+    def new_body(self, name: str) -> ir.Function:
+        """The internal, always-inlined body ``{name}.body(tensors..., sizes, lo, hi, err)``:
+        one noalias pointer per tensor (the target's address space), then the group ABI."""
         nbuf = len(self.fn.tensors)
-        body_ty = ir.FunctionType(ir.VoidType(), [ptr] * nbuf + [PTR, I64, I64, PTR])
+        body_ty = ir.FunctionType(ir.VoidType(), [self.target.pointer] * nbuf + [PTR, I64, I64, PTR])
         body = ir.Function(self.module, body_ty, f"{name}.body")
         body.linkage = "internal"
         body.attributes.add("alwaysinline")
@@ -385,6 +385,11 @@ class Lowerer:
             body.args[i].add_attribute("noalias")
         for a, n in zip(body.args[nbuf:], ("sizes", "lo", "hi", "err"), strict=True):
             a.name = n
+        return body
+
+    def group(self, g: int, node: isl.AstNode) -> Group:
+        name = f"{self.name}_{g}"
+        body = self.new_body(name)
         loop = find_parallel_loop(node)
         walker = GroupWalker(self, body, parallel=loop is not None)
         walker.node(node)

@@ -224,17 +224,7 @@ class _KernelLowerer(Lowerer):
         return tuple(launches)
 
     def kernel_body(self, name: str, node: isl.AstNode, guards: Sequence[Guard]) -> ir.Function:
-        nbuf = len(self.fn.tensors)
-        body_ty = ir.FunctionType(ir.VoidType(), [self.target.pointer] * nbuf + [PTR, I64, I64, PTR])
-        body = ir.Function(self.module, body_ty, f"{name}.body")
-        body.linkage = "internal"
-        body.attributes.add("alwaysinline")
-        body.attributes.add("nounwind")
-        for i, t in enumerate(self.fn.tensors):
-            body.args[i].name = t.name
-            body.args[i].add_attribute("noalias")
-        for a, n in zip(body.args[nbuf:], ("sizes", "lo", "hi", "err"), strict=True):
-            a.name = n
+        body = self.new_body(name)
         from .gpu_reduce import ReducingWalker
 
         walker = ReducingWalker(self, body, parallel=False)

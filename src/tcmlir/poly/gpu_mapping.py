@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from .legality import member_is_parallel
+from .scop import sets_of
 from .tree import mark_name
 
 __all__ = [
@@ -184,9 +185,9 @@ def check_coverage(schedule: isl.Schedule, domain: isl.UnionSet, context: isl.Se
     bounds = build_context(schedule, context)
     mapping = [n for n in (*BLOCK_PARAMS, *THREAD_PARAMS)
                if executed.get_space().find_dim_by_name(isl.dim_type.param, n) >= 0]
-    expected = {s.get_tuple_name(): s for s in _sets(domain)}
+    expected = {s.get_tuple_name(): s for s in sets_of(domain)}
     seen: set[str] = set()
-    for s in _sets(executed):
+    for s in sets_of(executed):
         name = s.get_tuple_name()
         seen.add(name)
         rel = isl.Map.from_domain(s.intersect_params(bounds.align_params(s.get_space().params())))
@@ -205,9 +206,3 @@ def check_coverage(schedule: isl.Schedule, domain: isl.UnionSet, context: isl.Se
     missing = set(expected) - seen
     if missing:
         raise AssertionError(f"mapping never runs {', '.join(sorted(missing))}\n{schedule}")
-
-
-def _sets(union: isl.UnionSet) -> list[isl.Set]:
-    found: list[isl.Set] = []
-    union.foreach_set(found.append)
-    return found
