@@ -58,7 +58,7 @@ def test_cache_export_import_clear(tc_file, tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--sizes", "M=12,K=8"], "give a value for N"),
-    (["--sizes", "M=12,K=8,N=10,Q=3"], "unknown: Q"),
+    (["--sizes", "M=12,K=8,N=10,Q=3"], "no size named Q"),
     (["--sizes", "M=twelve"], "NAME=INTEGER"),
 ])
 def test_tune_errors_exit_2_without_traceback(tc_file, capsys, argv, message):

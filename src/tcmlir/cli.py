@@ -19,7 +19,7 @@ import numpy as np
 
 from .errors import TCError
 
-__all__ = ["main", "parse_sizes", "random_inputs"]
+__all__ = ["load_definition", "main", "parse_sizes", "random_inputs"]
 
 DEFAULT_SIZE = 128
 
@@ -55,7 +55,9 @@ def random_inputs(fn_ir, sizes: dict[str, int], seed: int = 0) -> list[np.ndarra
     return arrays
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
+def load_definition(args: argparse.Namespace) -> tuple[object, dict[str, int]]:
+    """The definition ``args.name`` of ``args.file`` (for ``args.target``) and the ``--sizes``
+    given, checked against its size names; TCError for unknown ones."""
     from . import api
 
     with open(args.file, encoding="utf-8") as f:
@@ -66,6 +68,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if unknown:
         raise TCError(f"--sizes: {fn.entry} has no size named {', '.join(unknown)} "
                       f"(its sizes: {', '.join(fn.ir.sizes) or 'none'})")
+    return fn, sizes
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from . import api
+
+    fn, sizes = load_definition(args)
+    text = fn.source.text
     for name in fn.ir.sizes:
         if name not in sizes:
             sizes[name] = DEFAULT_SIZE

@@ -52,21 +52,16 @@ def _median_ms(kernel: Any, inputs: list[Any], runs: int = 5) -> float:
 
 def _cmd_tune(args: argparse.Namespace) -> int:
     from .. import api
-    from ..cli import parse_sizes, random_inputs
+    from ..cli import load_definition, random_inputs
     from ..options import MappingOptions
     from .autotune import open_cache, tune
     from .config import TunerConfig
 
-    with open(args.file, encoding="utf-8") as f:
-        text = f.read()
-    fn = api.define(text, args.name, target=args.target, filename=args.file)
-    sizes = parse_sizes(args.sizes)
-    unknown = sorted(set(sizes) - set(fn.ir.sizes))
+    fn, sizes = load_definition(args)
     missing = [s for s in fn.ir.sizes if s not in sizes]
-    if unknown or missing:
-        raise TCError(f"--sizes: {fn.entry} has the sizes {', '.join(fn.ir.sizes) or 'none'}; "
-                      + (f"unknown: {', '.join(unknown)}" if unknown else
-                         f"give a value for {', '.join(missing)}"))
+    if missing:
+        raise TCError(f"--sizes: {fn.entry} has the sizes {', '.join(fn.ir.sizes)}; "
+                      f"give a value for {', '.join(missing)}")
     devices = None
     if args.devices:
         try:
