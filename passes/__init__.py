@@ -7,21 +7,23 @@
 
 Passes (see each file): ``schedule{fusion=max|preserve3coincident|min,skew=false,
 positive-orthant=true}``, ``tile{sizes=...}``, ``specialize{N=...}``, ``verify``,
-``mark-parallel``, ``vectorize`` (CPU loop order), ``unroll{factor=4}``.
+``mark-parallel`` and ``vectorize`` (host), ``map-to-blocks{grid=...}``,
+``map-to-threads{block=...}`` and ``map-reduction{threads=...}`` (GPU), ``unroll{factor=4}``.
+A researcher adds a pass by adding a file here (a frozen dataclass with ``@register``, see
+`base.py`) and importing it below.
 
-How mappings are recorded in the tree: as isl *mark* nodes, so a tree prints in isl syntax and
-re-parses with ``isl.Schedule.read_from_str(ctx, str(schedule))`` unchanged. A mark's id is a
-plain name, with the mapping's parameters as a bracketed suffix where it has some:
+How mappings are recorded in the tree, so that it prints in isl syntax and re-parses with
+``isl.Schedule.read_from_str(ctx, str(schedule))``: as isl *mark* nodes, filters and parameters.
 
-* ``parallel``: above a band whose first member the host backend may split over threads
-  (``mark-parallel``; proved against every dependence, reductions included);
-* ``kernel``: above the subtree that becomes one GPU kernel launch;
-* ``blocks[256,256]``: above the tile band whose members map to ``blockIdx.x, .y, ...`` (the
-  suffix is the grid extent per member, members beyond are looped over);
-* ``threads[32,8]``: above the point band mapped to ``threadIdx.x, .y, ...`` (innermost
-  coincident member to ``.x``);
-* ``reduction[32]``: above a band whose reduction member is split over that many threads and
-  finished with a warp/block combine.
+* ``parallel`` above a band of one member that the host backend may split over threads
+  (``mark-parallel``; proved against every dependence, reductions included), and
+  ``parallel-end`` right below it, so a degenerate (dropped) loop is never mistaken for it;
+* ``kernel grid=GX,GY,GZ block=BX,BY,BZ`` above each subtree that becomes one GPU launch; the
+  block and thread indices are the tree parameters ``_bx _by _bz _tx _ty _tz``, and filters
+  below the mark pin band members to them (``v mod B = _tx``), which gives strided loops
+  (`tcmlir.poly.gpu_mapping`, where the coverage proof lives too);
+* ``reduction S<k> threads=B`` above the band whose member is split over ``B`` threads and
+  combined per block (warp shuffles, shared memory) by the NVPTX backend (``map-reduction``).
 
 Backends read marks with `tcmlir.poly.tree.mark_name`; the isl AST builder prints them as
 comments and hands them to the code generator as mark nodes.
