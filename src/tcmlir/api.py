@@ -14,8 +14,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from . import ir
 from .binding import allocate_outputs, bind_host_inputs, check_outputs
 from .config import get_config
@@ -81,9 +79,14 @@ class Kernel:
     loops: str = ""
     llvm_ir: str | None = None
     ptx_text: str | None = None
-    cubin: bytes | None = None
     arch: str | None = None
     runner: Any = field(default=None, repr=False)
+
+    @property
+    def cubin(self) -> bytes | None:
+        """The cubin the CUDA driver produced from the PTX (None before the first launch, and
+        on other targets)."""
+        return getattr(self.runner, "cubin", None) if self.target == "cuda" else None
 
     @property
     def ptx(self) -> str:
@@ -234,7 +237,3 @@ def _dump(kernel: Kernel, stages: frozenset[str]) -> None:
     for stage in ("ir", "schedule", "loops", "llvm", "ptx"):
         if stage in stages and texts[stage]:
             print(f"== {kernel.function.entry}: {stage} ==\n{texts[stage]}", file=sys.stderr)
-
-
-def as_numpy(x: Any) -> np.ndarray:  # small helper for tools and tests
-    return np.asarray(x)
