@@ -386,4 +386,7 @@ def emit_statement(ctx: KernelContext, k: int, init: bool, env: Mapping[str, ir.
     if st.reduction is not None:
         old = em.load(st.tensor, off)
         val = em.arith(_COMBINE[st.reduction], old, val, dt, st)
+        if (dt.is_float and st.reduction in (tc.Reduction.ADD, tc.Reduction.MUL)
+                and ctx.target.reassociate_reductions):
+            val.flags.append("reassoc")
     em.store(st.tensor, off, val)

@@ -53,6 +53,9 @@ class Target:
 
     name = "abstract"
     global_addrspace = 0
+    # Let LLVM reassociate the float + and * of reductions (TC leaves their order open), so
+    # that loops carrying a float sum or product vectorise.
+    reassociate_reductions = False
     # built-ins lowered to `llvm.<name>.<type>` intrinsics (name in TC -> intrinsic stem)
     intrinsics: ClassVar[Mapping[str, str]] = MappingProxyType({})
 
@@ -94,6 +97,7 @@ class HostTarget(Target):
     """
 
     name = "cpu"
+    reassociate_reductions = True
     intrinsics = MappingProxyType({
         "sqrt": "sqrt", "exp": "exp", "log": "log", "fabs": "fabs", "floor": "floor",
         "ceil": "ceil", "trunc": "trunc", "round": "round", "pow": "pow", "copysign": "copysign",
