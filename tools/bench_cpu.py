@@ -42,9 +42,9 @@ SOFTMAX = """def softmax(float(N, M) X) -> (Y) {
 MATMUL = "def matmul(float(M, K) A, float(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }"
 
 
-def default_options() -> tc.MappingOptions:
+def default_options(fn) -> tc.MappingOptions:
     """What ``fn(*inputs)`` uses on target cpu without options (see TCFunction.compile)."""
-    return tc.MappingOptions.naive()
+    return tc.MappingOptions.default_for(fn.ir, "cpu")
 
 
 def best_options(kind: str) -> tc.MappingOptions:
@@ -145,7 +145,7 @@ def main() -> None:
                 set_blas(thr or os.cpu_count())
             t_np = median(ref, args.repeat)
             row = f"{name:<22}{thr or os.cpu_count():>4}{t_np * 1e3:>10.2f}"
-            variants = [default_options()] + ([] if args.no_best else [best_options(kind)])
+            variants = [default_options(fn)] + ([] if args.no_best else [best_options(kind)])
             for opts in variants:
                 kernel = fn.compile(*inputs, options=opts.with_threads(thr))
                 got = kernel.launch(*inputs)
