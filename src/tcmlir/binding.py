@@ -8,6 +8,7 @@ through `tcmlir.runtime.arrays`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -75,18 +76,28 @@ def bind_sizes(fn: ir.Function, shapes: Sequence[tuple[int, ...]]) -> dict[str, 
 
 
 def _check_context(fn: ir.Function, sizes: Mapping[str, int]) -> None:
-    ctx = isl.Context()
-    context = isl.Set.read_from_str(ctx, fn.context)
-    names = [context.get_dim_name(isl.dim_type.param, i) for i in range(context.dim(isl.dim_type.param))]
-    point = context
-    for name in names:
-        pos = context.find_dim_by_name(isl.dim_type.param, name)
-        point = point.fix_val(isl.dim_type.param, pos, isl.Val.int_from_si(ctx, sizes.get(name, 0)))
-    if point.is_empty():
+    names = _context_params(fn.context)
+    if not _context_admits(fn.context, tuple(sizes.get(n, 0) for n in names)):
         given = ", ".join(f"{n}={sizes[n]}" for n in names if n in sizes)
         raise CallError(
             f"{fn.name}: sizes {given} violate the program's constraints {fn.context} "
             "(every size and every inferred extent must be at least 1)")
+
+
+# Both are on every call's path: parse each context once, test each size tuple once.
+@functools.lru_cache(maxsize=256)
+def _context_params(context: str) -> tuple[str, ...]:
+    s = isl.Set.read_from_str(isl.Context(), context)
+    return tuple(s.get_dim_name(isl.dim_type.param, i) for i in range(s.dim(isl.dim_type.param)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _context_admits(context: str, values: tuple[int, ...]) -> bool:
+    ctx = isl.Context()
+    point = isl.Set.read_from_str(ctx, context)
+    for pos, value in enumerate(values):
+        point = point.fix_val(isl.dim_type.param, pos, isl.Val.int_from_si(ctx, value))
+    return not point.is_empty()
 
 
 def _format_decl(t: ir.Tensor) -> str:
