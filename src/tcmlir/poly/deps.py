@@ -35,11 +35,11 @@ class Dependences:
     reduction: isl.UnionMap     # the part of raw/war/waw carried by reductions only
     validity: isl.UnionMap      # all of raw, war, waw
     coincidence: isl.UnionMap   # validity minus reduction dependences
-    proximity: isl.UnionMap     # all (keep producers near consumers)
 
     @property
-    def non_reduction(self) -> isl.UnionMap:
-        return self.coincidence
+    def proximity(self) -> isl.UnionMap:
+        """All dependences (keep producers near consumers)."""
+        return self.validity
 
 
 def compute_dependences(scop: Scop) -> Dependences:
@@ -55,16 +55,12 @@ def compute_dependences(scop: Scop) -> Dependences:
            .set_may_source(scop.all_reads).set_kill(scop.writes).set_schedule(sched)
            .compute_flow().get_may_dependence())
     # A statement instance does not depend on itself (its read precedes its write).
-    war = war.subtract(_identity_of(scop.domain))
+    war = war.subtract(scop.domain.identity())
     raw, war, waw = raw.coalesce(), war.coalesce(), waw.coalesce()
     validity = raw.union(war).union(waw).coalesce()
     reduction = validity.intersect(_accumulator_pairs(scop)).coalesce()
     coincidence = validity.subtract(reduction).coalesce()
-    return Dependences(raw, war, waw, reduction, validity, coincidence, validity)
-
-
-def _identity_of(domain: isl.UnionSet) -> isl.UnionMap:
-    return domain.identity()
+    return Dependences(raw, war, waw, reduction, validity, coincidence)
 
 
 def _accumulator_pairs(scop: Scop) -> isl.UnionMap:

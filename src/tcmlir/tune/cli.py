@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from typing import Any
 
@@ -44,10 +43,6 @@ def add_commands(sub: Any) -> None:
     cache.add_argument("--artifacts", action="store_true",
                        help="export: include compiled artifacts")
     cache.set_defaults(func=_cmd_cache)
-
-
-def _median_ms(kernel: Any, inputs: list[Any], runs: int = 5) -> float:
-    return statistics.median(kernel.benchmark(*inputs, runs=runs)) * 1e3
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
