@@ -8,12 +8,10 @@ from dataclasses import dataclass
 import islpy as isl
 
 from ..poly.state import CompileState
-from ..poly.tree import path_of
+from ..poly.tree import leaf_band_paths, node_at
 from .base import Pass, register
 
-__all__ = ["Unroll", "leaf_band_paths", "unroll_band"]
-
-_BAND = isl.schedule_node_type.band
+__all__ = ["Unroll", "unroll_band"]
 
 
 @register
@@ -45,35 +43,8 @@ class Unroll(Pass):
             return state
         # Deepest first: transforming a band leaves the paths of bands outside it valid.
         for path in sorted(leaf_band_paths(schedule), key=len, reverse=True):
-            node = schedule.get_root()
-            for pos in path:
-                node = node.child(pos)
-            schedule = unroll_band(node, self.factor).get_schedule()
+            schedule = unroll_band(node_at(schedule, path), self.factor).get_schedule()
         return dataclasses.replace(state, schedule=schedule)
-
-
-def leaf_band_paths(schedule: isl.Schedule) -> list[tuple[int, ...]]:
-    """Paths of the bands with no band node in their subtree (the innermost bands)."""
-    found: list[tuple[int, ...]] = []
-
-    def visit(node: isl.ScheduleNode) -> bool:
-        if node.get_type() == _BAND:
-            inner: list[bool] = []
-
-            def probe(n: isl.ScheduleNode) -> bool:
-                if n.get_type() == _BAND:
-                    inner.append(True)
-                    return False
-                return True
-
-            for i in range(node.n_children()):
-                node.child(i).foreach_descendant_top_down(probe)
-            if not inner:
-                found.append(path_of(node))
-        return True
-
-    schedule.get_root().foreach_descendant_top_down(visit)
-    return found
 
 
 def unroll_band(node: isl.ScheduleNode, factor: int) -> isl.ScheduleNode:

@@ -10,8 +10,8 @@ import islpy as isl
 
 from ..poly.legality import band_is_permutable, member_is_parallel
 from ..poly.state import CompileState
+from ..poly.tree import leaf_band_paths, node_at
 from .base import Pass, register
-from .unroll import leaf_band_paths
 
 __all__ = ["Vectorize", "unit_stride_members"]
 
@@ -52,9 +52,7 @@ class Vectorize(Pass):
         assert schedule is not None
         validity = state.deps.validity
         for path in leaf_band_paths(schedule):
-            node = schedule.get_root()
-            for pos in path:
-                node = node.child(pos)
+            node = node_at(schedule, path)
             n = node.band_n_member()
             if n < 2:
                 continue
@@ -102,19 +100,16 @@ def _write_steps(node: isl.ScheduleNode, state: CompileState) -> isl.UnionMap | 
     None when a statement below writes a 0-d tensor (nothing to walk)."""
     domain = node.get_domain()
     steps = isl.UnionMap.empty(domain.get_space())
-    statements = state.fn.statements
     failed = False
 
     def add(s: isl.Set) -> None:
         nonlocal steps, failed
-        name = s.get_tuple_name()
-        k = int(name[1:].split("_")[0])
-        lhs = statements[k].lhs
+        info = state.scop.statements[s.get_tuple_name()]
+        lhs = state.fn.statements[info.index].lhs
         if not lhs:
             failed = True
             return
-        d = s.dim(isl.dim_type.set)
-        pos = d - 1 if name.endswith("_init") else statements[k].index_names.index(lhs[-1])
+        pos = info.dims.index(lhs[-1])  # an init's dims are the lhs indices
         space = s.get_space()
         aff = isl.MultiAff.identity(space.map_from_set())
         aff = aff.set_at(pos, aff.get_at(pos).add_constant_val(isl.Val.one(s.get_ctx())))

@@ -1,4 +1,4 @@
-"""Small helpers to navigate isl schedule trees (positions, outermost bands, marks).
+"""Small helpers to navigate isl schedule trees (positions, outermost and innermost bands, marks).
 
 A node is addressed by its *path*: the child positions from the root. isl schedule nodes are
 values: a transformation returns a new node, and ``node.get_schedule()`` the new tree; paths of
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import islpy as isl
 
-__all__ = ["bands", "mark_name", "node_at", "outermost_band_paths", "path_of"]
+__all__ = ["bands", "leaf_band_paths", "mark_name", "node_at", "outermost_band_paths", "path_of"]
 
 _BAND = isl.schedule_node_type.band
 _MARK = isl.schedule_node_type.mark
@@ -42,6 +42,30 @@ def outermost_band_paths(schedule: isl.Schedule) -> list[tuple[int, ...]]:
             walk(node.child(i), (*path, i))
 
     walk(schedule.get_root(), ())
+    return found
+
+
+def leaf_band_paths(schedule: isl.Schedule) -> list[tuple[int, ...]]:
+    """Paths of the bands with no band node in their subtree (the innermost bands)."""
+    found: list[tuple[int, ...]] = []
+
+    def visit(node: isl.ScheduleNode) -> bool:
+        if node.get_type() == _BAND:
+            inner: list[bool] = []
+
+            def probe(n: isl.ScheduleNode) -> bool:
+                if n.get_type() == _BAND:
+                    inner.append(True)
+                    return False
+                return True
+
+            for i in range(node.n_children()):
+                node.child(i).foreach_descendant_top_down(probe)
+            if not inner:
+                found.append(path_of(node))
+        return True
+
+    schedule.get_root().foreach_descendant_top_down(visit)
     return found
 
 
