@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from ..errors import PipelineError
 from ..poly.state import CompileState
 from ..poly.tree import node_at, outermost_band_paths
 from .base import Pass, register
@@ -39,8 +38,7 @@ class Tile(Pass):
 
     def run(self, state: CompileState) -> CompileState:
         schedule = state.schedule
-        if schedule is None:
-            raise PipelineError("tile needs a schedule tree: run `schedule` first")
+        assert schedule is not None
         for path in outermost_band_paths(schedule):
             node = node_at(schedule, path)
             schedule = tile_band(node, self.sizes).get_schedule()

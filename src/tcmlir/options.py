@@ -4,7 +4,11 @@ A fluent, immutable value (``opts.tile(32, 32).map_to_threads(32, 8)`` returns a
 that round-trips exactly through JSON and compiles to a pass pipeline string (`to_pipeline`).
 The presets follow Tensor Comprehensions' (`naive`, `pointwise`, `mlp`, `convolution`,
 `group_convolution`). Which fields a backend honours: the CPU uses the schedule options,
-tiling, unrolling and `threads`; the GPU backend uses all of them.
+tiling, unrolling, `threads` and `parametric`; the GPU backend uses the schedule options,
+tiling, `block`, `grid`, unrolling and `parametric`, and rejects the promotion options
+(`use_shared_memory`, `use_private_memory`: not implemented). `fix_parameters_before_scheduling`,
+`tile_imperfectly_nested`, `unroll_copy_shared` and `use_readonly_cache` are kept for TC's
+JSON and ignored.
 """
 
 from __future__ import annotations
@@ -15,10 +19,10 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from .errors import OptionsError
+from .poly.scheduler import FUSION_STRATEGIES
 
 __all__ = ["FUSION_STRATEGIES", "MappingOptions"]
 
-FUSION_STRATEGIES = ("max", "preserve3coincident", "min")
 _JSON_VERSION = 1
 
 
