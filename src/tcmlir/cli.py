@@ -143,12 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--check", action="store_true",
                      help="compare with the numpy reference interpreter")
     run.set_defaults(func=_cmd_run)
-    try:
-        from .tune.cli import add_commands
-    except ImportError:
-        pass
-    else:
-        add_commands(sub)
+    from .tune.cli import add_commands
+
+    add_commands(sub)
     return parser
 
 

@@ -56,10 +56,8 @@ def _parse_sizes(text: str) -> dict[str, int]:
 def _pipeline_text(args: argparse.Namespace) -> str:
     if args.options is None:
         return args.pipeline or DEFAULT_PIPELINE
-    try:
-        from .options import MappingOptions
-    except ImportError:  # pragma: no cover - options.py is written in parallel
-        raise OptionsError("--options is not yet supported (tcmlir.options is missing)") from None
+    from .options import MappingOptions
+
     return MappingOptions.from_json(args.options).to_pipeline("cpu")
 
 
