@@ -143,12 +143,17 @@ class TCFunction:
 
     def __call__(self, *inputs: Any, options: MappingOptions | None = None,
                  outputs: Sequence[Any] | None = None) -> Any:
-        kernel = self.compile(*inputs, options=options)
-        return kernel.launch(*inputs, outputs=outputs)
+        kernel, bound = self._compile(inputs, options, None, None)
+        return self._launch(kernel, inputs, outputs, bound)
 
     def compile(self, *inputs: Any, options: MappingOptions | None = None,
                 target: str | None = None, arch: str | None = None) -> Kernel:
         """Compile for these inputs' signature without launching (no GPU needed for a named arch)."""
+        return self._compile(inputs, options, target, arch)[0]
+
+    def _compile(self, inputs: Sequence[Any], options: MappingOptions | None, target: str | None,
+                 arch: str | None) -> tuple[Kernel, Any]:
+        """The kernel and the bound inputs (a call binds once for compiling and launching)."""
         _check_target(target)
         target = resolve_target(target or self.target)
         if options is not None and not isinstance(options, MappingOptions):
@@ -170,7 +175,7 @@ class TCFunction:
                 kernel = compile_kernel(self, target, options, bound.signature, bound.sizes, arch)
                 self._kernels[key] = kernel
                 _dump(kernel, config.dump)
-        return kernel
+        return kernel, bound
 
     def autotune(self, *inputs: Any, **kwargs: Any) -> MappingOptions:
         """Search mapping options with the genetic tuner (see `tcmlir.tune`)."""
@@ -180,12 +185,14 @@ class TCFunction:
 
     # ------------------------------------------------------------ launching
 
-    def _launch(self, kernel: Kernel, inputs: Sequence[Any], outputs: Sequence[Any] | None) -> Any:
+    def _launch(self, kernel: Kernel, inputs: Sequence[Any], outputs: Sequence[Any] | None,
+                bound: Any = None) -> Any:
         if kernel.target == "cuda":
             from .runtime.cuda_launch import launch_cuda
 
             return launch_cuda(kernel, inputs, outputs)
-        bound = bind_host_inputs(self.ir, inputs)
+        if bound is None:
+            bound = bind_host_inputs(self.ir, inputs)
         if bound.signature != kernel.signature and not kernel.options.parametric:
             raise CallError(f"{self.entry}: kernel compiled for {kernel.signature.to_json()} "
                             f"called with {bound.signature.to_json()}")

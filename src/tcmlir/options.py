@@ -14,6 +14,7 @@ JSON and ignored.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from dataclasses import dataclass, fields
 from typing import Any
@@ -178,6 +179,10 @@ class MappingOptions:
 
     def to_json(self) -> str:
         """Canonical JSON (sorted keys): equal options give equal text."""
+        return self._json
+
+    @functools.cached_property
+    def _json(self) -> str:  # computed once: the text is part of every compile-cache key
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
     @classmethod
