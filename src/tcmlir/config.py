@@ -7,12 +7,19 @@
 | ``TCMLIR_DUMP`` | comma list of stages to print to stderr on each compile: ``ir,schedule,loops,llvm,ptx`` or ``all`` |
 | ``TCMLIR_THREADS`` | default number of CPU threads for ``target="cpu"`` (default: all cores) |
 | ``TCMLIR_TARGET`` | overrides what ``target="auto"`` picks (``cuda``, ``cpu`` or ``numpy``) |
+| ``TCMLIR_LIBDEVICE`` | path of ``libdevice.10.bc`` when it is not under ``$CUDA_HOME`` (read by `codegen.nvptx`) |
+| ``TCMLIR_TUNE_FAULT`` | test hook: ``crash:FIELD=VALUE`` makes tuning workers die on such candidates (`tune.evaluate`) |
+
+A value that is not understood is an error (a `TCError` naming the allowed values), never
+silently ignored.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+
+from .errors import TCError
 
 __all__ = ["Config", "get_config"]
 
@@ -36,14 +43,22 @@ def get_config() -> Config:
     """A snapshot of the environment knobs (read at each call: cheap, and tests can set them)."""
     env = os.environ
     dump_raw = {s.strip() for s in env.get("TCMLIR_DUMP", "").split(",") if s.strip()}
-    dump = frozenset(DUMP_STAGES) if "all" in dump_raw else frozenset(dump_raw & set(DUMP_STAGES))
+    unknown = dump_raw - set(DUMP_STAGES) - {"all"}
+    if unknown:
+        raise TCError(f"TCMLIR_DUMP: unknown stage(s) {', '.join(sorted(unknown))}; "
+                      f"use a comma list of {', '.join(DUMP_STAGES)} or all")
+    dump = frozenset(DUMP_STAGES) if "all" in dump_raw else frozenset(dump_raw)
     threads_raw = env.get("TCMLIR_THREADS", "").strip()
-    threads = int(threads_raw) if threads_raw.isdigit() and int(threads_raw) > 0 else None
+    if threads_raw and not (threads_raw.isdigit() and int(threads_raw) > 0):
+        raise TCError(f"TCMLIR_THREADS={threads_raw!r}: use a positive number of threads")
+    threads = int(threads_raw) if threads_raw else None
     target = env.get("TCMLIR_TARGET", "").strip().lower() or None
+    if target is not None and target not in ("cuda", "cpu", "numpy"):
+        raise TCError(f"TCMLIR_TARGET={target!r}: use cuda, cpu or numpy")
     return Config(
         cache_dir=env.get("TCMLIR_CACHE_DIR") or None,
         always_compile=_flag(env.get("TCMLIR_ALWAYS_COMPILE")),
         dump=dump,
         threads=threads,
-        target=target if target in ("cuda", "cpu", "numpy") else None,
+        target=target,
     )

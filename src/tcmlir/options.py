@@ -250,11 +250,13 @@ class MappingOptions:
             # a reduction member left sequential goes to threadIdx.x with a block combine
             # (only where the kernel has at most one thread-mapped member; passes/map_reductions)
             steps.append(f"map-reduction{{threads={self.block[0]}}}")
-            if self.use_shared_memory:
-                steps.append(f"promote-shared{{depth={self.shared_depth},"
-                             f"max-bytes={self.max_shared_memory}}}")
-            if self.use_private_memory:
-                steps.append(f"promote-private{{depth={self.private_depth}}}")
+            # Promotion to shared memory and registers is not built yet: say so plainly rather
+            # than emit pipeline steps that name passes which do not exist.
+            for flag, what in (("use_shared_memory", "shared-memory"),
+                               ("use_private_memory", "register (private)")):
+                if getattr(self, flag):
+                    raise OptionsError(f"{flag}: {what} promotion is not implemented by the "
+                                       f"CUDA backend yet; set {flag}=False")
         if self.unroll_factor > 1:
             steps.append(f"unroll{{factor={self.unroll_factor}}}")
         return ",".join(steps)

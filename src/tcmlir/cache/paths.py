@@ -28,7 +28,12 @@ CACHE_FILE_NAME = "cache.sqlite3"
 
 def cache_dir_from_env(environ: Mapping[str, str] | None = None) -> Path | None:
     """The directory named by ``TCMLIR_CACHE_DIR``, or None when it is unset or empty."""
-    value = (os.environ if environ is None else environ).get(CACHE_DIR_ENV, "").strip()
+    if environ is None:
+        from ..config import get_config
+
+        value = (get_config().cache_dir or "").strip()
+    else:
+        value = environ.get(CACHE_DIR_ENV, "").strip()
     return Path(value).expanduser() if value else None
 
 
