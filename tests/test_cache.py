@@ -22,6 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import tcmlir
 from tcmlir.cache import (
     CacheCorruptionWarning,
     CacheError,
@@ -132,9 +133,9 @@ def test_best_time_kept_and_top_k(db: Path) -> None:
     # whitespace or key order in the options JSON is the same candidate
     assert not cache.store(SRC, "mm", sig(64), "sm_90", '{ "block":[32,8], "tile":[1,8] }',
                            0.9e-3, 10)
-    with pytest.raises(ValueError):
+    with pytest.raises(tcmlir.TCError):  # a CacheError
         cache.store(SRC, "mm", sig(64), "sm_90", opts(1), float("nan"), 10)
-    with pytest.raises(ValueError):
+    with pytest.raises(tcmlir.TCError):
         cache.store(SRC, "mm", sig(64), "sm_90", opts(1), 1e-3, 0)
 
 

@@ -28,7 +28,7 @@ from .keys import (
     tuned_family_hash,
     tuned_key_hash,
 )
-from .store import CacheCounters, CacheStore, logger, row_checksum
+from .store import CacheCounters, CacheError, CacheStore, logger, row_checksum
 
 __all__ = ["DEFAULT_TOP_K", "OptionsCache", "TunedRecord", "log_size_distance"]
 
@@ -74,7 +74,7 @@ def _sizes_json(sizes: Mapping[str, int] | None, sig: Signature) -> str:
         sizes = {f"arg{i}.d{d}": n for i, a in enumerate(sig.args) for d, n in enumerate(a.shape)}
     for name, value in sizes.items():
         if not isinstance(name, str) or isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"size values must map names to ints, got {name!r}: {value!r}")
+            raise CacheError(f"size values must map names to ints, got {name!r}: {value!r}")
     return json.dumps(dict(sorted(sizes.items())), separators=(",", ":"))
 
 
@@ -131,7 +131,7 @@ class OptionsCache:
     def __init__(self, path: str | os.PathLike[str] | None = None, *,
                  store: CacheStore | None = None, top_k: int = DEFAULT_TOP_K):
         if top_k < 1:
-            raise ValueError(f"top_k must be at least 1, got {top_k}")
+            raise CacheError(f"top_k must be at least 1, got {top_k}")
         self.db = store if store is not None else CacheStore(path)
         self.top_k = top_k
 
@@ -174,11 +174,11 @@ class OptionsCache:
         fastest candidates. ``sizes`` (name -> value) enable nearest-size lookups.
         """
         if not (isinstance(time_s, int | float) and math.isfinite(time_s) and time_s > 0):
-            raise ValueError(f"time_s must be a positive finite number of seconds, got {time_s!r}")
+            raise CacheError(f"time_s must be a positive finite number of seconds, got {time_s!r}")
         if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
-            raise ValueError(f"runs must be a positive int, got {runs!r}")
+            raise CacheError(f"runs must be a positive int, got {runs!r}")
         if not arch:
-            raise ValueError("arch must name an architecture such as 'sm_90'")
+            raise CacheError("arch must name an architecture such as 'sm_90'")
         sig = Signature.from_json(signature) if isinstance(signature, str) else signature
         sig_text = signature_json(sig)
         ranks = ranks_dtypes_json(sig)
