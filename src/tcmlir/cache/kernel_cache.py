@@ -151,11 +151,7 @@ class KernelCache:
 
     def clear(self, arch: str | None = None) -> int:
         """Delete the artifacts (of one arch, or all); returns how many went."""
-        def body(conn: sqlite3.Connection) -> int:
-            if arch is None:
-                return conn.execute("DELETE FROM artifacts").rowcount
-            return conn.execute("DELETE FROM artifacts WHERE arch = ?", (arch,)).rowcount
-        return self.db.write(body, 0)
+        return self.db.clear_table("artifacts", arch)
 
     def stats(self) -> dict[str, object]:
         return self.db.stats()

@@ -300,11 +300,7 @@ class OptionsCache:
 
     def clear(self, arch: str | None = None) -> int:
         """Delete the tuned options (of one arch, or all); returns how many rows went."""
-        def body(conn: sqlite3.Connection) -> int:
-            if arch is None:
-                return conn.execute("DELETE FROM tuned_options").rowcount
-            return conn.execute("DELETE FROM tuned_options WHERE arch = ?", (arch,)).rowcount
-        return self.db.write(body, 0)
+        return self.db.clear_table("tuned_options", arch)
 
     def stats(self) -> dict[str, object]:
         return self.db.stats()

@@ -359,6 +359,17 @@ class CacheStore:
         return self.read(body, {"tuned_rows": 0, "tuned_keys": 0, "artifacts": 0,
                                 "artifact_bytes": 0})
 
+    def clear_table(self, table: str, arch: str | None = None) -> int:
+        """Delete the rows of ``table`` (``tuned_options`` or ``artifacts``), of one arch or
+        all; returns how many went."""
+        assert table in ("tuned_options", "artifacts"), table
+
+        def body(conn: sqlite3.Connection) -> int:
+            if arch is None:
+                return conn.execute(f"DELETE FROM {table}").rowcount
+            return conn.execute(f"DELETE FROM {table} WHERE arch = ?", (arch,)).rowcount
+        return self.write(body, 0)
+
     def stats(self) -> dict[str, object]:
         """Path, schema version, bytes on disk (database + WAL), row counts and this process's counters."""
         size = 0
