@@ -1,0 +1,39 @@
+"""Digest of the PTX tcmlir generates for the whole test corpus (no GPU needed).
+
+    python tools/ptx_digest.py
+
+Prints one sha256 over the PTX of every corpus program (first size set) under the naive options
+and a 1-D block of 256 threads. A change that prints the same digest generates the same GPU
+code, so GPU results measured before it still hold; a different digest means the GPU tests must
+run again. Last GPU-verified digest (H200, 2026-11-30):
+17258b758e4dcd4f1da0106992137fba235da162e37382791d4eb9166885ac9f
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+
+os.environ["TCMLIR_ALWAYS_COMPILE"] = "1"  # generate, do not read the artifact cache
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+
+
+def main() -> int:
+    import numpy as np
+    from corpus.programs import CASES
+
+    import tcmlir as tc
+
+    digest = hashlib.sha256()
+    for case in CASES:
+        inputs = case.make_inputs(np.random.default_rng(0), **case.sizes[0])
+        fn = tc.define(case.source, case.entry, target="cuda")
+        for opts in (tc.MappingOptions.naive(), tc.MappingOptions.naive().map_to_threads(256)):
+            digest.update(fn.compile(*inputs, options=opts, target="cuda", arch="sm_90").ptx.encode())
+    print(digest.hexdigest())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
