@@ -18,7 +18,11 @@ import re
 import numpy as np
 import pytest
 from conftest import target_unavailable_reason
-from corpus import assert_outputs_close, check_against_reference, poisoned_like, run_program
+from corpus import (
+    assert_case_matches,
+    check_against_reference,
+    run_program,
+)
 from corpus.programs import CASES, case_by_name
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -81,13 +85,8 @@ def test_case_cpu_matches_numpy(case, sizes, option_set, rng):
                             [np.copy(x) for x in inputs])
     fn = _define(case.source, case.entry, "cpu")
     context = f"{case.name} {sizes} {option_set}: {options.to_pipeline('cpu')}"
-    got = run_program(fn, inputs, options=options)
-    assert_outputs_close(got, reference, case.rtol, context=f"{context} (fresh outputs)")
-    if case.full_write:
-        outs = tuple(poisoned_like(r) for r in reference)
-        got = run_program(fn, inputs, outputs=outs, options=options)
-        assert_outputs_close(got, reference, case.rtol, context=f"{context} (outputs=)")
-        assert_outputs_close(outs, reference, case.rtol, context=f"{context} (arrays passed)")
+    assert_case_matches(fn, inputs, reference, full_write=case.full_write, rtol=case.rtol,
+                        options=options, context=context)
 
 
 @settings(max_examples=50, deadline=None, database=None,

@@ -123,6 +123,21 @@ def run_program(fn, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray] 
     return as_tuple(fn(*inputs, **kwargs))
 
 
+def assert_case_matches(fn, inputs: Sequence[np.ndarray], reference: Sequence[np.ndarray], *,
+                        full_write: bool, rtol: float | None, options=None,
+                        context: str = "") -> None:
+    """A compiled ``fn`` against ``reference`` outputs: with fresh outputs, and (when the
+    program writes every element) into poisoned ``outputs=`` arrays, which must be the ones
+    written."""
+    got = run_program(fn, inputs, options=options)
+    assert_outputs_close(got, reference, rtol, context=f"{context} (fresh outputs)")
+    if full_write:
+        outs = tuple(poisoned_like(r) for r in reference)
+        got = run_program(fn, inputs, outputs=outs, options=options)
+        assert_outputs_close(got, reference, rtol, context=f"{context} (outputs=)")
+        assert_outputs_close(outs, reference, rtol, context=f"{context} (arrays passed)")
+
+
 def check_against_reference(
     source: str,
     inputs: Sequence[np.ndarray],
