@@ -51,15 +51,24 @@ def _check_target(target: str | None) -> None:
 
 
 def resolve_target(target: str) -> str:
-    """What ``auto`` means here: cuda when a GPU is visible, else cpu (``TCMLIR_TARGET`` overrides)."""
+    """What ``auto`` means here: cuda when a GPU is visible, cpu when none is (``TCMLIR_TARGET``
+    overrides). When CUDA is installed but fails to initialise for another reason than "no
+    device" (`runtime.probe`), this raises a CudaError rather than fall back to the CPU."""
     if target != "auto":
         return target
     forced = get_config().target
     if forced:
         return forced
-    from .runtime import gpu_available
+    from .runtime.probe import probe_gpu
 
-    return "cuda" if gpu_available() else "cpu"
+    probe = probe_gpu()
+    if probe.state == "broken":
+        from .errors import CudaError
+
+        raise CudaError(f"target='auto': CUDA is installed but unusable ({probe.reason}); "
+                        "fix the CUDA setup, or choose the host explicitly with target='cpu' "
+                        "or TCMLIR_TARGET=cpu")
+    return "cuda" if probe.ok else "cpu"
 
 
 @dataclass

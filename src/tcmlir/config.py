@@ -8,6 +8,7 @@
 | ``TCMLIR_THREADS`` | default number of CPU threads for ``target="cpu"`` (default: all cores) |
 | ``TCMLIR_TARGET`` | overrides what ``target="auto"`` picks (``cuda``, ``cpu`` or ``numpy``) |
 | ``TCMLIR_LIBDEVICE`` | path of ``libdevice.10.bc`` when it is not under ``$CUDA_HOME`` (read by `codegen.nvptx`) |
+| ``TCMLIR_REQUIRE_GPU`` | ``1``: the test suite fails (rather than skips) every GPU test when no GPU is usable (``tests/conftest.py``; ``pytest --require-gpu`` is the same) |
 | ``TCMLIR_TUNE_FAULT`` | test hook: ``crash:FIELD=VALUE`` makes tuning workers die on such candidates (`tune.evaluate`) |
 
 A value that is not understood is an error (a `TCError` naming the allowed values), never
@@ -33,10 +34,21 @@ class Config:
     dump: frozenset[str]
     threads: int | None
     target: str | None
+    require_gpu: bool = False
 
 
-def _flag(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
+
+
+def _flag(name: str, value: str | None) -> bool:
+    """An on/off knob: ``1/true/yes/on`` or ``0/false/no/off`` (or unset); else a TCError."""
+    text = (value or "").strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise TCError(f"{name}={value!r}: use 1 (on) or 0 (off)")
 
 
 def get_config() -> Config:
@@ -57,8 +69,9 @@ def get_config() -> Config:
         raise TCError(f"TCMLIR_TARGET={target!r}: use cuda, cpu or numpy")
     return Config(
         cache_dir=env.get("TCMLIR_CACHE_DIR") or None,
-        always_compile=_flag(env.get("TCMLIR_ALWAYS_COMPILE")),
+        always_compile=_flag("TCMLIR_ALWAYS_COMPILE", env.get("TCMLIR_ALWAYS_COMPILE")),
         dump=dump,
         threads=threads,
         target=target,
+        require_gpu=_flag("TCMLIR_REQUIRE_GPU", env.get("TCMLIR_REQUIRE_GPU")),
     )

@@ -603,13 +603,14 @@ def int_reduce(int32(M, N) A) -> (S, Mn, Mx, P) {
     S(i) +=! A(i, j)
     Mn(i) min=! A(i, j)
     Mx(i) max=! A(i, j)
-    P(i) *=! A(i, j) % 3 + 2      # factors in 0..4, no overflow for N <= 13
+    # factors -2, -1, 1, 2 (C remainders, 0 replaced by 1): never 0, |P| <= 2^13
+    P(i) *=! (A(i, j) % 3 == 0) ? 1 : A(i, j) % 3
 }
 """,
     inputs=lambda rng, M, N: (ints(rng, M, N, lo=-1000, hi=1000),),
     expected=lambda A: (
         A.sum(1, dtype=np.int64).astype(I32), A.min(1), A.max(1),
-        np.prod(c_mod(A, 3) + 2, axis=1).astype(I32),
+        np.prod(np.where(c_mod(A, 3) == 0, 1, c_mod(A, 3)), axis=1).astype(I32),
     ),
     sizes=[dict(M=1, N=1), dict(M=7, N=13)],
     tags={"reduction", "int32", "multi-output"},
