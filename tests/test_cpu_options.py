@@ -21,6 +21,7 @@ import re
 import numpy as np
 import pytest
 from corpus import assert_case_matches
+from corpus.option_sets import SCHEDULE_CASES, SCHEDULE_SETS, SHAPE_CASES
 from corpus.programs import CASES, case_by_name
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -81,6 +82,44 @@ def test_case_cpu_matches_oracle(case, sizes, option_set, rng):
     context = f"{case.name} {sizes} {option_set}: {options.to_pipeline('cpu')}"
     assert_case_matches(fn, inputs, reference, full_write=case.full_write, rtol=case.rtol,
                         options=options, context=context)
+
+
+def _schedule_rotation() -> list:
+    """Each schedule/preset set on three of `SCHEDULE_CASES` (every case meets two or more),
+    and the sets that skew or drop the positive orthant also on the cases they change."""
+    params = []
+    for i, name in enumerate(SCHEDULE_SETS):
+        names = {SCHEDULE_CASES[(3 * i + j) % len(SCHEDULE_CASES)] for j in range(3)}
+        names |= {case for key, case in SHAPE_CASES.items() if key in name}
+        for case_name in sorted(names):
+            params.append(pytest.param(case_by_name(case_name), name, id=f"{case_name}-{name}"))
+    return params
+
+
+@pytest.mark.parametrize("key", sorted(SHAPE_CASES))
+def test_skewing_and_orthant_change_the_schedule(key):
+    """Not vacuous: on its case, each option yields another schedule than fusion=max alone."""
+    case = case_by_name(SHAPE_CASES[key])
+    inputs = case.make_inputs(np.random.default_rng(0), **case.sizes[-1])
+    fn = _define(case.source, case.entry, "cpu")
+    plain = tc.MappingOptions.naive().outer_schedule_fusion_strategy("max")
+    changed = (plain.outer_schedule_allow_skewing(True) if key == "skew"
+               else plain.outer_schedule_positive_orthant(False))
+    before = fn.compile(*inputs, options=plain).schedule
+    after = fn.compile(*inputs, options=changed).schedule
+    assert before != after, after
+    assert ("i + j" in after) if key == "skew" else ("- i" in after), after
+
+
+@pytest.mark.parametrize(("case", "option_set"), _schedule_rotation())
+def test_skewing_orthant_and_presets_match_oracle(case, option_set, rng):
+    options = SCHEDULE_SETS[option_set]
+    sizes = case.sizes[-1]
+    inputs = case.make_inputs(rng, **sizes)
+    assert_case_matches(_define(case.source, case.entry, "cpu"), inputs,
+                        case.expected(*[np.copy(x) for x in inputs]), full_write=case.full_write,
+                        rtol=case.rtol, options=options,
+                        context=f"{case.name} {sizes} {option_set}: {options.to_pipeline('cpu')}")
 
 
 @settings(max_examples=50, deadline=None, database=None,

@@ -2,7 +2,8 @@
 
 Every case at every size assignment under the naive options, and at its last size assignment
 under option sets that stress the mapping (a block that divides nothing, 1-D and 3-D blocks,
-small grids so the strided loops wrap). Outputs are compared in float64 with the corpus
+small grids so the strided loops wrap), and under skewing, no positive orthant and TC's presets
+(`corpus.option_sets`). Outputs are compared in float64 with the corpus
 tolerances; programs that write every element get poisoned ``outputs=``. The oracle is
 `Case.expected` (numpy alone), not ``target="numpy"``: the reference interpreter shares the IR,
 type and range inference and the reduction identities with the compiler, so a bug there would
@@ -18,6 +19,7 @@ import functools
 import numpy as np
 import pytest
 from corpus import assert_case_matches, assert_outputs_close, run_program
+from corpus.option_sets import SCHEDULE_CASES, SCHEDULE_SETS
 from corpus.programs import CASES, case_by_name
 
 import tcmlir as tc
@@ -59,6 +61,20 @@ def test_corpus_cuda_vs_oracle(case, sizes, opts, rng):
                         options=options, context=what)
     for k, (x, x0) in enumerate(zip(inputs, originals, strict=True)):
         assert np.array_equal(x, x0, equal_nan=True), f"{what}: input {k} was modified"
+
+
+@pytest.mark.parametrize("option_set", list(SCHEDULE_SETS))
+@pytest.mark.parametrize("case_name", SCHEDULE_CASES)
+def test_skewing_orthant_and_presets_on_cuda(case_name, option_set, rng):
+    """Skewed and negative-coefficient schedules and TC's presets, against the oracle."""
+    case = case_by_name(case_name)
+    options = SCHEDULE_SETS[option_set]
+    for sizes in case.sizes:
+        inputs = case.make_inputs(rng, **sizes)
+        assert_case_matches(_define(case.source, case.entry, "cuda"), inputs,
+                            case.expected(*[np.copy(x) for x in inputs]),
+                            full_write=case.full_write, rtol=case.rtol, options=options,
+                            context=f"{case.name} {sizes} {option_set}")
 
 
 def test_accumulate_into_given_outputs(rng):
