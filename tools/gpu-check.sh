@@ -32,7 +32,8 @@ else
 fi
 python3 -m pytest -m gpu -q -x --no-header -rs "${targets[@]}" 2>&1 | tee "$OUT/gpu-tests.log"
 status=${PIPESTATUS[0]}
-if [ "$status" -eq 0 ] && tail -n 3 "$OUT/gpu-tests.log" | grep -Eq '[0-9]+ skipped'; then
+# (-rs lists every skip as a "SKIPPED [n] ..." line; the count line is absent under -qq)
+if [ "$status" -eq 0 ] && grep -Eq '^SKIPPED|[0-9]+ skipped' "$OUT/gpu-tests.log"; then
     echo "gpu-check: GPU tests were skipped (see the -rs lines above): a failure" >&2
     status=1
 fi

@@ -30,7 +30,8 @@ if has tests; then
     # shellcheck disable=SC2086
     (timeout 420 python3 -m pytest -m gpu -q -p no:cacheprovider -rfEs ${groups[$i]} >"$OUT/gpu-tests-$i.log" 2>&1
      rc=$?; last=$(tail -1 "$OUT/gpu-tests-$i.log")
-     if [ "$rc" -eq 0 ] && echo "$last" | grep -Eq '[0-9]+ skipped'; then rc=1; last="$last (skips: a failure)"; fi
+     if [ "$rc" -eq 0 ] && grep -Eq '^SKIPPED|[0-9]+ skipped' "$OUT/gpu-tests-$i.log"; then
+       rc=1; last="$last (tests skipped: a failure; see the SKIPPED lines)"; fi
      echo "tests[$i] ${groups[$i]}: exit $rc $last" >"$OUT/.sum-tests-$i"
      [ "$rc" -eq 0 ] || touch "$OUT/.tests-failed") &
     pids+=($!)
