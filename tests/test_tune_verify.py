@@ -222,7 +222,12 @@ def test_cached_wrong_row_is_dropped_and_default_options_used(monkeypatch, tmp_p
     cache = _store_row(db, fn, (a, b), bad)
     monkeypatch.setenv(HOOK, "unroll_factor=8")
     factory = tc.make_load_from_cache_options_factory(db)
-    with pytest.warns(WrongResultWarning, match="wrong result.*using the default options"):
+    near = _inputs(11, 6, 9)  # served the row of the nearest size: skipped, not dropped
+    with pytest.warns(WrongResultWarning, match="not using those of the nearest size"):
+        assert factory(fn, near) == MappingOptions.default_for(fn.ir, "cpu")
+    assert cache.lookup(fn, a, b) == bad
+    with pytest.warns(WrongResultWarning, match="wrong result.*dropped them from the cache"
+                                                ".*using the default options"):
         got = factory(fn, (a, b))
     assert got == MappingOptions.default_for(fn.ir, "cpu")
     assert cache.lookup(fn, a, b) is None  # the row is gone, for every process

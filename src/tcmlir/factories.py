@@ -43,7 +43,8 @@ def make_load_from_cache_options_factory(cache: Any = True) -> Factory:
     options are re-verified on this call's inputs the first time this process uses them
     (`tcmlir.tune.verify.verify_for_call`: the kernel the call will use is compiled here and
     run once against the reference); options that compute a wrong result are dropped from
-    the cache with a `WrongResultWarning` and the default options are used instead.
+    the cache (when tuned for this signature; nearest-size ones are only skipped) with a
+    `WrongResultWarning`, and the default options are used instead.
     """
     state: dict[str, Any] = {}
     memo: dict[tuple, MappingOptions] = {}
@@ -79,16 +80,22 @@ def _verified_or_default(fn: Any, inputs: Sequence[Any], store: Any, record: Any
     """The stored options if they compute the right result on these inputs; else the row is
     dropped, a warning says so, and the default options are returned."""
     from .api import resolve_target
-    from .tune.verify import WrongResultWarning, verify_for_call
+    from .tune.verify import WrongResultWarning, to_host, verify_for_call
 
     found = MappingOptions.from_json(record.options_json)
     wrong = verify_for_call(fn, inputs, found)
     if wrong is None:
         return found
-    store.discard(record)
+    # a row tuned at this very signature is dropped; one borrowed from the nearest size is
+    # only not used here (its own size re-verifies it when a call there first uses it)
+    own = record.signature == fn.signature(*[to_host(x) for x in inputs]).to_json()
+    if own:
+        store.discard(record)
     message = (f"{fn.entry}: the tuned options cached in {store.path} failed their check on "
-               f"this call's inputs ({wrong}); dropped them from the cache and using the "
-               "default options instead")
+               f"this call's inputs ({wrong}); "
+               + ("dropped them from the cache" if own else
+                  "not using those of the nearest size") + " and using the default options "
+               "instead")
     log.warning("%s", message)
     warnings.warn(message, WrongResultWarning, stacklevel=4)
     return MappingOptions.default_for(fn.ir, resolve_target(fn.target))

@@ -188,10 +188,11 @@ def tune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
     result.reference = reference_kind
     if result.best is None:
         errors = {e.error for e in result.evaluated.values() if e.error}
-        what = ("compiled, ran and computed the right result" if wrong else "compiled and ran")
-        raise TuneError(f"autotune: no candidate for {fn.entry} {what} ({len(wrong)} of "
-                        f"{len(result.evaluated)} computed a wrong result; nothing stored); "
-                        "errors: " + "; ".join(sorted(errors)[:5]))
+        what = (f"compiled, ran and computed the right result ({len(wrong)} of "
+                f"{len(result.evaluated)} computed a wrong result; nothing stored)" if wrong
+                else "compiled and ran")
+        raise TuneError(f"autotune: no candidate for {fn.entry} {what}; errors: "
+                        + "; ".join(sorted(errors)[:5]))
     signature = fn.signature(*[to_host(x) for x in inputs]).to_json()
     for ev in result.evaluated.values():
         if ev.ok:  # checked on these inputs: a cache hit in this process needs no re-check
