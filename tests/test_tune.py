@@ -279,9 +279,15 @@ def test_four_processes_tuning_at_once_lose_no_entry(tmp_path):
     sizes = (5, 6, 7, 9)
     procs = [subprocess.Popen([sys.executable, "-c", _CHILD_TUNE, MATMUL, str(db), str(m)],
                               stderr=subprocess.PIPE, text=True) for m in sizes]
-    for p in procs:
-        _, err = p.communicate(timeout=180)
-        assert p.returncode == 0, err
+    try:
+        for p in procs:
+            _, err = p.communicate(timeout=180)  # a hang fails the test (TimeoutExpired)
+            assert p.returncode == 0, err
+    finally:
+        for p in procs:  # never leave a child behind
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
     fn = tc.define(MATMUL, target="cpu")
     cache = tc.OptionsCache(db)
     for m in sizes:
