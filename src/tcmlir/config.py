@@ -10,6 +10,7 @@
 | ``TCMLIR_LIBDEVICE`` | path of ``libdevice.10.bc`` when it is not under ``$CUDA_HOME`` (read by `codegen.nvptx`) |
 | ``TCMLIR_REQUIRE_GPU`` | ``1``: the test suite fails (rather than skips) every GPU test when no GPU is usable (``tests/conftest.py``; ``pytest --require-gpu`` is the same) |
 | ``TCMLIR_TUNE_FAULT`` | test hook: ``crash:FIELD=VALUE`` makes tuning workers die on such candidates (`tune.evaluate`) |
+| ``TCMLIR_TUNE_MISCOMPILE`` | test hook: ``FIELD=VALUE`` (VALUE as JSON) spoils one output element of every checked run of options with that field value, so the verification in `tune.verify` must reject them |
 
 A value that is not understood is an error (a `TCError` naming the allowed values), never
 silently ignored.
@@ -17,6 +18,7 @@ silently ignored.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 
@@ -35,6 +37,7 @@ class Config:
     threads: int | None
     target: str | None
     require_gpu: bool = False
+    tune_miscompile: tuple[str, object] | None = None  # (option field, JSON value) or None
 
 
 _TRUE = ("1", "true", "yes", "on")
@@ -49,6 +52,21 @@ def _flag(name: str, value: str | None) -> bool:
     if text in _FALSE:
         return False
     raise TCError(f"{name}={value!r}: use 1 (on) or 0 (off)")
+
+
+def _miscompile_predicate(spec: str) -> tuple[str, object] | None:
+    """``FIELD=VALUE`` -> (FIELD, VALUE parsed as JSON, else the text); empty -> None."""
+    if not spec:
+        return None
+    name, sep, value = spec.partition("=")
+    if not sep or not name.strip().isidentifier():
+        raise TCError(f"TCMLIR_TUNE_MISCOMPILE={spec!r}: use FIELD=VALUE with a MappingOptions "
+                      "field and a JSON value, e.g. unroll_factor=4 or tile_sizes=[4,4,4]")
+    try:
+        parsed: object = json.loads(value)
+    except ValueError:
+        parsed = value
+    return name.strip(), parsed
 
 
 def get_config() -> Config:
@@ -68,6 +86,7 @@ def get_config() -> Config:
     if target is not None and target not in ("cuda", "cpu", "numpy"):
         raise TCError(f"TCMLIR_TARGET={target!r}: use cuda, cpu or numpy")
     return Config(
+        tune_miscompile=_miscompile_predicate(env.get("TCMLIR_TUNE_MISCOMPILE", "").strip()),
         cache_dir=env.get("TCMLIR_CACHE_DIR") or None,
         always_compile=_flag("TCMLIR_ALWAYS_COMPILE", env.get("TCMLIR_ALWAYS_COMPILE")),
         dump=dump,
