@@ -9,7 +9,7 @@ tolerances; programs that write every element get poisoned ``outputs=``. The ora
 type and range inference and the reduction identities with the compiler, so a bug there would
 be invisible to a comparison with it. Also: torch CUDA
 tensors in -> torch CUDA tensors out with no host copy, out-of-range gathers, benchmarks.
-Marked ``gpu``: skipped where no GPU is visible.
+Marked ``gpu``: skipped where no GPU is visible (a failure under ``TCMLIR_REQUIRE_GPU=1``).
 """
 
 from __future__ import annotations
