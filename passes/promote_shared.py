@@ -42,6 +42,7 @@ from ..poly.promotion import (
     Promotion,
     compute_box,
     copy_extension,
+    copy_band,
     copy_parts,
     footprint,
     graft,
@@ -192,10 +193,10 @@ def _graft_shared(schedule: isl.Schedule, path: tuple[int, ...], bufs: list[Buff
     for buf in bufs:
         e = copy_extension(fp_of[buf.name], f"cpin_{buf.name}")
         copy_set = e.range()
-        filt = thread_copy_filter(copy_set, buf, n_prefix, km_block, tuple(range(len(buf.box.extent))))
+        filt = thread_copy_filter(copy_set, buf, n_prefix, km_block)
         prove_copy_mapping(copy_set, filt, THREAD_PARAMS)
         parts.append((isl.UnionSet.from_set(copy_set), isl.UnionSet.from_set(filt),
-                      band_of_copy(copy_set, n_prefix, len(buf.box.extent)), unroll))
+                      copy_band(copy_set, buf, n_prefix), unroll))
         ext = isl.UnionMap.from_map(e) if ext is None else ext.union(isl.UnionMap.from_map(e))
     prefix_set = isl.Set.from_union_set(bufs[0].prefix.range())
     s0 = sync_extension(prefix_set, f"sync_{k}_0")

@@ -247,17 +247,13 @@ def _proj_space(domain: isl.Space, n_out: int) -> isl.Space:
     return domain.map_from_domain_and_range(out)
 
 
-def thread_copy_filter(copy_set: isl.Set, buf: Buffer, n_prefix: int, block: tuple[int, int, int],
-                       tensor_extent_order: tuple[int, ...]) -> isl.Set:
-    """Instances of a shared copy statement that thread ``(_tx, _ty, _tz)`` runs: the row-major
-    (tensor order) linear local index, modulo the block's thread count, equals the linear
-    thread id, so consecutive threads copy consecutive elements (coalesced)."""
+def copy_linear_index(copy_set: isl.Set, buf: Buffer, n_prefix: int) -> isl.PwAff:
+    """The row-major (tensor order) linear local index of a copy statement's element."""
     space = copy_set.get_space()
     ls = isl.LocalSpace.from_space(space)
-    rank = len(buf.box.extent)
-    ma_p, _ = copy_parts(space, n_prefix, rank)
+    ma_p, _ = copy_parts(space, n_prefix, len(buf.box.extent))
     linear = None
-    for d in tensor_extent_order:
+    for d in range(len(buf.box.extent)):
         a = isl.PwAff.from_aff(isl.Aff.var_on_domain(ls, isl.dim_type.set, n_prefix + d))
         lo = buf.box.lo[d].pullback_multi_aff(ma_p).align_params(a.get_space().params())
         a = a.align_params(lo.get_space().params())
@@ -267,6 +263,25 @@ def thread_copy_filter(copy_set: isl.Set, buf: Buffer, n_prefix: int, block: tup
         linear = local if linear is None else linear.scale_val(
             isl.Val.int_from_si(space.get_ctx(), buf.box.extent[d])).add(local)
     assert linear is not None
+    return linear.intersect_domain(copy_set.align_params(linear.get_space().params()))
+
+
+def copy_band(copy_set: isl.Set, buf: Buffer, n_prefix: int) -> isl.MultiUnionPwAff:
+    """The one-member band of a shared copy: its linear local index. (A band over the element
+    coordinates, under the modulo thread filter, made isl 2026.2's AST generator drop
+    instances: ``{ B[r, c] : (128r + c - t) mod 256 = 0 }`` scheduled by ``[r, c]`` came out as
+    one call per thread instead of four; the linear band gives the strided loop.)"""
+    linear = copy_linear_index(copy_set, buf, n_prefix)
+    return isl.MultiUnionPwAff.from_multi_pw_aff(isl.MultiPwAff.from_pw_aff(linear))
+
+
+def thread_copy_filter(copy_set: isl.Set, buf: Buffer, n_prefix: int,
+                       block: tuple[int, int, int]) -> isl.Set:
+    """Instances of a shared copy statement that thread ``(_tx, _ty, _tz)`` runs: the linear
+    local index modulo the block's thread count equals the linear thread id, so consecutive
+    threads copy consecutive elements (coalesced)."""
+    space = copy_set.get_space()
+    linear = copy_linear_index(copy_set, buf, n_prefix)
     total = block[0] * block[1] * block[2]
     ctx = space.get_ctx()
     tid = None
