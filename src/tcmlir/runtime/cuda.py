@@ -25,6 +25,7 @@ from .cuda_memory import (
     DeviceBuffer,
     Event,
     KernelArgs,
+    PinnedHostBuffer,
     PrimaryContext,
     Stream,
     check,
@@ -163,6 +164,7 @@ class Function:
         self.name = name
         self.handle = handle
         self._param_sizes: tuple[int, ...] | bool | None = False  # False: not queried yet
+        self._param_count: int | bool | None = False
         self._dynamic_shared_set = _DEFAULT_DYNAMIC_SHARED
         self._attributes: dict[str, int] = {}
 
@@ -197,6 +199,28 @@ class Function:
         if self._param_sizes is False:
             self._param_sizes = self._query_param_sizes()
         return self._param_sizes  # type: ignore[return-value]
+
+    @property
+    def param_count(self) -> int | None:
+        """How many parameters the kernel takes (None where the driver cannot tell)."""
+        if self._param_count is False:
+            count = self._query_param_count()
+            if count is None:
+                sizes = self.param_sizes
+                count = None if sizes is None else len(sizes)
+            self._param_count = count
+        return self._param_count  # type: ignore[return-value]
+
+    def _query_param_count(self) -> int | None:
+        query = getattr(driver, "cuFuncGetParamCount", None)
+        if query is None:
+            return None
+        self.module.context.activate()
+        try:
+            err, n = query(self.handle)
+        except RuntimeError:  # binding present but the driver lacks the entry point
+            return None
+        return int(n) if err == driver.CUresult.CUDA_SUCCESS else None
 
     def _query_param_sizes(self) -> tuple[int, ...] | None:
         query = getattr(driver, "cuFuncGetParamInfo", None)
@@ -295,7 +319,8 @@ class CudaRuntime:
         self._count = 0
         self._contexts: dict[int, PrimaryContext] = {}
         self._devices: dict[int, Device] = {}
-        self._last_launch: dict[int, str] = {}
+        self._last_launch: dict[int, Any] = {}  # a description, or an object that describes it
+        self._pools: dict[int, Any] = {}
 
     # -- initialisation and devices -------------------------------------------------------
     def is_available(self) -> bool:
@@ -394,6 +419,19 @@ class CudaRuntime:
         buf.copy_from_host(array)
         return buf
 
+    def pool(self, device: int = 0) -> Any:
+        """The device's stream-ordered `pool.BufferPool` (temporaries and staging buffers)."""
+        with self._lock:
+            pool = self._pools.get(device)
+            if pool is None:
+                from .pool import BufferPool
+
+                pool = self._pools[device] = BufferPool(self, device)
+            return pool
+
+    def pinned(self, nbytes: int, device: int = 0) -> PinnedHostBuffer:
+        return PinnedHostBuffer(self.context(device), nbytes)
+
     def stream(self, device: int = 0) -> Stream:
         return Stream(self.context(device))
 
@@ -426,6 +464,9 @@ class CudaRuntime:
         validate_launch(self.device(ctx.ordinal).limits, grid3, block3, shared_bytes,
                         kernel=function.name, kernel_max_threads=function.max_threads_per_block,
                         static_shared_bytes=function.static_shared_bytes)
+        count = function.param_count  # cached after the first launch of the kernel
+        if count is not None and count != len(args):
+            raise CudaError(f"{what}: the kernel takes {count} arguments, {len(args)} given")
         try:
             # Only plain Python numbers need the kernel's parameter sizes to be packed; asking
             # the driver for them costs API calls (which compute-sanitizer reports as errors
@@ -451,6 +492,7 @@ class CudaRuntime:
         for ordinal in ordinals:
             self.context(ordinal)
             last = self._last_launch.get(ordinal)
+            last = last if last is None or isinstance(last, str) else str(last)
             check(driver.cuCtxSynchronize(), f"cuCtxSynchronize(device {ordinal})",
                   context=f"last launch: {last}" if last else None)
 
