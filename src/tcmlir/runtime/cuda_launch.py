@@ -88,7 +88,10 @@ class CudaRunner:
         if plan is None:
             rt = self.runtime
             rt.context(bound.device)
-            handle = 0 if stream is None else _stream_handle(stream)
+            from .streams import memory_for
+
+            handle = (memory_for(bound.kind, rt, bound.device).current_stream() if stream is None
+                      else _stream_handle(stream))
             if _capturing(handle):
                 raise CallError(
                     f"{self.image.entry}: the first call for this signature is inside a CUDA "
@@ -136,7 +139,11 @@ def _stream_handle(stream: Any) -> int:
 
 
 def _capturing(handle: int) -> bool:
-    status = check(driver.cuStreamIsCapturing(handle), "cuStreamIsCapturing")
+    result = driver.cuStreamIsCapturing(handle)
+    implicit = getattr(driver.CUresult, "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT", None)
+    if implicit is not None and result[0] == implicit:
+        return True  # the legacy stream while another stream captures in global mode
+    status = check(result, "cuStreamIsCapturing", context=f"stream {handle:#x}")
     return status != driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 
 

@@ -180,6 +180,13 @@ class CudaPlan:
 
     def _call(self, inputs: Sequence[Any], handle: int, given: Sequence[Any] | None) -> Any:
         capturing = (self._watch_capture or given is not None) and self.is_capturing(handle)
+        if capturing and (self._host_outputs or (given is None and self.memory.pooled)):
+            raise CallError(
+                f"{self.entry}: cannot be captured in a CUDA graph with "
+                f"{self.kind.value} arrays: "
+                + ("host arrays are copied and read back synchronously" if self._host_outputs
+                   else "its outputs would be allocated with cuMemAlloc; pass outputs=")
+                + " (or call it with torch tensors, whose allocator is capture-aware)")
         if self._pending and not capturing:
             self._poll(handle)
         memory = self.memory
