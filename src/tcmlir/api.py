@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from . import ir
 from .binding import allocate_outputs, bind_host_inputs, check_outputs
 from .config import get_config, hot_path_token
@@ -229,10 +231,10 @@ class TCFunction:
             raise CallError(f"{self.entry}: kernel compiled for {kernel.signature.to_json()} "
                             f"called with {bound.signature.to_json()}")
         if kernel.target == "cpu" and outputs is None:
-            from .runtime.host_plan import HostPlan
+            from .runtime.host_plan import host_plan
 
-            plan = HostPlan(kernel.runner, self.ir, bound.sizes)
-            if remember and all(a.flags.c_contiguous for a in bound.arrays.values()):
+            plan = host_plan(kernel.runner, self.ir, bound.sizes)
+            if remember and all(_host_ready(x) for x in inputs):
                 self._remember(inputs, _host_call(plan))
             return plan.call(list(bound.arrays.values()))
         outs = check_outputs(self.ir, bound.sizes, outputs)
@@ -275,6 +277,13 @@ class TCFunction:
                 kernel.runner.run(arrays, bound.sizes)
             times.append(time.perf_counter() - start)
         return times
+
+
+def _host_ready(x: Any) -> bool:
+    """Whether a host plan can take ``x`` as it is (what `HostPlan.call` assumes)."""
+    if type(x) is np.ndarray:
+        return bool(x.flags.c_contiguous)
+    return type(x) in (bool, int, float) or isinstance(x, np.generic)
 
 
 def _host_call(plan: Any) -> Callable[[Sequence[Any], Any], Any]:

@@ -68,6 +68,7 @@ class HostKernel:
         self._keepalive = keepalive
         self._gathers = tuple(_gather_info(fn, g) for g in gathers)
         self._pool: ThreadPoolExecutor | None = None
+        self.plans: dict[tuple, object] = {}  # size values -> host_plan.HostPlan
         self._pool_lock = threading.Lock()
 
     def __repr__(self) -> str:

@@ -23,7 +23,19 @@ from .. import ir as tc
 from ..binding import needs_zero_fill
 from .host import HostKernel
 
-__all__ = ["HostPlan"]
+__all__ = ["HostPlan", "host_plan"]
+
+
+_char_at = ctypes.c_char.from_buffer
+
+
+def _address(a: np.ndarray) -> int:
+    """The data address of a C-contiguous array (through the buffer protocol, which is cheaper
+    than ``a.ctypes.data``; read-only arrays refuse a writable view and take the slow way)."""
+    try:
+        return ctypes.addressof(_char_at(a))
+    except (TypeError, ValueError, BufferError):
+        return a.ctypes.data
 
 
 class HostPlan:
@@ -65,11 +77,11 @@ class HostPlan:
                 if type(x) is not np.ndarray:
                     x = np.asarray(x, dtype=dtype)
                     keep.append(x)
-                pointers[k] = x.ctypes.data
+                pointers[k] = _address(x)
             for k, shape, dtype, make in self._fresh:
                 a = make(shape, dtype)
                 fresh.append(a)
-                pointers[k] = a.ctypes.data
+                pointers[k] = _address(a)
             for (entry, chunks), errs in zip(self._groups, errors, strict=True):
                 for e in errs:
                     e.value = 0
@@ -80,3 +92,12 @@ class HostPlan:
         if self._n_outputs == 1:
             return fresh[0]
         return tuple(fresh[: self._n_outputs])
+
+
+def host_plan(kernel: HostKernel, fn: tc.Function, sizes: Mapping[str, int]) -> HostPlan:
+    """The kernel's plan for these size values, made on first use (kept on the kernel)."""
+    key = tuple(sorted(sizes.items()))
+    plan = kernel.plans.get(key)
+    if plan is None:
+        plan = kernel.plans.setdefault(key, HostPlan(kernel, fn, sizes))
+    return plan
