@@ -459,3 +459,24 @@ def test_gather_error_on_torch_inputs_is_reported(torch_cuda):
     fn(E, idx)
     with pytest.raises(CallError, match="out of bounds"):
         fn.check_errors()
+
+
+def test_runtime_launch_checks_the_parameter_count_before_the_driver(monkeypatch):
+    # what test_cuda_runtime's GPU test_invalid_launch_is_refused_before_the_driver asks
+    import types
+
+    from fake_cuda import H200_LIMITS, FakeContext
+
+    from tcmlir.errors import CudaError
+    from tcmlir.runtime import cuda as rcuda
+
+    driver, _ = install_fake(monkeypatch)
+    rt = rcuda.CudaRuntime()
+    monkeypatch.setattr(rt, "device", lambda ordinal=0: types.SimpleNamespace(limits=H200_LIMITS))
+    fn = types.SimpleNamespace(name="affine", module=types.SimpleNamespace(context=FakeContext()),
+                               param_count=3, max_threads_per_block=1024, static_shared_bytes=0,
+                               param_sizes=(8, 8, 8))
+    buf = types.SimpleNamespace(ptr=0x1000)
+    with pytest.raises(CudaError, match=r"affine.*takes 3 arguments, 2 given"):
+        rt.launch(fn, (1, 1, 1), (32, 1, 1), [buf, buf])
+    assert "cuLaunchKernel" not in driver.names()

@@ -119,8 +119,9 @@ class CudaPlan:
             for t, cls in zip(fn.inputs, input_types, strict=True))
         self._output_names = tuple(t.name for t in fn.outputs)
         self._outputs = tuple(
-            (slot[t.name], tuple(e.evaluate(sizes) for e in t.shape), t.dtype, lib_dtype(t.dtype),
-             needs_zero_fill(fn, t, sizes)) for t in fn.outputs)
+            (slot[t.name], shape, math.prod(shape) * t.dtype.itemsize, t.dtype, lib_dtype(t.dtype),
+             needs_zero_fill(fn, t, sizes))
+            for t, shape in ((t, tuple(e.evaluate(sizes) for e in t.shape)) for t in fn.outputs))
         self._temps = tuple(
             (slot[t.name], max(1, math.prod(e.evaluate(sizes) for e in t.shape) * t.dtype.itemsize),
              needs_zero_fill(fn, t, sizes)) for t in fn.temporaries)
@@ -138,9 +139,11 @@ class CudaPlan:
             self._pinned.set_int32(0, 0)
             flags = driver.CUevent_flags.CU_EVENT_DISABLE_TIMING.value
             self._event = check(driver.cuEventCreate(flags), "cuEventCreate")
+        codes = [code for _, code, _, _, _ in self._inputs]
+        self._copies_in = any(code == _HOST or (code == _SCALAR and self.memory.pooled)
+                              for code in codes)
         self._watch_capture = (self.gathers or isinstance(self.memory, DriverMemory)
-                               or any(code in (_HOST, _ANY) or (code == _SCALAR and self.memory.pooled)
-                                      for _, code, _, _, _ in self._inputs))
+                               or self._copies_in or _ANY in codes)
         self._lock = threading.Lock()
         self.last_stream: int | None = None  # test hook: the stream of the latest launch
         self._success = driver.CUresult.CUDA_SUCCESS
@@ -180,11 +183,13 @@ class CudaPlan:
 
     def _call(self, inputs: Sequence[Any], handle: int, given: Sequence[Any] | None) -> Any:
         capturing = (self._watch_capture or given is not None) and self.is_capturing(handle)
-        if capturing and (self._host_outputs or (given is None and self.memory.pooled)):
+        if capturing and (self._host_outputs or self._copies_in
+                          or (given is None and self.memory.pooled)):
             raise CallError(
                 f"{self.entry}: cannot be captured in a CUDA graph with "
                 f"{self.kind.value} arrays: "
-                + ("host arrays are copied and read back synchronously" if self._host_outputs
+                + ("host arrays are copied in (and read back) synchronously"
+                   if self._host_outputs or self._copies_in
                    else "its outputs would be allocated with cuMemAlloc; pass outputs=")
                 + " (or call it with torch tensors, whose allocator is capture-aware)")
         if self._pending and not capturing:
@@ -207,8 +212,7 @@ class CudaPlan:
                 else:
                     values[k] = self._stage(x, code, dtype, what, handle, pooled, keep)
             results = []
-            for i, (k, shape, dtype, lib_dtype, zero) in enumerate(self._outputs):
-                nbytes = math.prod(shape) * dtype.itemsize
+            for i, (k, shape, nbytes, dtype, lib_dtype, zero) in enumerate(self._outputs):
                 if given is not None:
                     values[k] = self._given_output(i, given[i], handle, pooled, keep, copies_back)
                     results.append(given[i])
@@ -306,7 +310,7 @@ class CudaPlan:
                       copies_back: list[tuple[int, int, int]]) -> int:
         """The device pointer of a user-given output: its own memory, or (host arrays) a
         staging buffer holding a copy of it (``+=`` reads it), copied back after the launch."""
-        _, shape, dtype, _, _ = self._outputs[i]
+        _, shape, _, dtype, _, _ = self._outputs[i]
         what = f"{self.entry}: output {self._output_names[i]}"
         view = classify(x, what, runtime=self.runtime)
         if view.dtype is not dtype or tuple(view.shape) != shape:
