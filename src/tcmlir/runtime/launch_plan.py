@@ -131,6 +131,9 @@ class CudaPlan:
         self.gather_sync = self._host_outputs
         self._err = runtime.alloc(4, device)
         self._err.memset(0)  # once; afterwards only reporting a failure resets it
+        # the memset is queued on the legacy stream, which a non-blocking stream (torch's)
+        # does not wait for: let it finish before any launch can set the flag
+        check(driver.cuCtxSynchronize(), "cuCtxSynchronize", context="zeroing a gather flag")
         self.block.values[count - 1] = self._err.ptr
         self._pinned = self._event = None
         self._pending = False
@@ -193,7 +196,7 @@ class CudaPlan:
                    else "its outputs would be allocated with cuMemAlloc; pass outputs=")
                 + " (or call it with torch tensors, whose allocator is capture-aware)")
         if self._pending and not capturing:
-            self._poll(handle)
+            self._poll()
         memory = self.memory
         pooled: list[Any] = []  # pool buffers, given back after the launches
         keep: list[Any] = []    # objects that must outlive the call's host-side work
@@ -253,7 +256,7 @@ class CudaPlan:
         if self.gathers and not capturing and (self.gather_sync or copies_back):
             if not copies_back:
                 self._synchronize(handle)
-            self._report(self._pinned.int32(0), handle)
+            self._report(self._pinned.int32(0))
         return results[0] if len(results) == 1 else tuple(results)
 
     def _enqueue(self, handle: int) -> None:
@@ -350,25 +353,22 @@ class CudaPlan:
             check(driver.cuEventRecord(self._event, handle), "cuEventRecord", context=self.entry)
             self._pending = True
 
-    def _poll(self, handle: int) -> None:
+    def _poll(self) -> None:
         """Report a failure of an earlier call whose flag read has landed (never waits)."""
         result = driver.cuEventQuery(self._event)
         if result[0] == driver.CUresult.CUDA_ERROR_NOT_READY:
             return
         check(result, "cuEventQuery", context=f"gather flag of {self.entry}")
         self._pending = False
-        self._report(self._pinned.int32(0), handle, earlier=True)
+        self._report(self._pinned.int32(0), earlier=True)
 
-    def _report(self, code: int, handle: int | None, earlier: bool = False) -> None:
+    def _report(self, code: int, earlier: bool = False) -> None:
         if not code:
             return
         self._pinned.set_int32(0, 0)
-        self.context.activate()
-        if handle is None:
-            check(driver.cuMemsetD32(self._err.ptr, 0, 1), "cuMemsetD32(gather flag)")
-        else:
-            check(driver.cuMemsetD32Async(self._err.ptr, 0, 1, handle),
-                  "cuMemsetD32Async(gather flag)")
+        self.context.activate()  # reset, and wait for it: later launches on any stream see 0
+        check(driver.cuMemsetD32(self._err.ptr, 0, 1), "cuMemsetD32(gather flag)")
+        check(driver.cuCtxSynchronize(), "cuCtxSynchronize", context="resetting a gather flag")
         error = self._gather_error(code)
         if earlier:
             error = CallError(f"{error} [reported late: an earlier call, or a CUDA graph replay, of "
@@ -386,7 +386,7 @@ class CudaPlan:
         check(driver.cuMemcpyDtoH(self._pinned.address, self._err.ptr, 4),
               "cuMemcpyDtoH(gather flag)")
         self._pending = False
-        self._report(self._pinned.int32(0), None, earlier=True)
+        self._report(self._pinned.int32(0), earlier=True)
 
     def close(self) -> None:
         event, self._event = self._event, None
