@@ -13,7 +13,9 @@ floats) and ``softmax`` (four statements, on 128 x 1024 floats). For each, in on
 * ``synced``: the same with ``torch.cuda.synchronize()`` after every call (host time of a call
   that waits for its result);
 * ``cold compile``: the first call of a fresh definition with an empty cache directory
-  (parse, polyhedral pipeline, LLVM, PTX, JIT link, module load, plan, launch, sync).
+  (parse, polyhedral pipeline, LLVM, PTX, JIT link, module load, plan, launch, sync), after a
+  throwaway kernel has paid the process's one-time start-up (CUDA context, LLVM and libdevice
+  initialisation), which is reported on its own as ``process start-up``.
 
 The cpu mode times ``fn(x, y)`` on numpy arrays of one element (and numpy's own ``x + y``).
 """
@@ -30,6 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+WARMUP = "def warmup(float(N) x) -> (z) { z(i) = exp(x(i)) * 2 }"
 ADD = "def add(float(N) x, float(N) y) -> (z) { z(i) = x(i) + y(i) }"
 SOFTMAX = """
 def softmax(float(N, D) I) -> (O) {
@@ -125,7 +128,8 @@ def bench_cuda(calls: int) -> dict[str, Any]:
     X = torch.randn(128, 1024, device="cuda")
     cases = {"add": (ADD, (x, y), lambda: x + y), "softmax": (SOFTMAX, (X,), lambda: torch.softmax(X, 1))}
     triton = triton_kernels()
-    report: dict[str, Any] = {"device": torch.cuda.get_device_name(), "calls": calls, "kernels": {}}
+    report: dict[str, Any] = {"device": torch.cuda.get_device_name(), "calls": calls, "kernels": {},
+                              "startup_s": cold_compile_s(WARMUP, "cuda", (x,), sync)}
     for name, (source, inputs, torch_call) in cases.items():
         cold = cold_compile_s(source, "cuda", inputs, sync)
         fn = tc.define(source, target="cuda")
@@ -154,7 +158,8 @@ def bench_cpu(calls: int) -> dict[str, Any]:
     X = np.random.default_rng(0).standard_normal((1, 8)).astype(np.float32)
     cases = {"add": (ADD, (x, y), lambda: x + y),
              "softmax": (SOFTMAX, (X,), lambda: np.exp(X - X.max(1, keepdims=True)))}
-    report: dict[str, Any] = {"device": "host", "calls": calls, "kernels": {}}
+    report: dict[str, Any] = {"device": "host", "calls": calls, "kernels": {},
+                              "startup_s": cold_compile_s(WARMUP, "cpu", (x,), lambda: None)}
     for name, (source, inputs, numpy_call) in cases.items():
         cold = cold_compile_s(source, "cpu", inputs, lambda: None)
         fn = tc.define(source, target="cpu")
@@ -167,7 +172,8 @@ def bench_cpu(calls: int) -> dict[str, Any]:
 
 
 def print_report(report: dict[str, Any]) -> None:
-    print(f"device: {report['device']}   calls per median: {report['calls']}")
+    print(f"device: {report['device']}   calls per median: {report['calls']}   "
+          f"process start-up: {report['startup_s']:.3f} s")
     for name, result in report["kernels"].items():
         print(f"\n{name}: cold compile {result['cold_compile_s']:.3f} s")
         for who, row in result.items():

@@ -111,7 +111,7 @@ class CudaPlan:
             self.block.values[n_tensors + j] = int(bound.sizes[name])
         slot = {name: k for k, name in enumerate(image.arg_order)}
         self.memory = memory_for(self.kind, runtime, device)
-        lib_dtype = getattr(self.memory, "dtype", lambda d: d.numpy)
+        lib_dtype = getattr(self.memory, "dtype", lambda d: None)  # torch's / CuPy's dtype
         sizes = bound.sizes
         self._inputs = tuple(
             (slot[t.name], _input_code(cls, bound.views[t.name]), t.dtype, lib_dtype(t.dtype),
