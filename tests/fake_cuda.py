@@ -14,7 +14,7 @@ import ctypes
 import enum
 import re
 import types
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -266,3 +266,99 @@ def device_array(host: np.ndarray) -> Any:
                 "data": (array.ctypes.data, False), "version": 3, "strides": None}
 
     return FakeDeviceArray(host)
+
+
+# ---------------------------------------------------------------- a fake torch (CUDA tensors)
+
+
+class _TorchDType:
+    def __init__(self, name: str):
+        self.name, self.numpy = name, np.dtype(name)
+
+    def __repr__(self) -> str:
+        return f"torch.{self.name}"
+
+    __str__ = __repr__
+
+
+class _TorchDevice(tuple):
+    @property
+    def type(self) -> str:
+        return self[0]
+
+    @property
+    def index(self) -> int:
+        return self[1]
+
+
+class FakeTensor:
+    """A "CUDA" tensor whose memory is a numpy array (the fake driver's device memory)."""
+
+    def __init__(self, array: np.ndarray, index: int = 0):
+        self.array = array
+        self.shape = tuple(array.shape)
+        self.dtype = FakeTorch.dtypes[array.dtype.name]
+        self.device = _TorchDevice(("cuda", index))
+
+    def stride(self) -> tuple[int, ...]:
+        return tuple(s // self.array.itemsize for s in self.array.strides)
+
+    def data_ptr(self) -> int:
+        return self.array.ctypes.data
+
+
+FakeTensor.__module__ = "torch"  # what tcmlir recognises torch tensors by
+
+
+class FakeStream:
+    def __init__(self, handle: int):
+        self.cuda_stream = handle
+
+
+class FakeTorch(types.ModuleType):
+    """``torch`` as far as the launch path uses it: current raw stream, empty, full, streams."""
+
+    dtypes: ClassVar[dict[str, _TorchDType]] = {n: _TorchDType(n) for n in ("float32", "float64", "int32", "int64", "uint8")}
+    Tensor = FakeTensor
+
+    def __init__(self) -> None:
+        super().__init__("torch")
+        self.current = 0x51
+        self.allocations: list[tuple] = []
+        for name, dt in self.dtypes.items():
+            setattr(self, name, dt)
+        fake = self
+
+        class Ctx:
+            def __init__(self, stream: FakeStream):
+                self.stream, self.saved = stream, None
+
+            def __enter__(self):
+                self.saved, fake.current = fake.current, self.stream.cuda_stream
+
+            def __exit__(self, *exc):
+                fake.current = self.saved
+
+        self._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda index: self.current)
+        self.cuda = types.SimpleNamespace(Stream=FakeStream, stream=Ctx,
+                                          ExternalStream=lambda h, device=None: FakeStream(h))
+
+    def device(self, kind: str, index: int) -> _TorchDevice:
+        return _TorchDevice((kind, index))
+
+    def empty(self, shape, dtype, device):
+        self.allocations.append(("empty", tuple(shape), dtype.name, self.current))
+        return FakeTensor(np.full(shape, np.nan if dtype.numpy.kind == "f" else 7, dtype.numpy),
+                          device.index)
+
+    def full(self, shape, value, dtype, device):
+        self.allocations.append(("full", tuple(shape), dtype.name, self.current))
+        return FakeTensor(np.full(shape, value, dtype.numpy), device.index)
+
+
+def install_fake_torch(monkeypatch: Any) -> FakeTorch:
+    import sys
+
+    torch = FakeTorch()
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    return torch

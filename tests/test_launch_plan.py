@@ -480,3 +480,53 @@ def test_runtime_launch_checks_the_parameter_count_before_the_driver(monkeypatch
     with pytest.raises(CudaError, match=r"affine.*takes 3 arguments, 2 given"):
         rt.launch(fn, (1, 1, 1), (32, 1, 1), [buf, buf])
     assert "cuLaunchKernel" not in driver.names()
+
+
+def test_torch_kind_plan_over_fakes(monkeypatch, rng):
+    # the torch path (the one the benchmark and CUDA graphs use) against a fake torch
+    from fake_cuda import FakeStream, FakeTensor, install_fake_torch
+
+    torch = install_fake_torch(monkeypatch)
+    x, y = (FakeTensor(rng.standard_normal(100).astype(np.float32)) for _ in range(2))
+    fn, kernel, driver = _faked(monkeypatch, ADD, x, y)
+    z = fn(x, y)
+    assert isinstance(z, FakeTensor)
+    np.testing.assert_array_equal(z.array, x.array + y.array)
+    (plan,) = kernel.runner.plans
+    assert plan.last_stream == 0x51  # torch's current stream
+    driver.calls.clear()
+    torch.allocations.clear()
+    with torch.cuda.stream(FakeStream(0x77)):
+        z = fn(x, y)  # the cached path
+    assert plan.last_stream == 0x77 and torch.allocations == [("empty", (100,), "float32", 0x77)]
+    np.testing.assert_array_equal(z.array, x.array + y.array)
+    assert driver.names() == ["cuLaunchKernel"], driver.names()  # nothing else: no sync, no alloc
+    torch.allocations.clear()
+    fn(x, y, stream=FakeStream(0x99))  # allocated while 0x99 is torch's current stream
+    assert plan.last_stream == 0x99 and torch.allocations[0][3] == 0x99 and torch.current == 0x51
+    driver.capturing.add(0x51)  # inside a capture the call just launches
+    driver.calls.clear()
+    np.testing.assert_array_equal(fn(x, y).array, x.array + y.array)
+    assert driver.names() == ["cuLaunchKernel"]
+
+
+def test_torch_kind_temporaries_and_scalars_come_from_torch(monkeypatch, rng):
+    from fake_cuda import FakeTensor, install_fake_torch
+
+    torch = install_fake_torch(monkeypatch)
+    x = FakeTensor(rng.standard_normal((6, 17)).astype(np.float32))
+    fn, _, driver = _faked(monkeypatch, SOFTMAX, x)
+    np.testing.assert_allclose(fn(x).array, _softmax(x.array), rtol=1e-5)
+    before = driver.names().count("cuMemAlloc")
+    torch.allocations.clear()
+    np.testing.assert_allclose(fn(x).array, _softmax(x.array), rtol=1e-5)
+    assert driver.names().count("cuMemAlloc") == before
+    assert sorted(a[2] for a in torch.allocations) == ["float32", "uint8", "uint8", "uint8"]
+    scale = "def sc(float(N) x, float a) -> (z) { z(i) += a * x(i) }"
+    v = FakeTensor(rng.standard_normal(9).astype(np.float32))
+    sc, _, driver = _faked(monkeypatch, scale, v, 2.0)
+    np.testing.assert_allclose(sc(v, 2.0).array, 2 * v.array, rtol=1e-6)
+    torch.allocations.clear()
+    np.testing.assert_allclose(sc(v, 3.0).array, 3 * v.array, rtol=1e-6)
+    assert [a[0] for a in torch.allocations] == ["full", "empty"]
+    assert any(c[0] == "cuMemsetD32Async" and c[3] == 0x51 for c in driver.calls)  # `+=` output
