@@ -6,8 +6,9 @@ retained primary context per device, device properties); `get_runtime` returns a
 default one. PTX goes through the driver's linker (``cuLinkCreate``/``cuLinkAddData``/
 ``cuLinkComplete``) so the cubin it produces is kept (`Module.cubin`) for the persistent cache,
 and the JIT's error log ends up in the CudaError. Launch configurations are checked against the
-device's (and the kernel's) limits before ``cuLaunchKernel``; a failed launch names the kernel,
-grid, block and the CUDA error. Memory, streams and events live in `cuda_memory`.
+device's (and the kernel's) limits (`launch_limits`) before ``cuLaunchKernel``; a failed launch
+names the kernel, grid, block and the CUDA error. Memory, streams and events live in
+`cuda_memory`; the prepared launches of compiled programs in `launch_plan`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,6 +34,7 @@ from .cuda_memory import (
     host_bytes,
     pack_kernel_args,
 )
+from .launch_limits import LaunchLimits, _dim3, validate_launch
 
 __all__ = [
     "CudaRuntime",
@@ -52,64 +53,8 @@ __all__ = [
     "validate_launch",
 ]
 
-Dim3 = tuple[int, int, int]
 _JIT_LOG_BYTES = 1 << 16
 _DEFAULT_DYNAMIC_SHARED = 48 * 1024  # above this a kernel must opt in (cuFuncSetAttribute)
-
-
-@dataclass(frozen=True)
-class LaunchLimits:
-    """The launch limits of one device (what `validate_launch` checks against)."""
-
-    max_threads_per_block: int
-    max_block_dims: Dim3
-    max_grid_dims: Dim3
-    max_shared_per_block: int
-    max_shared_per_block_optin: int
-
-
-def _dim3(value: Sequence[int] | int, what: str) -> Dim3:
-    dims = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
-    if not 1 <= len(dims) <= 3 or not all(isinstance(d, (int, np.integer)) for d in dims):
-        raise CudaError(f"{what} must be up to three integers, got {value!r}")
-    dims = tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
-    if any(d < 1 for d in dims):
-        raise CudaError(f"{what} {dims} has a dimension below 1: every dimension must be >= 1")
-    return dims  # type: ignore[return-value]
-
-
-def validate_launch(limits: LaunchLimits, grid: Dim3, block: Dim3, shared_bytes: int = 0, *,
-                    kernel: str = "kernel", kernel_max_threads: int | None = None,
-                    static_shared_bytes: int = 0) -> None:
-    """Raise CudaError saying which limit a launch configuration breaks and what to reduce."""
-    where = f"launch of {kernel} with grid {grid}, block {block}"
-    threads = block[0] * block[1] * block[2]
-    if threads > limits.max_threads_per_block:
-        raise CudaError(
-            f"{where}: the block has {threads} threads, more than the device's limit of "
-            f"{limits.max_threads_per_block} threads per block; reduce the block size "
-            "(MappingOptions.map_to_threads)")
-    for axis, size, limit in zip("xyz", block, limits.max_block_dims, strict=True):
-        if size > limit:
-            raise CudaError(f"{where}: block dimension {axis} = {size} exceeds the device's limit "
-                            f"of {limit}; reduce the block size along {axis}")
-    for axis, size, limit in zip("xyz", grid, limits.max_grid_dims, strict=True):
-        if size > limit:
-            raise CudaError(f"{where}: grid dimension {axis} = {size} exceeds the device's limit "
-                            f"of {limit}; reduce the grid size along {axis} (map_to_blocks)")
-    if kernel_max_threads is not None and threads > kernel_max_threads:
-        raise CudaError(
-            f"{where}: this kernel can run at most {kernel_max_threads} threads per block (its "
-            f"register use), the block has {threads}; reduce the block size or the unroll factor")
-    if shared_bytes < 0:
-        raise CudaError(f"{where}: negative dynamic shared memory size {shared_bytes}")
-    total = shared_bytes + static_shared_bytes
-    if total > limits.max_shared_per_block_optin:
-        raise CudaError(
-            f"{where}: needs {total} bytes of shared memory per block ({static_shared_bytes} "
-            f"static + {shared_bytes} dynamic), the device allows at most "
-            f"{limits.max_shared_per_block_optin}; reduce the tile sizes or turn off shared "
-            "memory promotion")
 
 
 class Device:

@@ -39,8 +39,8 @@ from .. import ir as tc
 from ..binding import needs_zero_fill
 from ..errors import CallError, CudaError
 from .arrays import ArrayKind, DeviceArray, DeviceArrayView, classify
-from .cuda import validate_launch
 from .cuda_memory import check, driver, error_text
+from .launch_limits import validate_launch
 from .streams import DriverMemory, memory_for, stream_handle
 
 __all__ = ["CudaPlan", "ParamBlock"]
