@@ -362,3 +362,28 @@ def install_fake_torch(monkeypatch: Any) -> FakeTorch:
     torch = FakeTorch()
     monkeypatch.setitem(sys.modules, "torch", torch)
     return torch
+
+
+_LO, _HI = -(2**62), 2**62  # host ABI: "no bound" for a group's chunk
+
+
+def simulate_with_host(driver: FakeDriver, image: Any, host_kernel: Any) -> None:
+    """Make the fake's launches run ``host_kernel`` (the same program compiled for the host)
+    on the pointers and sizes the plan packed, when the program's last kernel is launched; a
+    failed gather check lands in the error flag the way the device code reports it."""
+    n_tensors, n_sizes = len(image.arg_order), len(image.sizes_order)
+    last = image.kernels[-1].name
+
+    def run(name: str, slots: list[int]) -> None:
+        if name != last:
+            return
+        ptrs = (ctypes.c_void_p * max(1, n_tensors))(*slots[:n_tensors])
+        sizes = (ctypes.c_int64 * max(1, n_sizes))(*slots[n_tensors:n_tensors + n_sizes])
+        for entry in host_kernel.runner.entries:
+            err = ctypes.c_int32(0)
+            entry.call(ptrs, sizes, _LO, _HI, ctypes.byref(err))
+            if err.value:
+                ctypes.c_int32.from_address(slots[-1]).value = err.value
+                return
+
+    driver.simulate = run

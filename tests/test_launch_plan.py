@@ -10,11 +10,9 @@ streams, CUDA graphs, CuPy streams, no driver allocation on a warm call).
 
 from __future__ import annotations
 
-import ctypes
-
 import numpy as np
 import pytest
-from fake_cuda import device_array, install_fake
+from fake_cuda import device_array, install_fake, simulate_with_host
 
 import tcmlir as tc
 from tcmlir import compiler
@@ -37,7 +35,6 @@ def softmax(float(N, D) I) -> (O) {
 }"""
 ACCUMULATE = "def acc(float(N) x) -> (z) { z(i) += x(i) }"
 GATHER = "def embedding(float(V, D) E, int32(L) idx) -> (O) { O(i, j) = E(idx(i), j) }"
-_LO, _HI = -(2**62), 2**62
 
 
 def _softmax(x):
@@ -112,28 +109,6 @@ def test_buffer_pool_reuses_per_stream(monkeypatch):
 # ------------------------------------------------------------------ the CUDA plan, faked
 
 
-def _host_simulator(driver, cuda_kernel, host_kernel):
-    """Run the host build when the program's last kernel is launched, on the plan's pointers;
-    a failed gather check lands in the error flag the way the device code reports it."""
-    image = cuda_kernel.runner.image
-    n_tensors, n_sizes = len(image.arg_order), len(image.sizes_order)
-    last = image.kernels[-1].name
-
-    def run(name, slots):
-        if name != last:
-            return
-        ptrs = (ctypes.c_void_p * max(1, n_tensors))(*slots[:n_tensors])
-        sizes = (ctypes.c_int64 * max(1, n_sizes))(*slots[n_tensors:n_tensors + n_sizes])
-        for entry in host_kernel.runner.entries:
-            err = ctypes.c_int32(0)
-            entry.call(ptrs, sizes, _LO, _HI, ctypes.byref(err))
-            if err.value:
-                ctypes.c_int32.from_address(slots[-1]).value = err.value
-                return
-
-    driver.simulate = run
-
-
 def _faked(monkeypatch, source, *inputs):
     """A cuda TCFunction whose calls go to the fake driver, simulated by its host build."""
     driver, runtime = install_fake(monkeypatch)
@@ -144,7 +119,8 @@ def _faked(monkeypatch, source, *inputs):
     fn = tc.define(source, target="cuda")
     kernel = fn.compile(*inputs)
     host_inputs = [getattr(x, "array", x) for x in inputs]  # the fake device arrays' memory
-    _host_simulator(driver, kernel, tc.define(source, target="cpu").compile(*host_inputs))
+    simulate_with_host(driver, kernel.runner.image,
+                       tc.define(source, target="cpu").compile(*host_inputs))
     return fn, kernel, driver
 
 
