@@ -53,7 +53,8 @@ class FakeDriver:
     CUresult = CUresult
     CUstreamCaptureStatus = CUstreamCaptureStatus
     CUstream = CUstream
-    CUevent_flags = types.SimpleNamespace(CU_EVENT_DISABLE_TIMING=types.SimpleNamespace(value=2))
+    CUevent_flags = types.SimpleNamespace(CU_EVENT_DISABLE_TIMING=types.SimpleNamespace(value=2),
+                                          CU_EVENT_DEFAULT=types.SimpleNamespace(value=0))
 
     def __init__(self) -> None:
         self.calls: list[tuple] = []
@@ -158,6 +159,13 @@ class FakeDriver:
     def cuEventDestroy(self, event):
         return _OK
 
+    def cuEventSynchronize(self, event):
+        self.calls.append(("cuEventSynchronize",))
+        return _OK
+
+    def cuEventElapsedTime(self, start, end):
+        return CUresult.CUDA_SUCCESS, 0.25
+
     def cuGetErrorName(self, err):
         return CUresult.CUDA_SUCCESS, CUresult(err).name.encode()
 
@@ -238,6 +246,14 @@ class FakeRuntime:
 
     def load_ptx(self, ptx: str, device: int = 0, name: str = "") -> FakeModule:
         return FakeModule(self.driver, ptx)
+
+    def to_device(self, array: np.ndarray, device: int = 0) -> cuda_memory.DeviceBuffer:
+        buf = self.alloc(array.nbytes, device)
+        buf.copy_from_host(np.ascontiguousarray(array))
+        return buf
+
+    def event(self, device: int = 0) -> cuda_memory.Event:
+        return cuda_memory.Event(self.context_)
 
     def pointer_device(self, ptr: int) -> int:
         return 0

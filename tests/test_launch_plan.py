@@ -271,6 +271,15 @@ def test_softmax_temporaries_come_from_the_pool(monkeypatch, rng):
     assert driver.names().count("cuMemAlloc") - allocs == 1
 
 
+def test_benchmark_times_the_launch_sequence_with_events(monkeypatch, rng):
+    x = rng.standard_normal((4, 9)).astype(np.float32)
+    _, kernel, driver = _faked(monkeypatch, SOFTMAX, x)
+    assert kernel.benchmark(x, runs=3) == [0.25e-3] * 3
+    launches = [c for c in driver.calls if c[0] == "cuLaunchKernel"]
+    assert len(launches) == 4 * len(kernel.runner.image.kernels)  # warm-up + 3 runs
+    assert len({c[5][0] for c in launches}) == 1  # one staged copy of the input, reused
+
+
 # ------------------------------------------------------------------ the host plan
 
 
