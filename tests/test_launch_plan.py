@@ -515,3 +515,14 @@ def test_torch_kind_temporaries_and_scalars_come_from_torch(monkeypatch, rng):
     np.testing.assert_allclose(sc(v, 3.0).array, 3 * v.array, rtol=1e-6)
     assert [a[0] for a in torch.allocations] == ["full", "empty"]
     assert any(c[0] == "cuMemsetD32Async" and c[3] == 0x51 for c in driver.calls)  # `+=` output
+
+
+@gpu
+def test_first_call_inside_a_capture_is_refused_with_advice(torch_cuda):
+    torch = torch_cuda
+    fn = tc.define(ADD, target="cuda")
+    x, y = torch.randn(64, device="cuda"), torch.randn(64, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(CallError, match="once before capturing"), torch.cuda.graph(graph):
+        fn(x, y)
+    torch.testing.assert_close(fn(x, y), x + y)  # outside the capture it runs
