@@ -21,7 +21,7 @@ from .dtypes import DType
 from .errors import CallError
 from .signature import ArgSpec, Signature
 
-__all__ = ["BoundCall", "bind_host_inputs", "bind_sizes", "output_shapes"]
+__all__ = ["BoundCall", "bind_host_inputs", "bind_sizes", "needs_zero_fill", "output_shapes"]
 
 
 @dataclass(frozen=True)
@@ -192,6 +192,34 @@ def check_outputs(fn: ir.Function, sizes: Mapping[str, int], outputs: Sequence[A
 
 
 def allocate_outputs(fn: ir.Function, sizes: Mapping[str, int]) -> dict[str, np.ndarray]:
-    """Fresh outputs start at zero (so `+=` without `!` accumulates onto zeros)."""
+    """Fresh outputs start at zero (so `+=` without `!` accumulates onto zeros); an output its
+    first statement sets entirely (`needs_zero_fill` is False) is left uninitialised."""
     shapes = output_shapes(fn, sizes)
-    return {t.name: np.zeros(shapes[t.name], dtype=t.dtype.numpy) for t in fn.outputs}
+    return {t.name: (np.zeros if needs_zero_fill(fn, t, sizes) else np.empty)(
+        shapes[t.name], dtype=t.dtype.numpy) for t in fn.outputs}
+
+
+def needs_zero_fill(fn: ir.Function, tensor: ir.Tensor, sizes: Mapping[str, int]) -> bool:
+    """Whether a fresh buffer for ``tensor`` (an output or temporary) must start at zero.
+
+    False only when the first statement writing it sets every element before anything reads
+    it: a ``=`` or ``!`` statement whose left-hand side indexes each dimension with its own
+    index, ranging over exactly ``[0, extent)`` at these ``sizes``, and whose right-hand side
+    does not read the tensor. Anything else (``+=`` onto zeros, a partial box, a self-read)
+    keeps the zero fill the language promises.
+    """
+    for st in fn.statements:
+        if st.tensor != tensor.name:
+            continue
+        if st.reduction is not None and not st.init:
+            return True
+        if len(st.lhs) != tensor.rank or len(set(st.lhs)) != tensor.rank:
+            return True
+        for name, extent in zip(st.lhs, tensor.shape, strict=True):
+            if name not in st.index_names:
+                return True
+            r = st.range_of(name)
+            if r.lo.evaluate(sizes) != 0 or r.hi.evaluate(sizes) != extent.evaluate(sizes):
+                return True
+        return any(isinstance(e, ir.Read) and e.tensor == tensor.name for e in ir.walk(st.rhs))
+    return True

@@ -9,6 +9,7 @@
 | ``TCMLIR_TARGET`` | overrides what ``target="auto"`` picks (``cuda``, ``cpu`` or ``numpy``) |
 | ``TCMLIR_LIBDEVICE`` | path of ``libdevice.10.bc`` when it is not under ``$CUDA_HOME`` (read by `codegen.nvptx`) |
 | ``TCMLIR_REQUIRE_GPU`` | ``1``: the test suite fails (rather than skips) every GPU test when no GPU is usable (``tests/conftest.py``; ``pytest --require-gpu`` is the same) |
+| ``TCMLIR_GATHER_CHECK`` | when a CUDA call reads its gather bounds flag: ``auto`` (default: with the call for host arrays, asynchronously for device arrays), ``sync`` (always with the call) or ``async`` |
 | ``TCMLIR_TUNE_FAULT`` | test hook: ``crash:FIELD=VALUE`` makes tuning workers die on such candidates (`tune.evaluate`) |
 | ``TCMLIR_TUNE_MISCOMPILE`` | test hook: ``FIELD=VALUE`` (VALUE as JSON) spoils one output element of every checked run of options with that field value, so the verification in `tune.verify` must reject them |
 
@@ -24,9 +25,10 @@ from dataclasses import dataclass
 
 from .errors import TCError
 
-__all__ = ["Config", "get_config"]
+__all__ = ["Config", "get_config", "hot_path_token"]
 
 DUMP_STAGES = ("ir", "schedule", "loops", "llvm", "ptx")
+GATHER_CHECKS = ("auto", "sync", "async")
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ class Config:
     target: str | None
     require_gpu: bool = False
     tune_miscompile: tuple[str, object] | None = None  # (option field, JSON value) or None
+    gather_check: str = "auto"
 
 
 _TRUE = ("1", "true", "yes", "on")
@@ -85,8 +88,12 @@ def get_config() -> Config:
     target = env.get("TCMLIR_TARGET", "").strip().lower() or None
     if target is not None and target not in ("cuda", "cpu", "numpy"):
         raise TCError(f"TCMLIR_TARGET={target!r}: use cuda, cpu or numpy")
+    gather_check = env.get("TCMLIR_GATHER_CHECK", "").strip().lower() or "auto"
+    if gather_check not in GATHER_CHECKS:
+        raise TCError(f"TCMLIR_GATHER_CHECK={gather_check!r}: use {', '.join(GATHER_CHECKS)}")
     return Config(
         tune_miscompile=_miscompile_predicate(env.get("TCMLIR_TUNE_MISCOMPILE", "").strip()),
+        gather_check=gather_check,
         cache_dir=env.get("TCMLIR_CACHE_DIR") or None,
         always_compile=_flag("TCMLIR_ALWAYS_COMPILE", env.get("TCMLIR_ALWAYS_COMPILE")),
         dump=dump,
@@ -94,3 +101,20 @@ def get_config() -> Config:
         target=target,
         require_gpu=_flag("TCMLIR_REQUIRE_GPU", env.get("TCMLIR_REQUIRE_GPU")),
     )
+
+
+_HOT_KNOBS = ("TCMLIR_ALWAYS_COMPILE", "TCMLIR_TARGET", "TCMLIR_GATHER_CHECK")
+# os.environ keeps its encoded entries in a plain dict: reading that skips the Mapping
+# machinery (a missing key costs an exception there), which matters on a 10 µs call path.
+_ENV_DATA = getattr(os.environ, "_data", None)
+_ENV_KEYS = (tuple(os.environ.encodekey(k) for k in _HOT_KNOBS)  # type: ignore[attr-defined]
+             if isinstance(_ENV_DATA, dict) else ())
+
+
+def hot_path_token() -> tuple[object, ...]:
+    """The raw values of the knobs a prepared call depends on, unparsed (a cached call compares
+    them with those its plan was made under, so changing a knob is seen by the next call)."""
+    if _ENV_KEYS:
+        get = _ENV_DATA.get  # type: ignore[union-attr]
+        return (get(_ENV_KEYS[0]), get(_ENV_KEYS[1]), get(_ENV_KEYS[2]))
+    return tuple(os.environ.get(name) for name in _HOT_KNOBS)
