@@ -79,9 +79,18 @@ def _check_context(fn: ir.Function, sizes: Mapping[str, int]) -> None:
     names = _context_params(fn.context)
     if not _context_admits(fn.context, tuple(sizes.get(n, 0) for n in names)):
         given = ", ".join(f"{n}={sizes[n]}" for n in names if n in sizes)
+        broken = [c for c in fn.preconditions if not _context_admits(
+            _precondition_set(names, c), tuple(sizes.get(n, 0) for n in names))]
+        if broken:
+            raise CallError(f"{fn.name}: sizes {given} violate the precondition "
+                            f"{' and '.join(broken)} (needed to keep every access in bounds)")
         raise CallError(
             f"{fn.name}: sizes {given} violate the program's constraints {fn.context} "
             "(every size and every inferred extent must be at least 1)")
+
+
+def _precondition_set(names: tuple[str, ...], condition: str) -> str:
+    return f"[{', '.join(names)}] -> {{ : {condition} }}"
 
 
 # Both are on every call's path: parse each context once, test each size tuple once.

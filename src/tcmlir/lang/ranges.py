@@ -27,7 +27,7 @@ from .. import ir
 from ..affine import to_isl
 from ..errors import InferenceError, Source, Span
 
-__all__ = ["Access", "RangeSolver"]
+__all__ = ["Access", "Precondition", "RangeSolver"]
 
 _CTX = isl.DEFAULT_CONTEXT
 Bounds = tuple[isl.PwAff, isl.PwAff]
@@ -42,6 +42,16 @@ class Access:
     kind: str
     span: Span | None
     text: str
+    guard: str | None = None   # isl condition on the indices under which the access happens
+
+
+@dataclass(frozen=True)
+class Precondition:
+    """Sizes an access needs to stay in bounds: ``condition`` in isl syntax on the size names."""
+
+    condition: str
+    span: Span | None
+    access: str
 
 
 def _index_names(e: ir.Expr) -> list[str]:
@@ -109,10 +119,13 @@ class RangeSolver:
         return conds
 
     def _outside(self, dims: Sequence[str], ranges: Mapping[str, Bounds], boxed: Sequence[str],
-                 arg: str, extent: isl.PwAff) -> isl.Set:
-        """Points of ``dims`` (those in ``boxed`` inside their ranges) where ``arg`` leaves [0, extent)."""
+                 arg: str, extent: isl.PwAff, guard: str | None = None) -> isl.Set:
+        """Points of ``dims`` (those in ``boxed`` inside their ranges, and satisfying ``guard``)
+        where ``arg`` leaves [0, extent)."""
         bounds: dict[str, isl.PwAff] = {}
         conds = self._box(boxed, ranges, bounds)
+        if guard is not None:
+            conds.append(f"({guard})")
         d = f"{self._prefix}{len(bounds)}"
         bounds[d] = extent
         conds.append(f"({arg} < 0 or {arg} >= {d})")
@@ -217,27 +230,53 @@ class RangeSolver:
     # ------------------------------------------------------------ bounds proof
 
     def check_bounds(self, ranges: Mapping[str, Bounds], accesses: Sequence[Access],
-                     shapes: Mapping[str, tuple[ir.SizeExpr, ...] | None]) -> None:
-        """Prove every affine read/write argument lies in its dimension over the whole box."""
+                     shapes: Mapping[str, tuple[ir.SizeExpr, ...] | None]) -> list[Precondition]:
+        """Prove every affine read/write argument lies in its dimension over the whole box.
+
+        An access in bounds only for some sizes makes those sizes a precondition: the set is
+        added to the context and returned (one `Precondition` per access that needed one).
+        An access in bounds for no size of the context is an `InferenceError`.
+        """
         names = list(ranges)
+        found: list[Precondition] = []
         for acc in accesses:
             shape = shapes.get(acc.tensor)
             if acc.kind == "exists" or shape is None:
                 continue
+            before = self.context
             for d, (arg, extent) in enumerate(zip(acc.args, shape, strict=True)):
                 text = to_isl(arg)
                 if text is None:
                     continue  # a gather: checked at run time
-                bad = self._outside(names, ranges, names, text, self.pw_aff(extent))
+                bad = self._outside(names, ranges, names, text, self.pw_aff(extent), acc.guard)
                 if bad.is_empty():
                     continue
-                used = _index_names(arg)
-                where = ", ".join(
-                    f"{v} in [{self.size_expr(ranges[v][0])}, {self.size_expr(ranges[v][1])})"
-                    for v in used)
-                verb = "write" if acc.kind == "write" else "read"
-                what = (f"{acc.text} may {verb} outside {acc.tensor}'s dimension {d} "
-                        f"(extent {extent})" + (f" for {where}" if where else ""))
-                fix = ("add a where clause restricting " + ", ".join(used)) if used else \
-                    "check the constant index against the tensor's size"
-                raise InferenceError.at(self.source, acc.span, what, fix)
+                safe = self.context.subtract(bad.params())
+                if safe.is_empty():
+                    raise self._out_of_bounds(acc, d, arg, extent, ranges)
+                self.context = safe.coalesce()
+            if self.context is not before:
+                found.append(Precondition(self.condition_text(self.context, before), acc.span,
+                                          acc.text))
+        return found
+
+    @staticmethod
+    def condition_text(cond: isl.Set, known: isl.Set) -> str:
+        """``cond`` (a set on the sizes) given ``known``, as a condition on the size names."""
+        text = str(cond.gist(known).coalesce().remove_redundancies())
+        body = text[text.index("{") + 1:text.rindex("}")].strip()
+        return body[1:].strip() if body.startswith(":") else body
+
+    def _out_of_bounds(self, acc: Access, d: int, arg: ir.Expr, extent: ir.SizeExpr,
+                       ranges: Mapping[str, Bounds]) -> InferenceError:
+        used = _index_names(arg)
+        where = ", ".join(
+            f"{v} in [{self.size_expr(ranges[v][0])}, {self.size_expr(ranges[v][1])})"
+            for v in used)
+        verb = "write" if acc.kind == "write" else "read"
+        what = (f"{acc.text} may {verb} outside {acc.tensor}'s dimension {d} "
+                f"(extent {extent})" + (f" for {where}" if where else "")
+                + " whatever the sizes")
+        fix = ("add a where clause restricting " + ", ".join(used)) if used else \
+            "check the constant index against the tensor's size"
+        return InferenceError.at(self.source, acc.span, what, fix)

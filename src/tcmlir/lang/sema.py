@@ -12,12 +12,13 @@ Errors are `SemaError` / `InferenceError` located in the source given to `check_
 from __future__ import annotations
 
 import difflib
+import warnings
 from dataclasses import dataclass, field
 
 from .. import ir
 from ..affine import const_value, is_isl_name, pw_aff_to_expr, to_isl
 from ..dtypes import DType, parse_dtype, promote
-from ..errors import SemaError, Source, Span
+from ..errors import PreconditionWarning, SemaError, Source, Span, format_located
 from . import ast
 from .printer import format_expr
 from .ranges import Access, Bounds, RangeSolver
@@ -49,6 +50,18 @@ def check_program(program: ast.Program, entry: str | None = None, *,
                                f"{', '.join(names) or 'nothing'}", _did_you_mean(entry, names))
         definition = found
     return _Checker(definition, src).run()
+
+
+def _user_stacklevel() -> int:
+    """The `warnings.warn` stacklevel of the first caller outside the tcmlir package."""
+    import os
+    import sys
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _did_you_mean(name: str, candidates) -> str | None:
@@ -155,8 +168,14 @@ class _Checker:
                                f"add a statement `{p.name.name}(...) = ...`")
         shapes = {t.name: t.shape for t in self.tensors.values()}
         statements = []
+        preconditions: list[str] = []
         for name, stmt, ranges, accesses, op, rhs in done:
-            self.solver.check_bounds(ranges, accesses, shapes)
+            for pre in self.solver.check_bounds(ranges, accesses, shapes):
+                warnings.warn(PreconditionWarning(format_located(
+                    self.source, pre.span, f"{pre.access} stays in bounds only when the sizes "
+                    f"satisfy {pre.condition}; tcmlir requires {pre.condition} of every call",
+                    kind="warning")), stacklevel=_user_stacklevel())
+                preconditions.append(pre.condition)
             irr = tuple(ir.IndexRange(v, self.solver.size_expr(lo), self.solver.size_expr(hi))
                         for v, (lo, hi) in ranges.items())
             red = _REDUCTIONS.get(op)
@@ -171,7 +190,8 @@ class _Checker:
         by_role = {r: tuple(final(t) for t in self.tensors.values() if t.role is r) for r in ir.Role}
         return ir.Function(d.name.name, tuple(self.sizes), self.solver.context_text(),
                            by_role[ir.Role.INPUT], by_role[ir.Role.OUTPUT], by_role[ir.Role.TEMP],
-                           tuple(statements), source=self.source)
+                           tuple(statements), source=self.source,
+                           preconditions=tuple(preconditions))
 
     # ------------------------------------------------------------ statements
 
