@@ -79,7 +79,7 @@ def test_precondition_in_the_ir_dump(tmp_path, capsys):
     "def f(float(N) A, float(M) B) -> (O) { O(i) = A(i) + B(i) where i in -1:3 }",
 ])
 def test_unsafe_for_every_size_is_still_rejected(src):
-    with pytest.raises(tc.InferenceError, match="may read outside .* whatever the sizes"):
+    with pytest.raises(tc.InferenceError, match=r"may read outside .* whatever the sizes"):
         tc.define(src, target="numpy")
 
 
