@@ -25,7 +25,9 @@ it undefined); float ``%`` is ``fmod``; ``floordiv``/``floormod`` floor. Index e
 (inside `Read.indices`) are computed in int64. Reads of float16/bfloat16 tensors give float32
 values; stores round to the storage type. Every read is bounds-checked: an index outside its
 tensor (a bad gather index, or sizes breaking the function's constraints) raises
-`tcmlir.errors.CallError`. Built-ins: see `tcmlir.reference_builtins` (float64, rounded once).
+`tcmlir.errors.CallError`. ``c ? x : y`` is lazy as in C and the compiled code: each arm is
+evaluated (vectorised) only where it is taken, so a read in the other arm is neither checked nor
+used. Built-ins: see `tcmlir.reference_builtins` (float64, rounded once).
 """
 
 from __future__ import annotations
@@ -205,6 +207,9 @@ class _Eval:
 
     def __init__(self, fn: ir.Function, arrays, sizes, env: dict[str, np.ndarray]):
         self.fn, self.arrays, self.sizes, self.env = fn, arrays, sizes, env
+        # where the expression being evaluated is live: the arms of ``?:`` are evaluated
+        # everywhere (vectorised) but only their taken points are checked and used
+        self.mask: np.ndarray | None = None
 
     def value(self, e: ir.Expr) -> np.ndarray:
         """A value position: computed in the node's (compute) dtype."""
@@ -235,8 +240,15 @@ class _Eval:
                 return self._binary(e, dt, index)
             case ir.Select(cond=c, then=t, orelse=f):
                 cv = self.eval(c, index).astype(bool, copy=False)
-                tv = self.eval(t, index).astype(dt, copy=False)
-                fv = self.eval(f, index).astype(dt, copy=False)
+                outer = self.mask
+                try:
+                    self.mask = cv if outer is None else np.logical_and(outer, cv)
+                    tv = self.eval(t, index).astype(dt, copy=False)
+                    nv = np.logical_not(cv)
+                    self.mask = nv if outer is None else np.logical_and(outer, nv)
+                    fv = self.eval(f, index).astype(dt, copy=False)
+                finally:
+                    self.mask = outer
                 return np.where(cv, tv, fv)
             case ir.Cast(operand=x, dtype=t):
                 v = self.eval(x, index)
@@ -284,10 +296,18 @@ class _Eval:
         if not e.indices:
             return arr
         idx = []
-        for d, x in enumerate(e.indices):
-            v = self.eval(x, index=True).astype(_I64, copy=False)
+        values = [self.eval(x, index=True).astype(_I64, copy=False) for x in e.indices]
+        live = None
+        if self.mask is not None:  # only the points of the taken ?: arm are read
+            shape = np.broadcast_shapes(self.mask.shape, *(v.shape for v in values))
+            live = np.broadcast_to(self.mask, shape)
+            if not live.any():
+                return np.zeros(shape, dtype=arr.dtype)
+            values = [np.where(live, np.broadcast_to(v, shape), 0) for v in values]
+        for d, (x, v) in enumerate(zip(e.indices, values, strict=True)):
             extent = arr.shape[d]
-            lo, hi = v.min(), v.max()
+            checked = v if live is None else v[live]
+            lo, hi = checked.min(), checked.max()
             if lo < 0 or hi >= extent:
                 bad = int(lo) if lo < 0 else int(hi)
                 gather = any(isinstance(s, ir.Read) for s in ir.walk(x))

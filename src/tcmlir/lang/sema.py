@@ -16,7 +16,7 @@ import warnings
 from dataclasses import dataclass, field
 
 from .. import ir
-from ..affine import const_value, is_isl_name, pw_aff_to_expr, to_isl
+from ..affine import condition_to_isl, const_value, is_isl_name, pw_aff_to_expr, to_isl
 from ..dtypes import DType, parse_dtype, promote
 from ..errors import PreconditionWarning, SemaError, Source, Span, format_located
 from . import ast
@@ -93,6 +93,7 @@ class _Stmt:
     let_stack: tuple[str, ...] = ()
     used_lets: set[str] = field(default_factory=set)
     exists: bool = False
+    guards: list[str] = field(default_factory=list)  # isl conditions of the enclosing ?: arms
 
 
 class _Checker:
@@ -363,11 +364,26 @@ class _Checker:
                 return ir.Binary(op, la, lb, t, span=e.span), weak
             case ast.Ternary(cond=c, then=a, orelse=b):
                 cond, _ = self.expr(c, mode)
-                la, lb, t, weak = self._unify(a, b, mode, arith=False)
-                return ir.Select(self._truth(cond), la, lb, t, span=e.span), weak
+                cond = self._truth(cond)
+                la, wa = self._guarded(a, mode, condition_to_isl(cond, True))
+                lb, wb = self._guarded(b, mode, condition_to_isl(cond, False))
+                t = _common(la.dtype, wa, lb.dtype, wb)
+                return ir.Select(cond, self._coerce(la, t), self._coerce(lb, t), t,
+                                 span=e.span), wa and wb
             case ast.Call():
                 return self._call(e, mode)
         raise self.err(e, f"unsupported expression {type(e).__name__}")  # pragma: no cover
+
+    def _guarded(self, e: ast.Expr, mode: str, guard: str | None) -> tuple[ir.Expr, bool]:
+        """``expr(e)`` with the accesses in ``e`` known to happen only where ``guard`` holds."""
+        st = self.stmt
+        if st is None or guard is None:
+            return self.expr(e, mode)
+        st.guards.append(guard)
+        try:
+            return self.expr(e, mode)
+        finally:
+            st.guards.pop()
 
     def _op_span(self, e: ast.Binary) -> Span:
         """The span of a binary operator itself (found in the source text), else of ``e``."""
@@ -452,7 +468,8 @@ class _Checker:
         assert t.dtype is not None and self.stmt is not None
         text = format_expr(node)
         kind = "exists" if self.stmt.exists else "read"
-        self.stmt.accesses.append(Access(t.name, args, kind, node.span, text))
+        guard = " and ".join(self.stmt.guards) or None
+        self.stmt.accesses.append(Access(t.name, args, kind, node.span, text, guard))
         return ir.Read(t.name, args, t.dtype.compute, span=node.span)
 
     def _access(self, e: ast.Access, mode: str) -> ir.Expr:
