@@ -4,6 +4,8 @@ Each section names the item; every test here failed on main before its fix."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from conftest import target_params
@@ -79,3 +81,48 @@ def test_reference_nested_selects_and_no_live_point():
     fn = tc.define(src, target="numpy")
     a = np.arange(3, dtype=np.float32)
     np.testing.assert_array_equal(fn(a, np.array([2, 7, 0], np.int32)), [2, -1, 0])
+
+
+# ---------------------------------------------------------------- 1: index arithmetic overflow
+
+@pytest.mark.parametrize(("src", "culprit"), [
+    ("def f(float(N) A) -> (O) {\n  O(i) = A(((i * 4611686018427387904) / 4611686018427387904 - i)"
+     " * 100000000 + i)\n}", (2, 14)),
+    ("def f(float(N) A) -> (O) {\n  O(i) = A(9223372036854775807 * i / 9223372036854775807)\n}",
+     (2, 12)),
+])
+def test_index_arithmetic_that_may_overflow_is_a_located_error(src, culprit):
+    with pytest.raises(tc.InferenceError, match="may overflow") as info:
+        tc.define(src, target="numpy")
+    assert (info.value.line, info.value.col) == culprit
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_large_but_safe_index_arithmetic_runs(target):
+    fn = tc.define("def f(float(N) A) -> (O) { O(i) = A(i * 1000000000 - i * 999999999) }",
+                   target=target)
+    a = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(fn(a), a)
+
+
+def test_a_guard_that_wraps_for_huge_sizes_is_a_silent_precondition():
+    src = "def f(float(N) A) -> (O) { O(i) = (i + 2 * N >= 2 + 2 * N) ? A(i - 2) : 0.0 where i in 0:N }"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning: only sizes near 2^31 are excluded
+        fn = tc.define(src, target="numpy")
+    (cond,) = fn.ir.preconditions
+    from tcmlir.binding import bind_sizes
+
+    with pytest.raises(tc.CallError, match=f"precondition {cond}"):
+        bind_sizes(fn.ir, [(2**30 + 5,)])
+    a = np.arange(1, 6, dtype=np.float32)
+    np.testing.assert_array_equal(fn(a), [0, 0, 1, 2, 3])
+
+
+def test_sizes_beyond_the_overflow_proof_are_refused():
+    from tcmlir.binding import bind_sizes
+
+    fn = tc.define("def f(float(N) A) -> (O) { O(i) = A(i) }", target="numpy")
+    assert bind_sizes(fn.ir, [(2**31 - 1,)]) == {"N": 2**31 - 1}
+    with pytest.raises(tc.CallError, match=r"N=2147483648 is too large"):
+        bind_sizes(fn.ir, [(2**31,)])

@@ -129,7 +129,7 @@ def condition_to_isl(expr: ir.Expr, positive: bool = True) -> str | None:
         case ir.Unary(op="!", operand=x):
             return condition_to_isl(x, not positive)
         case ir.Binary(op=op, lhs=a, rhs=b) if op in _NEGATE:
-            if not (a.dtype.is_int and b.dtype.is_int):
+            if not (a.dtype.is_signed and b.dtype.is_signed):  # unsigned wraps: not affine
                 return None
             sa, sb = to_isl(a), to_isl(b)
             if sa is None or sb is None:

@@ -19,6 +19,7 @@ import numpy as np
 from . import ir
 from .dtypes import DType
 from .errors import CallError
+from .lang.ranges import SIZE_LIMIT
 from .signature import ArgSpec, Signature
 
 __all__ = ["BoundCall", "bind_host_inputs", "bind_sizes", "output_shapes"]
@@ -76,6 +77,10 @@ def bind_sizes(fn: ir.Function, shapes: Sequence[tuple[int, ...]]) -> dict[str, 
 
 
 def _check_context(fn: ir.Function, sizes: Mapping[str, int]) -> None:
+    big = [f"{n}={v}" for n, v in sizes.items() if v >= SIZE_LIMIT]
+    if big:  # the bounds and overflow proofs of the definition assume smaller sizes
+        raise CallError(f"{fn.name}: size {', '.join(big)} is too large (sizes must be "
+                        f"below 2^31, as TC's int32 sizes)")
     names = _context_params(fn.context)
     if not _context_admits(fn.context, tuple(sizes.get(n, 0) for n in names)):
         given = ", ".join(f"{n}={sizes[n]}" for n in names if n in sizes)

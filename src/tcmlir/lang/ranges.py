@@ -27,9 +27,12 @@ from .. import ir
 from ..affine import to_isl
 from ..errors import InferenceError, Source, Span
 
-__all__ = ["Access", "Precondition", "RangeSolver"]
+__all__ = ["SIZE_LIMIT", "Access", "Precondition", "RangeSolver"]
 
 _CTX = isl.DEFAULT_CONTEXT
+
+#: The overflow proof assumes every size is below this (sizes are int32 values in TC).
+SIZE_LIMIT = 2**31
 Bounds = tuple[isl.PwAff, isl.PwAff]
 
 
@@ -43,6 +46,7 @@ class Access:
     span: Span | None
     text: str
     guard: str | None = None   # isl condition on the indices under which the access happens
+    guard_exprs: tuple[ir.Expr, ...] = ()  # the ?: conditions ``guard`` was taken from
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,14 @@ class Precondition:
     condition: str
     span: Span | None
     access: str
+    warn: bool = True  # False: only sizes near 2^31, where a guard's int32 arithmetic wraps
+
+
+_COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
+
+
+def _arith_nodes(e: ir.Expr) -> list[ir.Expr]:
+    return [n for n in ir.walk(e) if isinstance(n, ir.Binary | ir.Unary)]
 
 
 def _index_names(e: ir.Expr) -> list[str]:
@@ -243,29 +255,48 @@ class RangeSolver:
             shape = shapes.get(acc.tensor)
             if acc.kind == "exists" or shape is None:
                 continue
+            self.check_index_overflow(ranges, acc)
+            wrapped = self.guard_overflow(ranges, acc) if acc.guard is not None else None
             before = self.context
+            limits = None
             for d, (arg, extent) in enumerate(zip(acc.args, shape, strict=True)):
                 text = to_isl(arg)
                 if text is None:
                     continue  # a gather: checked at run time
                 bad = self._outside(names, ranges, names, text, self.pw_aff(extent), acc.guard)
-                if bad.is_empty():
-                    continue
-                safe = self.context.subtract(bad.params())
-                if safe.is_empty():
-                    raise self._out_of_bounds(acc, d, arg, extent, ranges)
-                self.context = safe.coalesce()
+                if not bad.is_empty():
+                    safe = self.context.subtract(bad.params())
+                    if safe.is_empty():
+                        raise self._out_of_bounds(acc, d, arg, extent, ranges)
+                    self.context = safe.coalesce()
+                if wrapped is not None:  # where the guard wraps, the access may happen anyway
+                    unguarded = self._outside(names, ranges, names, text, self.pw_aff(extent))
+                    huge = unguarded.intersect(wrapped).params()
+                    if not huge.is_empty():
+                        limits = huge if limits is None else limits.union(huge)
             if self.context is not before:
                 found.append(Precondition(self.condition_text(self.context, before), acc.span,
                                           acc.text))
+            if limits is not None:  # sizes near 2^31 only: a silent precondition
+                known = self.context
+                self.context = self.context.subtract(limits).coalesce()
+                if self.context.is_empty():
+                    raise self._out_of_bounds(acc, 0, acc.args[0], shape[0], ranges)
+                found.append(Precondition(self.condition_text(self.context, known), acc.span,
+                                          acc.text, warn=False))
         return found
 
-    @staticmethod
-    def condition_text(cond: isl.Set, known: isl.Set) -> str:
-        """``cond`` (a set on the sizes) given ``known``, as a condition on the size names."""
+    def condition_text(self, cond: isl.Set, known: isl.Set) -> str:
+        """``cond`` (a set on the sizes) given ``known`` and the sizes below `SIZE_LIMIT`
+        (checked at every call), as a condition on the size names."""
+        if self.sizes:
+            known = known & self.pw_condition(" and ".join(f"{s} < {SIZE_LIMIT}" for s in self.sizes))
         text = str(cond.gist(known).coalesce().remove_redundancies())
         body = text[text.index("{") + 1:text.rindex("}")].strip()
         return body[1:].strip() if body.startswith(":") else body
+
+    def pw_condition(self, condition: str) -> isl.Set:
+        return isl.Set.read_from_str(_CTX, f"[{', '.join(self.sizes)}] -> {{ : {condition} }}")
 
     def _out_of_bounds(self, acc: Access, d: int, arg: ir.Expr, extent: ir.SizeExpr,
                        ranges: Mapping[str, Bounds]) -> InferenceError:
@@ -280,3 +311,51 @@ class RangeSolver:
         fix = ("add a where clause restricting " + ", ".join(used)) if used else \
             "check the constant index against the tensor's size"
         return InferenceError.at(self.source, acc.span, what, fix)
+
+    # ------------------------------------------------------------ overflow proof
+
+    def _overflow(self, ranges: Mapping[str, Bounds], node: ir.Expr, bits: int,
+                  guard: str | None) -> isl.Set:
+        """Points of the box (sizes below `SIZE_LIMIT`, where ``guard`` holds) at which the
+        affine ``node`` leaves the signed ``bits``-bit range."""
+        names = list(ranges)
+        lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+        bounds: dict[str, isl.PwAff] = {}
+        conds = self._box(names, ranges, bounds)
+        conds += [f"{s} < {SIZE_LIMIT}" for s in self.sizes]
+        if guard is not None:
+            conds.append(f"({guard})")
+        conds.append(f"({to_isl(node)} < {lo} or {to_isl(node)} > {hi})")
+        return self._bind(names, " and ".join(conds), bounds)
+
+    def check_index_overflow(self, ranges: Mapping[str, Bounds], acc: Access) -> None:
+        """Prove that no intermediate of ``acc``'s affine index arithmetic (computed in int64)
+        leaves int64 for sizes below `SIZE_LIMIT`; a located `InferenceError` otherwise."""
+        for arg in acc.args:
+            if to_isl(arg) is None:
+                continue
+            for node in _arith_nodes(arg):
+                if self._overflow(ranges, node, 64, acc.guard).is_empty():
+                    continue
+                raise InferenceError.at(
+                    self.source, node.span or acc.span,
+                    f"the int64 index arithmetic {to_isl(node)} in {acc.text} may overflow "
+                    "for some sizes below 2^31",
+                    "simplify the expression so that every intermediate stays small")
+
+    def guard_overflow(self, ranges: Mapping[str, Bounds], acc: Access) -> isl.Set | None:
+        """Points where an affine comparison of ``acc``'s guards overflows its own (value)
+        type: there the guard's isl text says nothing, so the access may happen. None: nowhere."""
+        found: isl.Set | None = None
+        for cond in acc.guard_exprs:
+            for cmp in ir.walk(cond):
+                if not (isinstance(cmp, ir.Binary) and cmp.op in _COMPARISONS):
+                    continue
+                for side in (cmp.lhs, cmp.rhs):
+                    if not side.dtype.is_int or to_isl(side) is None:
+                        continue
+                    for node in _arith_nodes(side):
+                        bad = self._overflow(ranges, node, node.dtype.bits, None)
+                        if not bad.is_empty():
+                            found = bad if found is None else found.union(bad)
+        return found

@@ -94,6 +94,7 @@ class _Stmt:
     used_lets: set[str] = field(default_factory=set)
     exists: bool = False
     guards: list[str] = field(default_factory=list)  # isl conditions of the enclosing ?: arms
+    guard_exprs: list[ir.Expr] = field(default_factory=list)  # the conditions they come from
 
 
 class _Checker:
@@ -172,11 +173,13 @@ class _Checker:
         preconditions: list[str] = []
         for name, stmt, ranges, accesses, op, rhs in done:
             for pre in self.solver.check_bounds(ranges, accesses, shapes):
+                preconditions.append(pre.condition)
+                if not pre.warn:
+                    continue
                 warnings.warn(PreconditionWarning(format_located(
                     self.source, pre.span, f"{pre.access} stays in bounds only when the sizes "
                     f"satisfy {pre.condition}; tcmlir requires {pre.condition} of every call",
                     kind="warning")), stacklevel=_user_stacklevel())
-                preconditions.append(pre.condition)
             irr = tuple(ir.IndexRange(v, self.solver.size_expr(lo), self.solver.size_expr(hi))
                         for v, (lo, hi) in ranges.items())
             red = _REDUCTIONS.get(op)
@@ -365,8 +368,8 @@ class _Checker:
             case ast.Ternary(cond=c, then=a, orelse=b):
                 cond, _ = self.expr(c, mode)
                 cond = self._truth(cond)
-                la, wa = self._guarded(a, mode, condition_to_isl(cond, True))
-                lb, wb = self._guarded(b, mode, condition_to_isl(cond, False))
+                la, wa = self._guarded(a, mode, cond, condition_to_isl(cond, True))
+                lb, wb = self._guarded(b, mode, cond, condition_to_isl(cond, False))
                 t = _common(la.dtype, wa, lb.dtype, wb)
                 return ir.Select(cond, self._coerce(la, t), self._coerce(lb, t), t,
                                  span=e.span), wa and wb
@@ -374,16 +377,20 @@ class _Checker:
                 return self._call(e, mode)
         raise self.err(e, f"unsupported expression {type(e).__name__}")  # pragma: no cover
 
-    def _guarded(self, e: ast.Expr, mode: str, guard: str | None) -> tuple[ir.Expr, bool]:
-        """``expr(e)`` with the accesses in ``e`` known to happen only where ``guard`` holds."""
+    def _guarded(self, e: ast.Expr, mode: str, cond: ir.Expr,
+                 guard: str | None) -> tuple[ir.Expr, bool]:
+        """``expr(e)`` with the accesses in ``e`` known to happen only where ``guard`` (the
+        affine part of ``cond`` or of its negation) holds."""
         st = self.stmt
         if st is None or guard is None:
             return self.expr(e, mode)
         st.guards.append(guard)
+        st.guard_exprs.append(cond)
         try:
             return self.expr(e, mode)
         finally:
             st.guards.pop()
+            st.guard_exprs.pop()
 
     def _op_span(self, e: ast.Binary) -> Span:
         """The span of a binary operator itself (found in the source text), else of ``e``."""
@@ -469,7 +476,8 @@ class _Checker:
         text = format_expr(node)
         kind = "exists" if self.stmt.exists else "read"
         guard = " and ".join(self.stmt.guards) or None
-        self.stmt.accesses.append(Access(t.name, args, kind, node.span, text, guard))
+        self.stmt.accesses.append(Access(t.name, args, kind, node.span, text, guard,
+                                         tuple(self.stmt.guard_exprs)))
         return ir.Read(t.name, args, t.dtype.compute, span=node.span)
 
     def _access(self, e: ast.Access, mode: str) -> ir.Expr:
