@@ -11,6 +11,7 @@ import pytest
 from conftest import target_params
 
 import tcmlir as tc
+from tcmlir.dtypes import DType
 from tcmlir.poly.scop import build_scop, format_scop
 
 TARGETS = target_params()
@@ -126,3 +127,39 @@ def test_sizes_beyond_the_overflow_proof_are_refused():
     assert bind_sizes(fn.ir, [(2**31 - 1,)]) == {"N": 2**31 - 1}
     with pytest.raises(tc.CallError, match=r"N=2147483648 is too large"):
         bind_sizes(fn.ir, [(2**31,)])
+
+
+# ---------------------------------------------------------------- 2: half reductions in float32
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_float16_reductions_accumulate_in_float32(target):
+    rowsum = tc.define("def f(float16(N, K) A) -> (O) { O(i) +=! A(i, j) }", target=target)
+    np.testing.assert_array_equal(rowsum(np.ones((2, 3000), np.float16)), [3000, 3000])
+    mm = tc.define("def mm(float16(M, K) A, float16(K, N) B) -> (C) { C(i, j) +=! A(i, k) * B(k, j) }",
+                   target=target)
+    out = mm(np.ones((3, 3000), np.float16), np.ones((3000, 2), np.float16))
+    assert out.dtype == np.float16
+    np.testing.assert_array_equal(out, np.full((3, 2), 3000))
+    onto = tc.define("def f(float16(N, K) A) -> (float16(N) B) { B(i) += A(i, j) }", target=target)
+    start = np.array([2, 4], np.float16)
+    np.testing.assert_array_equal(onto(np.ones((2, 3000), np.float16), outputs=(start.copy(),)),
+                                  [3002, 3004])
+
+
+def test_half_reductions_are_rewritten_over_a_float32_accumulator():
+    fn = tc.define("def f(bfloat16(N, K) A) -> (O) { O(i) +=! A(i, j)\n O_acc(i) = O(i) }",
+                   target="numpy")
+    (acc,) = (t for t in fn.ir.temporaries if t.name == "O_acc1")
+    assert acc.dtype is DType.FLOAT32
+    text = str(fn.ir)
+    assert "O_acc1(i) +=! A(i, j)" in text and "O(i) = O_acc1(i)" in text
+    same = tc.define("def f(float16(N, K) A) -> (O) { O(i) max=! A(i, j) }", target="numpy")
+    assert same.ir.temporaries == () and len(same.ir.statements) == 1
+
+
+def test_bfloat16_row_sum_of_ones():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    for target in ("numpy", "cpu"):
+        fn = tc.define("def f(bfloat16(N, K) A) -> (O) { O(i) +=! A(i, j) }", target=target)
+        out = fn(np.ones((2, 1000), ml_dtypes.bfloat16)).astype(np.float32)
+        np.testing.assert_array_equal(out, [1000, 1000])

@@ -20,6 +20,7 @@ from ..affine import condition_to_isl, const_value, is_isl_name, pw_aff_to_expr,
 from ..dtypes import DType, parse_dtype, promote
 from ..errors import PreconditionWarning, SemaError, Source, Span, format_located
 from . import ast
+from .half_accumulate import accumulate_halves_in_float32
 from .printer import format_expr
 from .ranges import Access, Bounds, RangeSolver
 
@@ -192,6 +193,10 @@ class _Checker:
             return ir.Tensor(t.name, t.dtype, shape, t.role, span=t.span)
 
         by_role = {r: tuple(final(t) for t in self.tensors.values() if t.role is r) for r in ir.Role}
+        everything = {t.name: t for ts in by_role.values() for t in ts}
+        reserved = [*self.sizes, *(i.name for s in d.body for i in s.indices)]
+        statements, accumulators = accumulate_halves_in_float32(statements, everything, reserved)
+        by_role[ir.Role.TEMP] += tuple(accumulators)
         return ir.Function(d.name.name, tuple(self.sizes), self.solver.context_text(),
                            by_role[ir.Role.INPUT], by_role[ir.Role.OUTPUT], by_role[ir.Role.TEMP],
                            tuple(statements), source=self.source,
