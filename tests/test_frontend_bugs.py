@@ -163,3 +163,32 @@ def test_bfloat16_row_sum_of_ones():
         fn = tc.define("def f(bfloat16(N, K) A) -> (O) { O(i) +=! A(i, j) }", target=target)
         out = fn(np.ones((2, 1000), ml_dtypes.bfloat16)).astype(np.float32)
         np.testing.assert_array_equal(out, [1000, 1000])
+
+
+# ---------------------------------------------------------------- 3: reading what the statement writes
+
+@pytest.mark.parametrize(("src", "culprit"), [
+    ("def f(float(N) A) -> (O) {\n  O(i) = A(i)\n  O(i) = O(N - 1 - i)\n}", "O(N - 1 - i) reads elements"),
+    ("def f(float(N) A) -> (O) {\n  O(i) = A(i)\n  O(i) = O(i-1) + A(i) where i in 1:N\n}",
+     "O(i - 1) reads elements"),
+    ("def f(float(N, M) A) -> (O) {\n  O(i) = A(i, 0)\n  O(i) += O(i) * A(i, j)\n}",
+     "O(i) reads values other instances of this reduction update"),
+    ("def f(float(N) A, int32(N) I) -> (O) {\n  O(i) = A(i)\n  O(i) = O(I(i))\n}",
+     "O(I(i)) reads it through a gather"),
+])
+def test_order_dependent_statements_are_rejected(src, culprit):
+    with pytest.raises(tc.InferenceError, match="unspecified in TC") as info:
+        tc.define(src, target="numpy")
+    assert culprit in str(info.value) and info.value.line == 3
+    assert "write the result to a new tensor instead of overwriting O" in str(info.value)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_reading_only_its_own_element_is_allowed(target):
+    fn = tc.define("def f(float(N) A) -> (O) {\n  O(i) = A(i)\n  O(i) = O(i) * O(i) + 1.0\n}",
+                   target=target)
+    a = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(fn(a), a * a + 1)
+    rev = tc.define("def f(float(N) A) -> (O) {\n  T(i) = A(i)\n  O(i) = T(N - 1 - i)\n}",
+                    target=target)
+    np.testing.assert_array_equal(rev(a), a[::-1])

@@ -198,7 +198,7 @@ def test_temporaries_and_dim_refs():
 
 
 def test_second_write_uses_the_known_shape():
-    f = fn("def s(float(N) A) -> (float(N) O) {\n  O(i) = A(i)\n  O(i) = O(i) + O(N - i)\n}")
+    f = fn("def s(float(N) A) -> (float(N) O) {\n  O(i) = A(i)\n  O(i) = O(i) + A(N - i)\n}")
     assert rng(f.statements[1], "i", N=5) == (1, 5)
     f = fn("def s(float(N) A, float(N) B) -> (O) { O(i) = A(i) \n O(i) += B(i) }")
     assert f.statements[1].reduction is ir.Reduction.ADD and not f.statements[1].init

@@ -18,6 +18,7 @@ ever holds validated names, integers and isl text produced by `tcmlir.affine.to_
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -60,6 +61,25 @@ class Precondition:
 
 
 _COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
+
+
+def _rename(e: ir.Expr, names: Mapping[str, str]) -> ir.Expr:
+    """``e`` with its index variables renamed."""
+    match e:
+        case ir.Index(name=n):
+            return dataclasses.replace(e, name=names.get(n, n))
+        case ir.Read(indices=idx):
+            return dataclasses.replace(e, indices=tuple(_rename(x, names) for x in idx))
+        case ir.Unary(operand=x) | ir.Cast(operand=x):
+            return dataclasses.replace(e, operand=_rename(x, names))
+        case ir.Binary(lhs=a, rhs=b):
+            return dataclasses.replace(e, lhs=_rename(a, names), rhs=_rename(b, names))
+        case ir.Select(cond=c, then=t, orelse=f):
+            return dataclasses.replace(e, cond=_rename(c, names), then=_rename(t, names),
+                                       orelse=_rename(f, names))
+        case ir.Call(args=args):
+            return dataclasses.replace(e, args=tuple(_rename(x, names) for x in args))
+    return e
 
 
 def _arith_nodes(e: ir.Expr) -> list[ir.Expr]:
@@ -359,3 +379,40 @@ class RangeSolver:
                         if not bad.is_empty():
                             found = bad if found is None else found.union(bad)
         return found
+
+    # ------------------------------------------------------------ order independence
+
+    def check_order_independent(self, ranges: Mapping[str, Bounds], accesses: Sequence[Access],
+                                tensor: str, lhs: Sequence[str], reduction: bool) -> None:
+        """A statement may read the tensor it writes only where each instance reads what it
+        writes itself: TC leaves the order of a statement's instances unspecified, so a read
+        of another instance's write (``O(i) = O(N - 1 - i)``, ``O(i) = O(i - 1) + A(i)``)
+        would give a different answer per target. A located `InferenceError` otherwise."""
+        names = list(ranges)
+        other = {v: f"{self._prefix}t{v}" for v in names}
+        for acc in accesses:
+            if acc.tensor != tensor or acc.kind == "write":
+                continue
+            texts = [to_isl(_rename(a, other)) for a in acc.args]
+            if any(t is None for t in texts):
+                raise self._order_error(acc, tensor, "reads it through a gather")
+            bounds: dict[str, isl.PwAff] = {}
+            conds = self._box(names, ranges, bounds)
+            keys = list(bounds)
+            conds += [f"{keys[2 * k]} <= {other[v]} < {keys[2 * k + 1]}"
+                      for k, v in enumerate(names)]
+            conds += [f"{w} = {t}" for w, t in zip(lhs, texts, strict=True)]
+            same = " and ".join(f"{v} = {other[v]}" for v in names) or "1 = 1"
+            conds.append(f"not ({same})")
+            clash = self._bind([*names, *other.values()], " and ".join(conds), bounds)
+            if not clash.is_empty():
+                what = ("reads values other instances of this reduction update" if reduction
+                        else "reads elements that other instances of this statement write")
+                raise self._order_error(acc, tensor, what)
+
+    def _order_error(self, acc: Access, tensor: str, what: str) -> InferenceError:
+        return InferenceError.at(
+            self.source, acc.span,
+            f"{acc.text} {what}: the order in which a statement's instances run is "
+            f"unspecified in TC, so the result would depend on it",
+            f"write the result to a new tensor instead of overwriting {tensor}")

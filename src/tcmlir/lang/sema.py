@@ -173,6 +173,8 @@ class _Checker:
         statements = []
         preconditions: list[str] = []
         for name, stmt, ranges, accesses, op, rhs in done:
+            self.solver.check_order_independent(ranges, accesses, name,
+                                                [i.name for i in stmt.indices], op != "=")
             for pre in self.solver.check_bounds(ranges, accesses, shapes):
                 preconditions.append(pre.condition)
                 if not pre.warn:
