@@ -192,3 +192,35 @@ def test_reading_only_its_own_element_is_allowed(target):
     rev = tc.define("def f(float(N) A) -> (O) {\n  T(i) = A(i)\n  O(i) = T(N - 1 - i)\n}",
                     target=target)
     np.testing.assert_array_equal(rev(a), a[::-1])
+
+
+# ---------------------------------------------------------------- 6: float -> integer casts saturate
+
+_CAST_INPUT = np.array([1.0, -1.0, np.nan, np.inf, -np.inf, 3.7, -3.7, 1e10, -1e30], np.float32)
+
+
+def _saturated(ty: str) -> list[int]:
+    info = np.iinfo(ty)
+    out = []
+    for v in _CAST_INPUT.astype(np.float64):
+        out.append(0 if np.isnan(v) else int(min(max(np.trunc(v), info.min), info.max)))
+    return out
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("ty", ["uint64", "int64", "int32", "uint8", "int8"])
+def test_float_to_int_casts_saturate_on_every_target(target, ty):
+    fn = tc.define(f"def f(float(N) A) -> (O) {{ O(i) = {ty}(A(i)) }}", target=target)
+    assert fn(_CAST_INPUT).tolist() == _saturated(ty)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_issue_cast_example(target):
+    fn = tc.define("def f(float(N) A) -> (O) { O(i) = uint64(-A(i) * 1e30) }", target=target)
+    assert fn(np.array([1.0, -1.0], np.float32)).tolist() == [0, 2**64 - 1]
+
+
+def test_constant_casts_fold_like_run_time_casts():
+    fn = tc.define("def f(float(N) A) -> (O) { O(i) = A(i) + float(int8(300)) + float(int32(1e30)) }",
+                   target="numpy")
+    assert "44.0:float32" in str(fn.ir) and "2147483647.0:float32" in str(fn.ir)

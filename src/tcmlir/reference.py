@@ -25,7 +25,8 @@ it undefined); float ``%`` is ``fmod``; ``floordiv``/``floormod`` floor. Index e
 (inside `Read.indices`) are computed in int64. Reads of float16/bfloat16 tensors give float32
 values; stores round to the storage type. Every read is bounds-checked: an index outside its
 tensor (a bad gather index, or sizes breaking the function's constraints) raises
-`tcmlir.errors.CallError`. ``c ? x : y`` is lazy as in C and the compiled code: each arm is
+`tcmlir.errors.CallError`. Float -> integer casts saturate (NaN gives 0), on every target.
+``c ? x : y`` is lazy as in C and the compiled code: each arm is
 evaluated (vectorised) only where it is taken, so a read in the other arm is neither checked nor
 used. Built-ins: see `tcmlir.reference_builtins` (float64, rounded once).
 """
@@ -40,7 +41,7 @@ import numpy as np
 from . import ir
 from .dtypes import DType
 from .errors import CallError, CodegenError, format_located
-from .reference_builtins import call_builtin
+from .reference_builtins import call_builtin, saturating_int
 
 __all__ = ["CHUNK_ELEMENTS", "run"]
 
@@ -254,6 +255,8 @@ class _Eval:
                 v = self.eval(x, index)
                 if t.compute is not t:  # a cast to a storage type rounds through it
                     v = v.astype(t.numpy)
+                elif x.dtype.is_float and t.is_int and t is not DType.BOOL:
+                    v = saturating_int(v, t.numpy)
                 return v.astype(dt, copy=False)
             case ir.Call(func=f, args=args):
                 vals = [self.eval(a, index) for a in args]

@@ -24,7 +24,7 @@ from .. import ir as tc
 from ..dtypes import DType
 from ..errors import CodegenError, Span
 from .mathlib import DERIVED, PRIMITIVES, emit_builtin
-from .target import Target
+from .target import Target, _suffix, declare
 
 __all__ = ["KernelContext", "emit_statement", "memory_type", "value_type"]
 
@@ -348,8 +348,9 @@ class ExprEmitter:
             if sty == dty:
                 return v
             return b.fpext(v, dty) if dst.bits > src.bits else b.fptrunc(v, dty)
-        if src.is_float:
-            return b.fptosi(v, dty) if dst.is_signed else b.fptoui(v, dty)
+        if src.is_float:  # saturating, NaN -> 0 (as PTX's cvt.rzi and the reference)
+            name = f"llvm.fpto{'s' if dst.is_signed else 'u'}i.sat.i{dty.width}.{_suffix(sty)}"
+            return b.call(declare(b.module, name, ir.FunctionType(dty, [sty])), [v])
         if dst.is_float:
             return b.sitofp(v, dty) if src.is_signed else b.uitofp(v, dty)
         if sty.width == dty.width:

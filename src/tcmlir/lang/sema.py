@@ -19,6 +19,7 @@ from .. import ir
 from ..affine import condition_to_isl, const_value, is_isl_name, pw_aff_to_expr, to_isl
 from ..dtypes import DType, parse_dtype, promote
 from ..errors import PreconditionWarning, SemaError, Source, Span, format_located
+from ..reference_builtins import saturating_int
 from . import ast
 from .half_accumulate import accumulate_halves_in_float32
 from .printer import format_expr
@@ -418,7 +419,15 @@ class _Checker:
             return x
         if isinstance(x, ir.Const):
             v = x.value
-            value = float(v) if t.is_float else bool(v) if t is DType.BOOL else int(v)
+            if t.is_float:
+                value: int | float | bool = float(v)
+            elif t is DType.BOOL:
+                value = bool(v)
+            else:  # saturating, as at run time
+                import numpy as np
+
+                value = int(saturating_int(np.float64(v), t.numpy)) if isinstance(v, float) \
+                    else int(np.asarray(int(v), dtype=np.int64).astype(t.numpy))  # wraps
             return ir.Const(value, t, span=span or x.span)
         return ir.Cast(x, t, span=span or x.span)
 
