@@ -224,3 +224,23 @@ def test_constant_casts_fold_like_run_time_casts():
     fn = tc.define("def f(float(N) A) -> (O) { O(i) = A(i) + float(int8(300)) + float(int32(1e30)) }",
                    target="numpy")
     assert "44.0:float32" in str(fn.ir) and "2147483647.0:float32" in str(fn.ir)
+
+
+# ---------------------------------------------------------------- 8: inference past empty ranges
+
+WEIRD = "def f(float(H, W) I, float(KW) K) -> (O) { O(h, w) +=! I(h + w, w + kw) * K(kw) }"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_inference_continues_past_a_range_that_may_be_empty(target):
+    fn = tc.define(WEIRD, target=target)
+    (st,) = fn.ir.statements
+    assert {r.name: (str(r.lo), str(r.hi)) for r in st.ranges} == {
+        "h": ("0", "H - W + KW"), "w": ("0", "1 + W - KW"), "kw": ("0", "KW")}
+    rng = np.random.default_rng(3)
+    i, k = rng.random((6, 5), dtype=np.float32), rng.random(3, dtype=np.float32)
+    expected = np.array([[sum(i[h + w, w + kw] * k[kw] for kw in range(3)) for w in range(3)]
+                         for h in range(4)], dtype=np.float32)
+    np.testing.assert_allclose(fn(i, k), expected, rtol=1e-5)
+    with pytest.raises(tc.CallError, match="KW=3"):
+        fn(np.ones((6, 2), np.float32), k)

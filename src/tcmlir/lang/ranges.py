@@ -193,6 +193,7 @@ class RangeSolver:
             if not unresolved:
                 break
             valid: dict[str, isl.Set] = {}
+            vacuous: dict[str, isl.Set] = {}
             for acc in accesses:
                 shape = shapes.get(acc.tensor)
                 if shape is None:
@@ -208,7 +209,12 @@ class RangeSolver:
                     bad = self._outside([v, *others], resolved, others, text, self.pw_aff(extent))
                     bad = bad.project_out(isl.dim_type.set, 1, len(others))
                     universe = isl.Set.read_from_str(_CTX, f"{{ [{v}] }}").intersect_params(self.context)
-                    ok = universe.subtract(bad)
+                    # where a range found earlier is empty the statement does nothing and the
+                    # access bounds nothing: leave those sizes to `_extend`
+                    live = self._nonempty(others, resolved)
+                    ok = universe.intersect_params(live).subtract(bad)
+                    vacuous[v] = vacuous.get(v, self.context.subtract(live)) | \
+                        self.context.subtract(live)
                     valid[v] = valid[v] & ok if v in valid else ok
             progress = False
             for v in indices:
@@ -219,7 +225,7 @@ class RangeSolver:
                     hi = valid[v].dim_max(0).add(isl.PwAff.read_from_str(_CTX, "{ [(1)] }"))
                 except isl.Error:  # unbounded: this round's accesses do not bound v
                     continue
-                resolved[v] = self._extend(v, lo, hi, first_use.get(v))
+                resolved[v] = self._extend(v, lo, hi, first_use.get(v), vacuous.get(v))
                 progress = True
             if not progress:
                 break
@@ -231,23 +237,36 @@ class RangeSolver:
                                         f"add `where {v} in 0:{hint}`")
         return {v: resolved[v] for v in indices}
 
-    def _extend(self, v: str, lo: isl.PwAff, hi: isl.PwAff, span: Span | None) -> Bounds:
+    def _extend(self, v: str, lo: isl.PwAff, hi: isl.PwAff, span: Span | None,
+                vacuous: isl.Set | None = None) -> Bounds:
         """Bounds defined for every size of the context.
 
         Where no value of ``v`` is valid, isl leaves the bounds undefined. One-piece bounds
-        extended to those sizes give an empty range there, which is exact; otherwise the
-        sizes where the bounds are defined become part of the context.
+        extended to those sizes give an empty range there, which is exact; so do they where
+        ``vacuous`` (sizes for which another index of the statement has an empty range, so
+        the statement does nothing); otherwise the sizes where the bounds are defined become
+        part of the context.
         """
         dom = lo.domain() & hi.domain()
         rest = self.context.subtract(dom)
         if rest.is_empty():
             return lo, hi
         lo1, hi1 = _one_piece(lo), _one_piece(hi)
+        if vacuous is not None:
+            rest = rest.subtract(vacuous)
         if lo1 is not None and hi1 is not None and (lo1.lt_set(hi1) & rest).is_empty():
             return lo1, hi1
         self.require(dom, span, f"index {v} has an empty range for every size",
                      f"check the accesses that use {v}, or add `where {v} in lo:hi`")
         return lo, hi
+
+    def _nonempty(self, names: Sequence[str], ranges: Mapping[str, Bounds]) -> isl.Set:
+        """The sizes of the context for which every range of ``names`` is non-empty."""
+        live = self.context
+        for w in names:
+            lo, hi = ranges[w]
+            live = live & lo.lt_set(hi)
+        return live
 
     def _hint(self, v: str, accesses: Sequence[Access], shapes: Mapping) -> str:
         for acc in accesses:
