@@ -244,3 +244,34 @@ def test_inference_continues_past_a_range_that_may_be_empty(target):
     np.testing.assert_allclose(fn(i, k), expected, rtol=1e-5)
     with pytest.raises(tc.CallError, match="KW=3"):
         fn(np.ones((6, 2), np.float32), k)
+
+
+# ---------------------------------------------------------------- 10: <=> annotations
+
+@pytest.mark.parametrize("stmt", [
+    "C(i, j) +=! A(i, k) * B(k, j) <=> matmul(A(i, k), B(k, j))",
+    "C(i, j) +=! A(i, k) * B(k, j) <=> matmul(A, B) where k in 0:K",
+    "C(i, j) +=! A(i, k) * B(k, j) where k in 0:K <=> matmul(A(i, k), B(k, j))",
+])
+def test_equivalence_annotation_is_accepted_and_kept(stmt):
+    from tcmlir.lang import parse
+    from tcmlir.lang.printer import format_stmt
+
+    src = f"def mm(float(M, K) A, float(K, N) B) -> (C) {{ {stmt} }}"
+    (parsed,) = parse(src).defs[0].body
+    assert parsed.equivalent is not None and "<=> matmul(" in format_stmt(parsed)
+    assert parse(format_stmt(parsed).join(src.split(stmt))) == parse(src)
+    out = tc.define(src, target="numpy")(np.ones((2, 3), np.float32), np.ones((3, 4), np.float32))
+    np.testing.assert_array_equal(out, np.full((2, 4), 3))
+
+
+def test_equivalence_needs_a_comprehension():
+    with pytest.raises(tc.ParseError, match="after '<=>'"):
+        tc.define("def f(float(N) A) -> (O) { O(i) = A(i) <=> 3 }")
+
+
+# ---------------------------------------------------------------- 21: the multi-def hint
+
+def test_multi_def_hint_names_the_real_parameter():
+    with pytest.raises(tc.SemaError, match=r"pass name= \(the CLIs: --name\), one of: a, b"):
+        tc.define("def a(float(N) A) -> (O) { O(i) = A(i) }\ndef b(float(N) A) -> (O) { O(i) = A(i) }")

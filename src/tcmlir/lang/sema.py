@@ -43,7 +43,7 @@ def check_program(program: ast.Program, entry: str | None = None, *,
         if len(program.defs) != 1:
             raise SemaError.at(src, None, f"the source defines {len(names)} functions "
                                f"({', '.join(names)}); name the one to use",
-                               f"pass entry=, one of: {', '.join(names)}")
+                               f"pass name= (the CLIs: --name), one of: {', '.join(names)}")
         definition = program.defs[0]
     else:
         found = program.get(entry)
