@@ -275,3 +275,25 @@ def test_equivalence_needs_a_comprehension():
 def test_multi_def_hint_names_the_real_parameter():
     with pytest.raises(tc.SemaError, match=r"pass name= \(the CLIs: --name\), one of: a, b"):
         tc.define("def a(float(N) A) -> (O) { O(i) = A(i) }\ndef b(float(N) A) -> (O) { O(i) = A(i) }")
+
+
+# ---------------------------------------------------------------- 11: non-affine indices
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_modulo_by_a_size_in_an_index_is_a_checked_may_access(target):
+    fn = tc.define("def f(float(N, KC) I, float(C) W) -> (O) { O(n, kc) = I(n, kc) * W(kc % C) }",
+                   target=target)
+    rng = np.random.default_rng(5)
+    i, w = rng.random((2, 7), dtype=np.float32), rng.random(3, dtype=np.float32)
+    np.testing.assert_array_equal(fn(i, w), i * w[np.arange(7) % 3])
+    prod = tc.define("def f(float(N) A) -> (O) { O(i, j) = A(i * j) where i in 0:3, j in 0:3 }",
+                     target=target)
+    a = np.arange(5, dtype=np.float32)
+    np.testing.assert_array_equal(prod(a), np.outer(np.arange(3), np.arange(3)))
+    with pytest.raises(tc.CallError, match="index"):
+        prod(a[:4])
+
+
+def test_non_affine_index_needs_a_positive_constant_divisor_when_constant():
+    with pytest.raises(tc.SemaError, match="needs a positive divisor"):
+        tc.define("def f(float(N) A) -> (O) { O(i) = A(i / -2) where i in 0:N }")

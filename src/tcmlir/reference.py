@@ -39,6 +39,7 @@ from collections.abc import Iterator, Mapping
 import numpy as np
 
 from . import ir
+from .affine import to_isl
 from .dtypes import DType
 from .errors import CallError, CodegenError, format_located
 from .reference_builtins import call_builtin, saturating_int
@@ -314,10 +315,12 @@ class _Eval:
             if lo < 0 or hi >= extent:
                 bad = int(lo) if lo < 0 else int(hi)
                 gather = any(isinstance(s, ir.Read) for s in ir.walk(x))
-                what = "gathered index" if gather else "index"
+                checked_late = gather or to_isl(x) is None  # not proved at define
+                what = "gathered index" if gather else "non-affine index" if checked_late \
+                    else "index"
                 raise CallError(
                     f"{what} {bad} in dimension {d} of tensor '{e.tensor}' is out of bounds "
-                    f"(extent {extent})" + ("" if gather else
+                    f"(extent {extent})" + ("" if checked_late else
                                             f"; do the sizes satisfy {self.fn.context}?")
                 )
             idx.append(v)

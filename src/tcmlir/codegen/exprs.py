@@ -9,8 +9,9 @@ Semantics follow `tcmlir.reference`: integers wrap, integer ``/`` and ``%`` trun
 0 for a zero divisor (and never trap on ``MIN / -1``), float ``%`` is ``frem`` (fmod),
 ``floordiv``/``floormod`` floor, ``min``/``max`` on floats propagate NaN, ``!=`` on floats is
 true for NaN. Index expressions (inside `Read.indices`) are computed in i64; an index that
-contains a read (a gather) is bounds-checked at run time: on failure the kernel stores the
-access's error code in ``*err`` and returns (see `KernelContext.fail`).
+contains a read (a gather) or is not quasi-affine (``kc % c``) is bounds-checked at run time:
+on failure the kernel stores the access's error code in ``*err`` and returns (see
+`KernelContext.fail`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Protocol
 from llvmlite import ir
 
 from .. import ir as tc
+from ..affine import to_isl
 from ..dtypes import DType
 from ..errors import CodegenError, Span
 from .mathlib import DERIVED, PRIMITIVES, emit_builtin
@@ -158,7 +160,7 @@ class ExprEmitter:
         idx = []
         for d, ie in enumerate(e.indices):
             v = self.index(ie)
-            if _has_gather(ie):
+            if _has_gather(ie) or to_isl(ie) is None:  # not proved in bounds at define
                 self.check_bounds(e, v, self.ctx.extent(e.tensor, d))
             idx.append(v)
         return self.offset(e.tensor, idx)

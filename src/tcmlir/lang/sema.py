@@ -520,15 +520,12 @@ class _Checker:
             x, _ = self.expr(a, "index")
             if not x.dtype.is_int:
                 raise self.err(a, f"index of {n} must be an integer, found {x.dtype}")
-            gather = any(isinstance(y, ir.Read) for y in ir.walk(x))
-            if not gather and to_isl(x) is None:
+            if to_isl(x) is None:  # a gather or non-affine: a may-access checked at run time
                 divs = [y for y in ir.walk(x) if isinstance(y, ir.Binary)
                         and y.op in ("floordiv", "floormod")]
-                if any((const_value(y.rhs) or 0) <= 0 for y in divs):
-                    raise self.err(a, f"a division in an index of {n} needs a constant "
-                                   "positive divisor")
-                raise self.err(a, f"index of {n} must be affine in the indices and sizes "
-                               f"(or read a tensor), found `{format_expr(a)}`")
+                if any((c := const_value(y.rhs)) is not None and c <= 0 for y in divs):
+                    raise self.err(a, f"a division in an index of {n} needs a positive "
+                                   "divisor")
             args.append(x)
         return self._read(t, tuple(args), e)
 
