@@ -297,3 +297,76 @@ def test_modulo_by_a_size_in_an_index_is_a_checked_may_access(target):
 def test_non_affine_index_needs_a_positive_constant_divisor_when_constant():
     with pytest.raises(tc.SemaError, match="needs a positive divisor"):
         tc.define("def f(float(N) A) -> (O) { O(i) = A(i / -2) where i in 0:N }")
+
+
+# ---------------------------------------------------------------- 13, 14, 15: limits and scaling
+
+def _deep_lets(count: int, depth: int) -> str:
+    lets = ", ".join(f"x{k + 1} = {'(' * depth}x{k}{' + 1.0)' * depth}" for k in range(count))
+    return f"def f(float(N) A) -> (O) {{ O(i) = x{count} where x0 = A(i), {lets} }}"
+
+
+def test_chained_deep_lets_are_a_located_error_not_a_recursion_error():
+    with pytest.raises(tc.SemaError, match="nested too deeply once lets are substituted"):
+        tc.define(_deep_lets(5, 150), target="numpy")
+    fn = tc.define(_deep_lets(2, 60), target="numpy")  # 120 levels: fine
+    np.testing.assert_array_equal(fn(np.zeros(2, np.float32)), [120, 120])
+
+
+def _doubling(count: int) -> str:
+    lets = ", ".join(f"x{k + 1} = x{k} + x{k}" for k in range(count))
+    return f"def f(float(N) A) -> (O) {{ O(i) = x{count} where x0 = A(i), {lets} }}"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_doubling_lets_are_shared_not_expanded(target):
+    import time
+
+    start = time.perf_counter()
+    fn = tc.define(_doubling(11), target=target)
+    np.testing.assert_array_equal(fn(np.ones(3, np.float32)), [2048] * 3)
+    assert time.perf_counter() - start < 15
+    start = time.perf_counter()
+    with pytest.raises(tc.SemaError, match=r"has 3221225471 nodes once lets are substituted"):
+        tc.define(_doubling(30), target=target)
+    assert time.perf_counter() - start < 2  # at once, not exponential
+
+
+def test_one_let_is_checked_once():
+    from tcmlir.lang import check, parse
+    from tcmlir.lang.sema import _tree_size
+
+    fn = check(parse(_doubling(8)))
+    rhs = fn.statements[0].rhs
+    assert _tree_size(rhs, {}) == 3 * 2**8 - 1
+    assert len({id(n) for n in ir_nodes(rhs)}) == 8 + 2  # a DAG: one node per let (and A, i)
+
+
+def ir_nodes(e):
+    from tcmlir import ir
+
+    seen, todo = {}, [e]
+    while todo:
+        n = todo.pop()
+        if id(n) not in seen:
+            seen[id(n)] = n
+            todo.extend(ir.children(n))
+    return list(seen.values())
+
+
+def test_rank_and_statement_limits_answer_at_once():
+    from tcmlir.lang.sema import MAX_RANK, MAX_STATEMENTS
+
+    dims = ", ".join(f"N{k}" for k in range(MAX_RANK + 1))
+    with pytest.raises(tc.SemaError, match=f"rank {MAX_RANK + 1}; tcmlir supports at most"):
+        tc.define(f"def f(float({dims}) A) -> (O) {{ O(i) = A(i) }}")
+    idx = ", ".join(f"i{k}" for k in range(MAX_RANK + 1))
+    with pytest.raises(tc.SemaError, match=f"{MAX_RANK + 2} indices"):  # i and i0..i16
+        tc.define(f"def f(float(N) A) -> (O) {{ O(i) +=! A(i) where {', '.join(f'{v} in 0:2' for v in idx.split(', '))} }}")
+    body = "\n".join(f"  T{k}(i) = A(i)" for k in range(MAX_STATEMENTS)) + "\n  O(i) = A(i)"
+    with pytest.raises(tc.SemaError, match=f"{MAX_STATEMENTS + 1} statements"):
+        tc.define(f"def f(float(N) A) -> (O) {{\n{body}\n}}")
+    dims = ", ".join(f"N{k}" for k in range(MAX_RANK))
+    idx = ", ".join(f"i{k}" for k in range(MAX_RANK))
+    fn = tc.define(f"def f(float({dims}) A) -> (O) {{ O({idx}) = A({idx}) }}", target="numpy")
+    assert fn.ir.outputs[0].rank == MAX_RANK

@@ -212,6 +212,7 @@ class _Eval:
         # where the expression being evaluated is live: the arms of ``?:`` are evaluated
         # everywhere (vectorised) but only their taken points are checked and used
         self.mask: np.ndarray | None = None
+        self.cache: dict[tuple[int, bool], tuple[ir.Expr, np.ndarray | None, np.ndarray]] = {}
 
     def value(self, e: ir.Expr) -> np.ndarray:
         """A value position: computed in the node's (compute) dtype."""
@@ -223,6 +224,15 @@ class _Eval:
         return t.compute.numpy
 
     def eval(self, e: ir.Expr, index: bool) -> np.ndarray:
+        # lets are shared IR nodes (a DAG): evaluate each once per mask and position
+        hit = self.cache.get((id(e), index))
+        if hit is not None and hit[0] is e and hit[1] is self.mask:
+            return hit[2]
+        value = self._eval(e, index)
+        self.cache[(id(e), index)] = (e, self.mask, value)
+        return value
+
+    def _eval(self, e: ir.Expr, index: bool) -> np.ndarray:
         dt = self._dtype(e.dtype, index)
         match e:
             case ir.Const(value=v):

@@ -290,6 +290,7 @@ class RangeSolver:
         """
         names = list(ranges)
         found: list[Precondition] = []
+        live = self._nonempty(names, ranges)
         for acc in accesses:
             shape = shapes.get(acc.tensor)
             if acc.kind == "exists" or shape is None:
@@ -302,9 +303,14 @@ class RangeSolver:
                 text = to_isl(arg)
                 if text is None:
                     continue  # a gather: checked at run time
-                bad = self._outside(names, ranges, names, text, self.pw_aff(extent), acc.guard)
+                # only the indices the argument uses (and a guard's) matter, given that the
+                # box is non-empty: fewer dimensions for isl than the whole box
+                dims = names if acc.guard is not None else _index_names(arg)
+                bad = self._outside(dims, ranges, dims, text, self.pw_aff(extent), acc.guard)
                 if not bad.is_empty():
-                    safe = self.context.subtract(bad.params())
+                    bad = bad.params() & live
+                if not bad.is_empty():
+                    safe = self.context.subtract(bad)
                     if safe.is_empty():
                         raise self._out_of_bounds(acc, d, arg, extent, ranges)
                     self.context = safe.coalesce()

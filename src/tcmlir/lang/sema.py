@@ -22,10 +22,11 @@ from ..errors import PreconditionWarning, SemaError, Source, Span, format_locate
 from ..reference_builtins import saturating_int
 from . import ast
 from .half_accumulate import accumulate_halves_in_float32
+from .parser import MAX_DEPTH
 from .printer import format_expr
 from .ranges import Access, Bounds, RangeSolver
 
-__all__ = ["check_program"]
+__all__ = ["MAX_EXPR_NODES", "MAX_RANK", "MAX_STATEMENTS", "check_program"]
 
 _REDUCTIONS = {"+=": ir.Reduction.ADD, "*=": ir.Reduction.MUL, "min=": ir.Reduction.MIN,
                "max=": ir.Reduction.MAX}
@@ -52,6 +53,23 @@ def check_program(program: ast.Program, entry: str | None = None, *,
                                f"{', '.join(names) or 'nothing'}", _did_you_mean(entry, names))
         definition = found
     return _Checker(definition, src).run()
+
+
+#: Documented limits that answer at once instead of stalling isl (README "Limits"): the rank
+#: of a tensor and the indices of one statement, and the statements of one definition.
+MAX_RANK = 16
+MAX_STATEMENTS = 200
+
+#: The most IR nodes a right-hand side may have once lets are substituted (each let is
+#: built once and shared, but the code generators and the reference walk trees).
+MAX_EXPR_NODES = 10_000
+
+
+def _tree_size(e: ir.Expr, seen: dict[int, int]) -> int:
+    """The number of nodes of ``e`` as a tree (shared sub-DAGs counted once per use)."""
+    if id(e) not in seen:
+        seen[id(e)] = 1 + sum(_tree_size(c, seen) for c in ir.children(e))
+    return seen[id(e)]
 
 
 def _user_stacklevel() -> int:
@@ -95,6 +113,7 @@ class _Stmt:
     let_stack: tuple[str, ...] = ()
     used_lets: set[str] = field(default_factory=set)
     exists: bool = False
+    let_memo: dict[tuple, tuple[ir.Expr, bool]] = field(default_factory=dict)
     guards: list[str] = field(default_factory=list)  # isl conditions of the enclosing ?: arms
     guard_exprs: list[ir.Expr] = field(default_factory=list)  # the conditions they come from
 
@@ -106,6 +125,7 @@ class _Checker:
         self.sizes: list[str] = []
         self.tensors: dict[str, _Tensor] = {}
         self.stmt: _Stmt | None = None
+        self.depth = 0  # of the IR being built (lets substituted)
 
     def err(self, node, what: str, fix: str | None = None) -> SemaError:
         span = node if isinstance(node, Span) or node is None else node.span
@@ -134,6 +154,9 @@ class _Checker:
             if dtype is None:
                 raise self.err(p, f"unknown type {p.dtype}")
         shape = None
+        if p.dims is not None and len(p.dims) > MAX_RANK:
+            raise self.err(p, f"{p.name.name} has rank {len(p.dims)}; tcmlir supports at most "
+                           f"{MAX_RANK} dimensions", "reshape it to fewer dimensions")
         if p.dims is not None:
             dims = []
             for dim in p.dims:
@@ -156,6 +179,10 @@ class _Checker:
 
     def run(self) -> ir.Function:
         d = self.d
+        if len(d.body) > MAX_STATEMENTS:
+            raise self.err(d.name, f"{d.name.name} has {len(d.body)} statements; tcmlir "
+                           f"compiles at most {MAX_STATEMENTS} per definition",
+                           "split it into several definitions")
         for p in d.params:
             self._param(p, ir.Role.INPUT)
         for p in d.returns:
@@ -192,7 +219,8 @@ class _Checker:
 
         def final(t: _Tensor) -> ir.Tensor:
             assert t.dtype is not None and t.shape is not None
-            shape = tuple(self.solver.size_expr(self.solver.pw_aff(s)) for s in t.shape)
+            shape = t.shape if t.role is ir.Role.INPUT else \
+                tuple(self.solver.size_expr(self.solver.pw_aff(s)) for s in t.shape)
             return ir.Tensor(t.name, t.dtype, shape, t.role, span=t.span)
 
         by_role = {r: tuple(final(t) for t in self.tensors.values() if t.role is r) for r in ir.Role}
@@ -242,6 +270,11 @@ class _Checker:
                 lets[n] = (pos, clause)
         st = self.stmt = _Stmt(tuple(lhs), lets, list(lhs), {i.name: i.span for i in s.indices})
         rhs, _ = self.expr(s.rhs, "value")
+        size = _tree_size(rhs, {})
+        if size > MAX_EXPR_NODES:
+            raise self.err(s.rhs, f"the right-hand side has {size} nodes once lets are "
+                           f"substituted (at most {MAX_EXPR_NODES})",
+                           "compute the repeated parts into intermediate tensors")
         used_lets = set(st.used_lets)
         explicit: dict[str, Bounds] = {}
         for pos, clause in enumerate(s.where):
@@ -264,6 +297,9 @@ class _Checker:
                 self.expr(clause.value, "value")
                 st.indices, st.first_use, st.accesses = saved
         st.let_limit = 1 << 30
+        if len(st.indices) > MAX_RANK:
+            raise self.err(s, f"the statement has {len(st.indices)} indices; tcmlir supports "
+                           f"at most {MAX_RANK} per statement", "split it into several statements")
         reduction = [v for v in st.indices if v not in lhs]
         if reduction and s.op == "=":
             v = reduction[0]
@@ -328,7 +364,20 @@ class _Checker:
         """The typed IR of ``e`` and whether it is a weakly typed literal expression.
 
         ``mode``: "value", "index" (inside tensor arguments) or "bound" (sizes only).
+        The IR may nest no deeper than `MAX_DEPTH` once lets are substituted (each let is
+        within the parser's limit, a chain of them need not be).
         """
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH:
+                raise self.err(e, f"expression nested too deeply once lets are substituted "
+                               f"(more than {MAX_DEPTH} levels)",
+                               "compute part of it into an intermediate tensor")
+            return self._expr(e, mode)
+        finally:
+            self.depth -= 1
+
+    def _expr(self, e: ast.Expr, mode: str) -> tuple[ir.Expr, bool]:
         match e:
             case ast.IntLit(value=v):
                 if not -(2**63) <= v < 2**63:
@@ -458,10 +507,16 @@ class _Checker:
             if pos >= st.let_limit or n in st.let_stack:
                 raise self.err(e, f"let {n} is used before its definition")
             st.used_lets.add(n)
+            # one IR per let and context, shared by every use: the IR is a DAG, and sema
+            # (accesses, ranges, bounds) sees each let once however often it is used
+            key = (n, mode, st.exists, tuple(st.guards))
+            if key in st.let_memo:
+                return st.let_memo[key]
             saved = (st.let_limit, st.let_stack)
             st.let_limit, st.let_stack = pos, (*st.let_stack, n)
             try:
-                return self.expr(let.value, mode)
+                st.let_memo[key] = self.expr(let.value, mode)
+                return st.let_memo[key]
             finally:
                 st.let_limit, st.let_stack = saved
         if n in self.sizes:
