@@ -370,3 +370,44 @@ def test_rank_and_statement_limits_answer_at_once():
     idx = ", ".join(f"i{k}" for k in range(MAX_RANK))
     fn = tc.define(f"def f(float({dims}) A) -> (O) {{ O({idx}) = A({idx}) }}", target="numpy")
     assert fn.ir.outputs[0].rank == MAX_RANK
+
+
+# ---------------------------------------------------------------- 16: Python scalars
+
+SCALARS = ("def f(float(N) A, int32 s, float alpha, bool b, uint8 u) -> (O) {\n"
+           "    O(i) = b ? A(i) * float(s) * alpha + float(u) : 0.0\n}")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ((2**40, 1.0, True, 1), r"scalar s \(int32\) must be in \[-2147483648, 2147483647\]"),
+    ((float("nan"), 1.0, True, 1), r"scalar s \(int32\) must be an integer, got nan"),
+    ((1.9, 1.0, True, 1), r"scalar s \(int32\) must be an integer, got 1.9 .*lose information"),
+    ((1, 1e300, True, 1), r"scalar alpha \(float32\): 1e\+300 overflows float32"),
+    ((1, 1.0, 2, 1), r"scalar b \(bool\) must be True or False"),
+    ((1, 1.0, True, -1), r"scalar u \(uint8\) must be in \[0, 255\]"),
+    ((1, 1.0, True, np.int64(300)), r"scalar u \(uint8\) must be in \[0, 255\]"),
+])
+@pytest.mark.parametrize("target", TARGETS)
+def test_bad_python_scalars_are_call_errors_naming_the_parameter(target, args, message):
+    fn = tc.define(SCALARS, target=target)
+    with pytest.raises(tc.CallError, match=message):
+        fn(np.ones(2, np.float32), *args)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_exact_scalars_convert(target):
+    fn = tc.define(SCALARS, target=target)
+    a = np.ones(2, np.float32)
+    np.testing.assert_array_equal(fn(a, 2.0, 1.0, True, 1), [3, 3])
+    np.testing.assert_array_equal(fn(a, np.int64(3), np.float64(0.5), np.bool_(True), np.uint8(7)),
+                                  [8.5, 8.5])
+    np.testing.assert_array_equal(fn(a, 1, float("inf"), 1, 0), [np.inf, np.inf])
+
+
+# ---------------------------------------------------------------- 20: default_for as the README shows it
+
+def test_default_options_for_a_defined_function():
+    fn = tc.define("def mm(float(M, K) A, float(K, N) B) -> (C) { C(i, j) +=! A(i, k) * B(k, j) }",
+                   target="numpy")
+    assert tc.MappingOptions.default_for(fn, "cpu") == tc.MappingOptions.default_for(fn.ir, "cpu")
+    assert tc.MappingOptions.default_for(fn, "cpu") == tc.MappingOptions.naive()
