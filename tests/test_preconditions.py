@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import target_params
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -37,7 +38,7 @@ def test_gather_program_is_accepted_with_a_located_warning():
     assert fn.ir.preconditions == ("L >= 2",)
 
 
-@pytest.mark.parametrize("target", ["numpy", "cpu"])
+@pytest.mark.parametrize("target", target_params())
 def test_gather_program_runs_when_the_precondition_holds(target):
     fn, _ = _define(GATHER, target)
     rng = np.random.default_rng(0)
@@ -48,7 +49,7 @@ def test_gather_program_runs_when_the_precondition_holds(target):
         fn(a, idx[:1])
 
 
-@pytest.mark.parametrize("target", ["numpy", "cpu"])
+@pytest.mark.parametrize("target", target_params())
 def test_segmented_program_needs_k_plus_one_entries(target):
     fn, caught = _define(SEGMENTED, target)
     assert len(caught) == 1 and "Idx(k + 1)" in str(caught[0].message)

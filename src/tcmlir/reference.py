@@ -12,7 +12,8 @@ returns every output by name. Semantics are TC's:
   given ``outputs`` are written in place (they may hold garbage: ``=`` and ``!`` overwrite);
   temporaries are zero-filled and not returned;
 * a statement's rhs reads see the tensors as they are when the statement starts (after its
-  ``!`` initialisation): a statement reading the tensor it writes reads a snapshot.
+  ``!`` initialisation): a statement reading the tensor it writes reads a snapshot (sema only
+  lets it read the element each instance writes, so the order of instances never matters).
 
 Evaluation: each index variable is an ``np.arange`` on its own axis of the statement's box, the
 rhs tree is evaluated to an array broadcastable to the box, reduced over the reduction axes and
