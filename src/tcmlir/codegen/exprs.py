@@ -9,8 +9,9 @@ Semantics follow `tcmlir.reference`: integers wrap, integer ``/`` and ``%`` trun
 0 for a zero divisor (and never trap on ``MIN / -1``), float ``%`` is ``frem`` (fmod),
 ``floordiv``/``floormod`` floor, ``min``/``max`` on floats propagate NaN, ``!=`` on floats is
 true for NaN. Index expressions (inside `Read.indices`) are computed in i64; an index that
-contains a read (a gather) is bounds-checked at run time: on failure the kernel stores the
-access's error code in ``*err`` and returns (see `KernelContext.fail`).
+contains a read (a gather) or is not quasi-affine (``kc % c``) is bounds-checked at run time:
+on failure the kernel stores the access's error code in ``*err`` and returns (see
+`KernelContext.fail`).
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from typing import Protocol
 from llvmlite import ir
 
 from .. import ir as tc
+from ..affine import to_isl
 from ..dtypes import DType
 from ..errors import CodegenError, Span
 from .mathlib import DERIVED, PRIMITIVES, emit_builtin
-from .target import Target
+from .target import Target, _suffix, declare
 
 __all__ = ["KernelContext", "emit_statement", "memory_type", "value_type"]
 
@@ -165,7 +167,7 @@ class ExprEmitter:
         idx = []
         for d, ie in enumerate(e.indices):
             v = self.index(ie)
-            if _has_gather(ie):
+            if _has_gather(ie) or to_isl(ie) is None:  # not proved in bounds at define
                 self.check_bounds(e, v, self.ctx.extent(e.tensor, d))
             idx.append(v)
         return self.offset(e.tensor, idx)
@@ -362,8 +364,9 @@ class ExprEmitter:
             if sty == dty:
                 return v
             return b.fpext(v, dty) if dst.bits > src.bits else b.fptrunc(v, dty)
-        if src.is_float:
-            return b.fptosi(v, dty) if dst.is_signed else b.fptoui(v, dty)
+        if src.is_float:  # saturating, NaN -> 0 (as PTX's cvt.rzi and the reference)
+            name = f"llvm.fpto{'s' if dst.is_signed else 'u'}i.sat.i{dty.width}.{_suffix(sty)}"
+            return b.call(declare(b.module, name, ir.FunctionType(dty, [sty])), [v])
         if dst.is_float:
             return b.sitofp(v, dty) if src.is_signed else b.uitofp(v, dty)
         if sty.width == dty.width:

@@ -411,7 +411,7 @@ class DeviceBoundCall:
 def bind_device_inputs(fn: Any, inputs: Any) -> DeviceBoundCall:
     """Check inputs (numpy, torch, CuPy, CUDA-array-interface or DLPack arrays) against ``fn``
     (an ``ir.Function``): count, rank, dtype, one device, contiguity; bind the sizes."""
-    from ..binding import bind_sizes
+    from ..binding import bind_sizes, scalar_array
     from ..signature import ArgSpec, Signature
 
     if len(inputs) != len(fn.inputs):
@@ -425,7 +425,7 @@ def bind_device_inputs(fn: Any, inputs: Any) -> DeviceBoundCall:
         if isinstance(value, (bool, int, float, np.generic)):
             if tensor.rank > 0:
                 raise CallError(f"{what} must be an array of rank {tensor.rank}, got a scalar")
-            value = np.asarray(value, dtype=tensor.dtype.numpy)
+            value = scalar_array(fn.name, tensor, value)
         view = classify(value, what)
         if view.dtype is not tensor.dtype:
             raise CallError(f"{what} must have dtype {tensor.dtype}, got {view.dtype}")
