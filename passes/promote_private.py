@@ -130,17 +130,24 @@ class PromotePrivate(Pass):
                 if box is None or box.volume > self.max_elements:
                     continue
                 rank = len(box.extent)
-                copy_in = _needs_copy_in(state, mine, name, prefix, reads)
+                live_in, fill = _live_in(state, mine, name, prefix, reads, fp)
                 bufs.append(Buffer(f"{name}_reg{k}", name, "private", k, box, tuple(range(rank)),
-                                   box.extent, mine, prefix, n_par, copy_in, True))
+                                   box.extent, mine, prefix, n_par, live_in, True, fill))
                 fps[bufs[-1].name] = (fp, footprint(prefix, writes, name))
             if not bufs:
                 continue
             node = node_at(schedule, path_of(seq))
+            hoisted = [b.fill for b in bufs if b.fill is not None]
+            if hoisted:  # the initialisations run on the registers, before the loop
+                keep = seq.get_domain()
+                for j in hoisted:
+                    init = isl.UnionSet.from_set(scop.domains[f"S{j}_init"])
+                    keep = keep.subtract(init.align_params(keep.get_space()))
+                node = node.insert_filter(keep).child(0)
             for buf in bufs:
                 fp_all, fp_w = fps[buf.name]
-                if buf.copy_in:
-                    e = copy_extension(fp_all, f"cpin_{buf.name}")
+                if buf.copy_in or buf.fill is not None:
+                    e = copy_extension(fp_all, f"cp{'in' if buf.copy_in else 'init'}_{buf.name}")
                     node = graft(node, isl.UnionMap.from_map(e), [
                         (isl.UnionSet.from_set(e.range()), None,
                          band_of_copy(e.range(), buf.n_prefix, len(buf.box.extent)), True)], before=True)
@@ -156,23 +163,23 @@ class PromotePrivate(Pass):
         return dataclasses.replace(state, schedule=schedule, base_schedule=base, promotion=promotion)
 
 
-def _needs_copy_in(state: CompileState, mine: isl.UnionSet, tensor: str, prefix: isl.UnionMap,
-                   reads: isl.UnionMap) -> bool:
-    """False when only one ``!`` statement accesses ``tensor`` here and its initialisation
-    writes every element that is read (so nothing flows in from before the kernel)."""
+def _live_in(state: CompileState, mine: isl.UnionSet, tensor: str, prefix: isl.UnionMap,
+             reads: isl.UnionMap, fp_all: isl.Map) -> tuple[bool, int | None]:
+    """(copy in, hoisted initialisation): no copy-in when nothing is read; when only one ``!``
+    statement ``S<k>`` accesses ``tensor`` here and ``S<k>_init`` writes every element of the
+    footprint, no copy-in either and ``k``: the registers are filled with the identity before
+    the loop instead (``cpinit_<buf>``) and ``S<k>_init`` is filtered out of the loop (nothing
+    else touches those elements in this thread between the two places, `_private`)."""
     users = {m.get_tuple_name(isl.dim_type.in_) for m in maps_of(
         state.scop.writes.union(state.scop.all_reads).intersect_domain(mine))
         if m.get_tuple_name(isl.dim_type.out) == tensor}
     stems = {u.removesuffix("_init") for u in users}
-    if len(stems) != 1:
-        return True
-    stem = stems.pop()
-    if f"{stem}_init" not in users:
-        return True
-    init_writes = state.scop.writes.intersect_domain(mine).intersect_domain(
-        isl.UnionSet.from_set(state.scop.domains[f"{stem}_init"]).align_params(mine.get_space()))
-    fp_r = footprint(prefix, reads, tensor)
-    fp_i = footprint(prefix, init_writes, tensor)
-    if fp_r is None:
-        return False
-    return fp_i is None or not fp_r.is_subset(fp_i)
+    if len(stems) == 1:
+        stem = stems.pop()
+        if f"{stem}_init" in users:
+            init_writes = state.scop.writes.intersect_domain(mine).intersect_domain(
+                isl.UnionSet.from_set(state.scop.domains[f"{stem}_init"]).align_params(mine.get_space()))
+            fp_i = footprint(prefix, init_writes, tensor)
+            if fp_i is not None and fp_all.is_subset(fp_i):
+                return False, int(stem[1:])
+    return footprint(prefix, reads, tensor) is not None, None

@@ -33,6 +33,17 @@ OPTION_SETS = {
     "block128-grid5": tc.MappingOptions.naive().map_to_threads(128).map_to_blocks(5),
     "block8x4x2-grid3x2x2": tc.MappingOptions.naive().map_to_threads(8, 4, 2).map_to_blocks(3, 2, 2),
     "untiled-block32x8": tc.MappingOptions.naive().tile(0).map_to_threads(32, 8).map_to_blocks(2, 2),
+    # memory promotion and register tiles (passes/register_tile, promote_shared, promote_private)
+    "contraction": tc.MappingOptions.cuda_contraction(),
+    "promo-16x16x8-r2x2-grid3x3": tc.MappingOptions.cuda_contraction().tile(16, 16, 8)
+    .register_tiling(2, 2).map_to_blocks(3, 3),
+    "promo-32x32x4-r4x2": tc.MappingOptions.cuda_contraction().tile(32, 32, 4).register_tiling(4, 2),
+    "promo-8x8x8-r2x4-grid2x2": tc.MappingOptions.cuda_contraction().tile(8, 8, 8)
+    .register_tiling(2, 4).map_to_blocks(2, 2),
+    "shared-naive": tc.MappingOptions.naive().shared_memory(True),
+    "shared-block7x5-grid3x2": tc.MappingOptions.naive().map_to_threads(7, 5).map_to_blocks(3, 2)
+    .shared_memory(True),
+    "promo-256x64x8-r8x8": tc.MappingOptions.cuda_contraction().tile(256, 64, 8),
 }
 
 PARAMS = [

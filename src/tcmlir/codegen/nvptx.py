@@ -43,7 +43,7 @@ from llvmlite import ir
 from .. import ir as tc
 from ..errors import CodegenError
 from ..poly.promotion import SYNC_STMT
-from .exprs import I32, I64, memory_type
+from .exprs import I32, I64, ExprEmitter, const, memory_type
 from .lower import PTR, GatherSite, GroupWalker, Lowerer
 from .target import Target, declare
 
@@ -171,12 +171,18 @@ class NvptxTarget(Target):
         t = walker.fn.tensor(buf.tensor)
         mty = memory_type(t.dtype)
         local = walker.buffer_element(buf.name, [walker.expr(e) for e in payload.local_index])
+        if payload.kind == "init":  # the registers start at the reduction's identity
+            st = walker.fn.statements[buf.fill]
+            em = ExprEmitter(walker, {}, buf.fill)
+            dt = t.dtype.compute
+            b.store(em.to_memory(const(dt, st.reduction.identity(dt)), t.dtype), local)
+            return
         gidx = [walker.expr(e) for e in payload.global_index]
         off = gidx[0] if gidx else ir.Constant(I64, 0)
         for d in range(1, len(gidx)):
             off = b.add(b.mul(off, walker.extent(t.name, d)), gidx[d])
         gptr = b.gep(walker.pointer(t.name), [off], inbounds=True, source_etype=mty)
-        if payload.copy_in:
+        if payload.kind == "in":
             value = b.load(gptr, typ=mty)
             if t.role is tc.Role.INPUT:
                 value.set_metadata("invariant.load", b.module.add_metadata([]))

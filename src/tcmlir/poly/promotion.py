@@ -41,7 +41,7 @@ __all__ = [
     "prove_copy_mapping", "statement_accesses", "sync_extension",
 ]
 
-COPY_STMT = re.compile(r"^cp(in|out)_(\w+)$")
+COPY_STMT = re.compile(r"^cp(in|out|init)_(\w+)$")
 SYNC_STMT = re.compile(r"^sync_\d+_\d+$")
 _STMT = re.compile(r"^S(\d+)(_init)?$")
 
@@ -84,6 +84,7 @@ class Buffer:
     n_prefix: int
     copy_in: bool
     copy_out: bool
+    fill: int | None = None   # statement whose initialisation fills the buffer (promote-private)
 
     @property
     def slots(self) -> int:
@@ -389,10 +390,11 @@ def statement_names(uset: isl.UnionSet) -> list[str]:
 
 @dataclass(frozen=True)
 class CopyAccess:
-    """What a copy statement instance does: ``tensor[global] -> buffer[local]`` (or back)."""
+    """What a copy statement instance does: ``kind`` ``"in"`` (``buffer[local] = tensor[global]``),
+    ``"out"`` (back) or ``"init"`` (``buffer[local]`` = the identity of `Buffer.fill`'s reduction)."""
 
     buffer: str
-    copy_in: bool
+    kind: str
     global_index: tuple[isl.AstExpr, ...]
     local_index: tuple[isl.AstExpr, ...]
 
@@ -419,7 +421,7 @@ def annotate_user_node(promotion: Promotion, fn: ir.Function, node: isl.AstNode,
         la = local_index(buf, ga, isl.PwMultiAff.from_multi_aff(ma_p))
         g = build.access_from_pw_multi_aff(ga.pullback_pw_multi_aff(iters))
         loc = build.access_from_pw_multi_aff(la.pullback_pw_multi_aff(iters))
-        return CopyAccess(buf.name, m.group(1) == "in", _access_args(g), _access_args(loc))
+        return CopyAccess(buf.name, m.group(1), _access_args(g), _access_args(loc))
     if not _STMT.match(name):
         return None
     out: dict = {}
