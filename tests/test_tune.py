@@ -151,12 +151,17 @@ def test_cuda_space_respects_device_limits():
     assert "shared memory" in space.why_invalid(base.shared_memory(True, max_bytes=64 * 1024))
     import random
 
+    assert "multiples" in space.why_invalid(base.tile(30, 32, 8).register_tiling(4, 4))
+    assert "outputs per thread" in space.why_invalid(base.tile(256, 256, 8).register_tiling(16, 16))
     rng = random.Random(0)
+    seen = set()
     for _ in range(200):
         cand = space.mutate(rng, space.sample(rng, base), 0.5)
         assert space.is_valid(cand)
-        assert "promote" not in cand.to_pipeline("cuda")  # not implemented by the backend yet
-    assert "use_shared_memory" not in CUDA_FIELDS and "use_private_memory" not in CUDA_FIELDS
+        pipe = cand.to_pipeline("cuda")
+        seen |= {p for p in ("register-tile", "promote-shared", "promote-private") if p in pipe}
+    assert seen == {"register-tile", "promote-shared", "promote-private"}  # all searched
+    assert {"use_shared_memory", "use_private_memory", "register_tile"} <= set(CUDA_FIELDS)
     assert SearchSpace(target="cpu", depth=3, cores=2).is_valid(base.map_to_threads(64, 64))
 
 

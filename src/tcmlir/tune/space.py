@@ -2,12 +2,11 @@
 
 The space depends on the target: only the fields the backend honours vary, so no evaluation
 is spent on knobs that change nothing. On the CPU: fusion, tiling, unrolling, threads. On CUDA: fusion,
-tiling, block, grid, unrolling. Shared/private promotion (``use_shared_memory``,
-``use_private_memory``) is NOT varied: the CUDA backend does not implement the
-``promote-shared``/``promote-private`` passes yet (the pipeline would name unknown passes);
-add the two fields back to ``CUDA_FIELDS`` when it does. Candidates that break a device limit
-(threads per block, block and grid dimensions, shared memory) are filtered before compiling
-(`SearchSpace.is_valid`); the limits default to those of sm_90 and can be given per device.
+tiling, block, grid, unrolling, register tiles and shared/private promotion. Candidates that
+break a device limit (threads per block, block and grid dimensions, shared memory), whose
+register tile does not divide their tiles or needs too many registers are filtered before
+compiling (`SearchSpace.why_invalid`, the reason recorded); the limits default to those of
+sm_90 and can be given per device.
 """
 
 from __future__ import annotations
@@ -20,13 +19,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import ir
+from ..errors import OptionsError
 from ..options import FUSION_STRATEGIES, MappingOptions
 
-__all__ = ["CPU_FIELDS", "CUDA_FIELDS", "DeviceLimits", "SearchSpace", "cuda_limits", "space_for"]
+__all__ = ["CPU_FIELDS", "CUDA_FIELDS", "MAX_REGISTER_TILE", "DeviceLimits", "SearchSpace", "cuda_limits", "space_for"]
 
 _POW2 = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 CPU_FIELDS = ("fusion", "tile_sizes", "unroll_factor", "threads")
-CUDA_FIELDS = ("fusion", "tile_sizes", "block", "grid", "unroll_factor")
+CUDA_FIELDS = ("fusion", "tile_sizes", "block", "grid", "unroll_factor", "register_tile",
+               "use_shared_memory", "use_private_memory")
+MAX_REGISTER_TILE = 128  # outputs per thread kept in registers (8 x 8 fits in 96 registers)
 
 
 @dataclass(frozen=True)
@@ -64,12 +66,21 @@ class SearchSpace:
         if self.target != "cuda":
             return None
         lim = self.limits
+        try:
+            block = opts.thread_block()
+        except OptionsError as exc:
+            return str(exc)
+        outputs = 1
+        for r in opts.register_tile:
+            outputs *= r
+        if outputs > MAX_REGISTER_TILE:
+            return f"register tile {opts.register_tile}: {outputs} outputs per thread > {MAX_REGISTER_TILE}"
         product = 1
-        for b in opts.block:
+        for b in block:
             product *= b
         if product > lim.max_threads_per_block:
             return f"{product} threads per block > {lim.max_threads_per_block}"
-        for axis, (b, top) in enumerate(zip(opts.block, lim.max_block, strict=False)):
+        for axis, (b, top) in enumerate(zip(block, lim.max_block, strict=False)):
             if b > top:
                 return f"block dimension {'xyz'[axis]} = {b} > {top}"
         for axis, (g, top) in enumerate(zip(opts.grid, lim.max_grid, strict=False)):
@@ -123,7 +134,16 @@ def _grid(space: SearchSpace, rng: random.Random) -> tuple[int, ...]:
     return tuple(rng.choice((1, 8, 32, 64, 128, 256, 512, 1024)) for _ in range(dims))
 
 
+def _register_tile(space: SearchSpace, rng: random.Random) -> tuple[int, ...]:
+    if rng.random() < 0.4:
+        return ()
+    return tuple(rng.choice((1, 2, 4, 8)) for _ in range(min(2, space.depth)))
+
+
 _FIELDS: dict[str, Callable[[SearchSpace, random.Random], Any]] = {
+    "register_tile": _register_tile,
+    "use_shared_memory": lambda s, r: r.random() < 0.6,
+    "use_private_memory": lambda s, r: r.random() < 0.6,
     "fusion": lambda s, r: r.choice(FUSION_STRATEGIES),
     "tile_sizes": _tiles,
     "block": _block,
