@@ -37,6 +37,7 @@ import islpy as isl
 
 from ..codegen.exprs import memory_type
 from ..poly.gpu_mapping import THREAD_PARAMS, first_band_below, kernel_marks
+from ..poly.legality import member_is_parallel
 from ..poly.promotion import (
     Buffer,
     Promotion,
@@ -92,6 +93,7 @@ class PromoteShared(Pass):
     requires_schedule = True
     max_bytes: int = 48 * 1024
     unroll_copies: bool = False
+    double_buffer: bool = False
 
     def __post_init__(self):
         if not 0 < self.max_bytes <= 48 * 1024:
@@ -117,6 +119,10 @@ class PromoteShared(Pass):
                 continue
             prefix = node.get_prefix_schedule_union_map()
             n_prefix = tile.band_n_member() + _outer_members(tile)
+            # two stages when the tile band ends with a sequential loop (a matmul's kt) and
+            # the elements are 4 or 8 bytes (what cp.async copies one by one)
+            sequential = not member_is_parallel(tile, tile.band_n_member() - 1, state.deps.validity)
+            stages = 2 if self.double_buffer and sequential else 1
             reads = scop.reads.intersect_domain(dom)
             written = {m.get_tuple_name(isl.dim_type.out) for m in maps_of(scop.writes.intersect_domain(dom))}
             tagged = prefix.range_product(reads)
@@ -140,16 +146,17 @@ class PromoteShared(Pass):
                 if rank == 1:
                     order = (0,)
                 esize = _SIZES.get(str(memory_type(t.dtype)), 4)
+                t_stages = stages if esize in (4, 8) else 1
                 pad = max(1, 16 // esize) if rank > 1 else 0
                 storage = (*tuple(box.extent[d] for d in order[:-1]), _round_up(box.extent[order[-1]], max(1, 16 // esize)) + pad)
                 slots = 1
                 for e in storage:
                     slots *= e
-                if slots * esize > budget:
+                if slots * esize * t_stages > budget:
                     continue
-                budget -= slots * esize
+                budget -= slots * esize * t_stages
                 bufs.append(Buffer(f"{t.name}_sh{k}", t.name, "shared", k, box, order, storage,
-                                   dom, prefix, n_prefix, True, False))
+                                   dom, prefix, n_prefix, True, False, stages=t_stages))
             if not bufs:
                 continue
             schedule = _graft_shared(schedule, path_of(node), bufs, fp_of={
@@ -187,24 +194,58 @@ def _round_up(v: int, m: int) -> int:
 def _graft_shared(schedule: isl.Schedule, path: tuple[int, ...], bufs: list[Buffer],
                   fp_of: dict[str, isl.Map], km_block: tuple[int, int, int], k: int,
                   unroll: bool, n_prefix: int) -> isl.Schedule:
+    """Graft the copies and barriers of ``bufs`` around the node at ``path`` (see the module
+    docstring). Double-buffered buffers are copied one tile ahead with cp.async: the first
+    tile's copies (``cpin``, first iteration only) and a commit, the next tile's copies
+    (``cpnext``) and a commit, then ``wait``: wait for all but the newest group, barrier."""
     node = node_at(schedule, path)
-    parts = []
-    ext = None
-    for buf in bufs:
-        e = copy_extension(fp_of[buf.name], f"cpin_{buf.name}")
-        copy_set = e.range()
-        filt = thread_copy_filter(copy_set, buf, n_prefix, km_block)
-        prove_copy_mapping(copy_set, filt, THREAD_PARAMS)
-        parts.append((isl.UnionSet.from_set(copy_set), isl.UnionSet.from_set(filt),
-                      copy_band(copy_set, buf, n_prefix), unroll))
-        ext = isl.UnionMap.from_map(e) if ext is None else ext.union(isl.UnionMap.from_map(e))
     prefix_set = isl.Set.from_union_set(bufs[0].prefix.range())
-    s0 = sync_extension(prefix_set, f"sync_{k}_0")
-    s1 = sync_extension(prefix_set, f"sync_{k}_1")
+    ahead_map = _one_ahead(prefix_set, n_prefix)
+    first = prefix_set.subtract(ahead_map.range())          # iterations with no predecessor
+    parts: list = []
+    ext: isl.UnionMap | None = None
+
+    def add(e: isl.Map, buf: Buffer | None, ahead: bool) -> None:
+        nonlocal ext
+        copy_set = e.range()
+        if buf is None:  # a barrier or a commit
+            parts.append((isl.UnionSet.from_set(copy_set), None, None, False))
+        else:
+            filt = thread_copy_filter(copy_set, buf, n_prefix, km_block, ahead=ahead)
+            prove_copy_mapping(copy_set, filt, THREAD_PARAMS)
+            parts.append((isl.UnionSet.from_set(copy_set), isl.UnionSet.from_set(filt),
+                          copy_band(copy_set, buf, n_prefix, ahead=ahead), unroll))
+        ext = isl.UnionMap.from_map(e) if ext is None else ext.union(isl.UnionMap.from_map(e))
+
+    staged = [b for b in bufs if b.stages > 1]
+    for buf in bufs:
+        fp = fp_of[buf.name]
+        add(copy_extension(fp.intersect_domain(first) if buf.stages > 1 else fp,
+                           f"cpin_{buf.name}"), buf, False)
+    if staged:
+        add(sync_extension(first, f"commit_{k}_0"), None, False)
+        for buf in staged:
+            nxt = ahead_map.apply_range(fp_of[buf.name])  # [p] -> elements of tile p + 1
+            if not nxt.is_empty():
+                add(copy_extension(nxt, f"cpnext_{buf.name}"), buf, True)
+        add(sync_extension(prefix_set, f"commit_{k}_1"), None, False)
+        add(sync_extension(prefix_set, f"wait_{k}_0"), None, False)
+    else:
+        add(sync_extension(prefix_set, f"sync_{k}_0"), None, False)
     assert ext is not None
-    ext = ext.union(isl.UnionMap.from_map(s0))
-    parts.append((isl.UnionSet.from_set(s0.range()), None, None, False))
     node = graft(node, ext, parts, before=True)
+    s1 = sync_extension(prefix_set, f"sync_{k}_1")
     node = graft(node, isl.UnionMap.from_map(s1),
                  [(isl.UnionSet.from_set(s1.range()), None, None, False)], before=False)
     return node.get_schedule()
+
+
+def _one_ahead(prefix_set: isl.Set, n_prefix: int) -> isl.Map:
+    """``{ [p] -> [p + e_last] }`` between prefix values that both occur."""
+    space = prefix_set.get_space()
+    text = ", ".join(f"p{i}" for i in range(n_prefix))
+    out = ", ".join(f"p{i}" if i < n_prefix - 1 else f"p{i} + 1" for i in range(n_prefix))
+    params = ", ".join(space.get_dim_name(isl.dim_type.param, i)
+                       for i in range(space.dim(isl.dim_type.param)))
+    m = isl.Map.read_from_str(space.get_ctx(), f"[{params}] -> {{ [{text}] -> [{out}] }}")
+    return m.intersect_domain(prefix_set).intersect_range(prefix_set)

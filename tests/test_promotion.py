@@ -195,7 +195,7 @@ def test_register_tile_options_round_trip_and_pipeline():
     assert o.thread_block() == (16, 16)
     pipe = o.to_pipeline("cuda")
     assert "register-tile{sizes=4,2}" in pipe and "map-to-threads{block=16,16}" in pipe
-    assert pipe.endswith("promote-shared{max-bytes=49152,unroll-copies=false},promote-private")
+    assert pipe.endswith("promote-shared{max-bytes=49152,unroll-copies=false,double-buffer=false},promote-private")
     with pytest.raises(tc.OptionsError, match="multiples"):
         MO.naive().tile(30, 32).register_tiling(4, 4).to_pipeline("cuda")
 

@@ -64,6 +64,7 @@ class MappingOptions:
     threads: int = 0                             # CPU worker threads; 0: all cores
     parametric: bool = False                     # sizes as kernel arguments: one kernel, every size
     register_tile: tuple[int, ...] = ()          # outputs per thread along the point band (GPU)
+    double_buffer: bool = False                  # shared copies one tile ahead (cp.async), GPU
 
     def __post_init__(self) -> None:
         if self.fusion not in FUSION_STRATEGIES:
@@ -187,6 +188,11 @@ class MappingOptions:
         the block then has ``tile / sizes`` threads per mapped member (`register-tile`)."""
         return self._with(register_tile=tuple(sizes))
 
+    def double_buffering(self, use: bool = True) -> MappingOptions:
+        """Copy the next tile to shared memory while computing on this one (two buffers,
+        cp.async on sm_80+), where the tile band ends with a sequential loop."""
+        return self._with(double_buffer=bool(use))
+
     def with_threads(self, threads: int) -> MappingOptions:
         return self._with(threads=int(threads))
 
@@ -284,7 +290,8 @@ class MappingOptions:
             if self.use_shared_memory:
                 limit = self.max_shared_memory or 48 * 1024
                 steps.append(f"promote-shared{{max-bytes={min(limit, 48 * 1024)},"
-                             f"unroll-copies={str(self.unroll_copy_shared).lower()}}}")
+                             f"unroll-copies={str(self.unroll_copy_shared).lower()},"
+                             f"double-buffer={str(self.double_buffer).lower()}}}")
             if self.use_private_memory:
                 steps.append("promote-private")
         return ",".join(steps)

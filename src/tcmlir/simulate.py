@@ -105,11 +105,14 @@ class _Buffer:
         self.strides = buf.strides()
 
     def slot(self, local: list[int]) -> int:
-        for d, (v, extent) in enumerate(zip(local, self.buf.box.extent, strict=True)):
+        coords = local[1:] if self.buf.stages > 1 else local
+        if self.buf.stages > 1 and not 0 <= local[0] < self.buf.stages:
+            raise SimulationError(f"buffer {self.buf.name}: stage {local[0]} of {self.buf.stages}")
+        for d, (v, extent) in enumerate(zip(coords, self.buf.box.extent, strict=True)):
             if not 0 <= v < extent:
                 raise SimulationError(f"buffer {self.buf.name}: index {local} outside the box "
                                       f"{self.buf.box.extent} (dimension {d})")
-        return sum(v * s for v, s in zip(local, self.strides, strict=True))
+        return int(self.buf.flat_offset(local))
 
 
 class _Phase:
@@ -189,7 +192,8 @@ class _Thread:
             call = node.user_get_expr()
             name = call.get_op_arg(0).get_id().get_name()
             if SYNC_STMT.match(name):
-                yield None
+                if not name.startswith("commit_"):  # a barrier (after waiting for copies)
+                    yield None
                 return
             args = [_expr(call.get_op_arg(i), self.env) for i in range(1, call.get_op_n_arg())]
             payload = annotation_of(node)
@@ -238,7 +242,7 @@ class _Thread:
             dt = self.sim.fn.tensor(st.tensor).dtype
             value = np.asarray(st.reduction.identity(dt.compute)).astype(dt.compute.numpy)
             self.write_slot(buf.name, local, value.astype(tensor.dtype))
-        elif payload.kind == "in":
+        elif payload.kind in ("in", "next"):  # cp.async copies complete before the next wait
             self.write_slot(buf.name, local, tensor[g])
         else:
             tensor[g] = self.read_slot(buf.name, local)

@@ -365,10 +365,14 @@ class GroupWalker(_Function):
     def buffer_element(self, buf_name: str, local: list[ir.Value]) -> ir.Value:
         buf = self.owner.promotion.buffer(buf_name)
         base = self.target.buffer_base(self, buf)
+        b = self.builder
+        terms = list(zip(local[-len(buf.box.extent):], buf.strides(), strict=True))
+        if buf.stages > 1:  # the stage coordinate comes first
+            terms.insert(0, (local[0], buf.stage_slots))
         off: ir.Value = ir.Constant(I64, 0)
-        for d, stride in enumerate(buf.strides()):
-            term = local[d] if stride == 1 else self.builder.mul(local[d], ir.Constant(I64, stride))
-            off = term if d == 0 else self.builder.add(off, term)
+        for d, (v, stride) in enumerate(terms):
+            term = v if stride == 1 else b.mul(v, ir.Constant(I64, stride))
+            off = term if d == 0 else b.add(off, term)
         return self.builder.gep(base, [ir.Constant(I64, 0), off], inbounds=True)
 
 

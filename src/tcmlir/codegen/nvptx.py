@@ -124,6 +124,12 @@ class NvptxTarget(Target):
     global_addrspace = 1
     invariant_inputs = True  # with noalias arguments: ld.global.nc (the read-only path)
     contract_floats = True
+
+    def __init__(self, arch: str = "sm_90"):
+        # cp.async (sm_80+) for double-buffered shared copies; before that, plain copies
+        # (the barriers stay, so the kernel is the same program, only without the overlap)
+        digits = re.sub(r"\D", "", arch)
+        self.async_copies = bool(digits) and int(digits) >= 80
     intrinsics = MappingProxyType({
         "sqrt": "sqrt", "fabs": "fabs", "floor": "floor", "ceil": "ceil", "trunc": "trunc",
         "fma": "fma", "copysign": "copysign", "fmin": "minnum", "fmax": "maxnum",
@@ -163,7 +169,16 @@ class NvptxTarget(Target):
     def promoted_statement(self, walker: GroupWalker, name: str, payload: Any) -> None:
         b = walker.builder
         if SYNC_STMT.match(name):
-            b.call(declare(b.module, "llvm.nvvm.barrier0", ir.FunctionType(ir.VoidType(), [])), [])
+            void = ir.FunctionType(ir.VoidType(), [])
+            if name.startswith("commit_"):
+                if self.async_copies:
+                    b.call(declare(b.module, "llvm.nvvm.cp.async.commit.group", void), [])
+                return
+            if name.startswith("wait_") and self.async_copies:  # all but the newest group
+                wait = declare(b.module, "llvm.nvvm.cp.async.wait.group",
+                               ir.FunctionType(ir.VoidType(), [I32]))
+                b.call(wait, [ir.Constant(I32, 1)])
+            b.call(declare(b.module, "llvm.nvvm.barrier0", void), [])
             return
         if payload is None:
             raise CodegenError(f"copy statement {name} without its accesses")
@@ -182,7 +197,14 @@ class NvptxTarget(Target):
         for d in range(1, len(gidx)):
             off = b.add(b.mul(off, walker.extent(t.name, d)), gidx[d])
         gptr = b.gep(walker.pointer(t.name), [off], inbounds=True, source_etype=mty)
-        if payload.kind == "in":
+        size = {"i32": 4, "float": 4, "i64": 8, "double": 8}.get(str(mty))
+        if payload.kind in ("in", "next") and buf.stages > 1 and self.async_copies and size:
+            copy = declare(b.module, f"llvm.nvvm.cp.async.ca.shared.global.{size}",
+                           ir.FunctionType(ir.VoidType(), [ir.PointerType(addrspace=3),
+                                                           ir.PointerType(addrspace=1)]))
+            b.call(copy, [b.bitcast(local, ir.PointerType(addrspace=3)), gptr])
+            return
+        if payload.kind in ("in", "next"):
             value = b.load(gptr, typ=mty)
             if t.role is tc.Role.INPUT:
                 value.set_metadata("invariant.load", b.module.add_metadata([]))
@@ -414,7 +436,7 @@ def compile_cuda_from_ast(fn: tc.Function, ast: isl.AstNode, sizes: Mapping[str,
     if not re.fullmatch(r"sm_\d+a?", arch or ""):
         raise CodegenError(f"cuda arch must look like sm_90, got {arch!r}")
     sizes = {k: int(v) for k, v in (sizes or {}).items() if k in fn.sizes}
-    lowerer = _KernelLowerer(fn, NvptxTarget(), sizes, fn.name)
+    lowerer = _KernelLowerer(fn, NvptxTarget(arch), sizes, fn.name)
     lowerer.promotion = promotion
     launches = lowerer.kernels(ast)
     cached = ptx_cache.load() if ptx_cache is not None else None

@@ -41,8 +41,9 @@ __all__ = [
     "prove_copy_mapping", "statement_accesses", "sync_extension",
 ]
 
-COPY_STMT = re.compile(r"^cp(in|out|init)_(\w+)$")
-SYNC_STMT = re.compile(r"^sync_\d+_\d+$")
+COPY_STMT = re.compile(r"^cp(in|out|init|next)_(\w+)$")
+# barriers (sync), cp.async group commits (commit) and wait-for-the-older-group + barrier (wait)
+SYNC_STMT = re.compile(r"^(sync|commit|wait)_\d+_\d+$")
 _STMT = re.compile(r"^S(\d+)(_init)?$")
 
 
@@ -85,13 +86,25 @@ class Buffer:
     copy_in: bool
     copy_out: bool
     fill: int | None = None   # statement whose initialisation fills the buffer (promote-private)
+    stages: int = 1           # 2: double-buffered over the last prefix dimension (cp.async)
 
     @property
-    def slots(self) -> int:
+    def stage_slots(self) -> int:
         n = 1
         for e in self.storage:
             n *= e
         return n
+
+    @property
+    def slots(self) -> int:
+        return self.stage_slots * self.stages
+
+    def flat_offset(self, local: list) -> object:
+        """Element offset of buffer coordinates ``local`` (with the stage first when
+        ``stages > 1``) as plain ints; the code generator builds the same sum in LLVM."""
+        stage = local[0] if self.stages > 1 else 0
+        rest = local[1:] if self.stages > 1 else local
+        return stage * self.stage_slots + sum(v * s for v, s in zip(rest, self.strides(), strict=True))
 
     def strides(self) -> tuple[int, ...]:
         """Element stride of each *tensor* dimension's local index in the flat buffer."""
@@ -211,6 +224,10 @@ def local_index(buf: Buffer, index: isl.PwMultiAff, pre: isl.PwMultiAff) -> isl.
         if s > 1:
             local = local.scale_down_val(isl.Val.int_from_si(ctx, s)).floor()
         dims.append(local)
+    if buf.stages > 1:  # the stage: the last prefix dimension (the sequential tile loop) mod 2
+        stage = pre.get_pw_aff(buf.n_prefix - 1).mod_val(isl.Val.int_from_si(ctx, buf.stages))
+        dims.insert(0, stage.align_params(dims[0].get_space().params()))
+        dims = [d.align_params(dims[0].get_space().params()) for d in dims]
     out = isl.PwMultiAff.from_pw_aff(dims[0])
     for pa in dims[1:]:
         out = out.flat_range_product(isl.PwMultiAff.from_pw_aff(pa))
@@ -231,12 +248,18 @@ def sync_extension(prefix_range: isl.Set, name: str) -> isl.Map:
     return ident.set_tuple_name(isl.dim_type.out, name)
 
 
-def copy_parts(copy_space: isl.Space, n_prefix: int, rank: int) -> tuple[isl.MultiAff, isl.MultiAff]:
-    """(copy[p, a] -> [p], copy[p, a] -> T[a]) projections of a copy statement."""
+def copy_parts(copy_space: isl.Space, n_prefix: int, rank: int, *, ahead: bool = False
+               ) -> tuple[isl.MultiAff, isl.MultiAff]:
+    """(copy[p, a] -> [p], copy[p, a] -> T[a]) projections of a copy statement; with ``ahead``
+    (a ``cpnext`` copy, issued one tile early) the first is ``p`` plus one in its last
+    dimension: the tile the element belongs to."""
     ls = isl.LocalSpace.from_space(copy_space)
     ma_p = isl.MultiAff.zero(_proj_space(copy_space, n_prefix))
     for i in range(n_prefix):
-        ma_p = ma_p.set_aff(i, isl.Aff.var_on_domain(ls, isl.dim_type.set, i))
+        aff = isl.Aff.var_on_domain(ls, isl.dim_type.set, i)
+        if ahead and i == n_prefix - 1:
+            aff = aff.add_constant_val(isl.Val.one(copy_space.get_ctx()))
+        ma_p = ma_p.set_aff(i, aff)
     ma_a = isl.MultiAff.zero(_proj_space(copy_space, rank))
     for i in range(rank):
         ma_a = ma_a.set_aff(i, isl.Aff.var_on_domain(ls, isl.dim_type.set, n_prefix + i))
@@ -248,11 +271,12 @@ def _proj_space(domain: isl.Space, n_out: int) -> isl.Space:
     return domain.map_from_domain_and_range(out)
 
 
-def copy_linear_index(copy_set: isl.Set, buf: Buffer, n_prefix: int) -> isl.PwAff:
+def copy_linear_index(copy_set: isl.Set, buf: Buffer, n_prefix: int, *, ahead: bool = False
+                      ) -> isl.PwAff:
     """The row-major (tensor order) linear local index of a copy statement's element."""
     space = copy_set.get_space()
     ls = isl.LocalSpace.from_space(space)
-    ma_p, _ = copy_parts(space, n_prefix, len(buf.box.extent))
+    ma_p, _ = copy_parts(space, n_prefix, len(buf.box.extent), ahead=ahead)
     linear = None
     for d in range(len(buf.box.extent)):
         a = isl.PwAff.from_aff(isl.Aff.var_on_domain(ls, isl.dim_type.set, n_prefix + d))
@@ -267,22 +291,23 @@ def copy_linear_index(copy_set: isl.Set, buf: Buffer, n_prefix: int) -> isl.PwAf
     return linear.intersect_domain(copy_set.align_params(linear.get_space().params()))
 
 
-def copy_band(copy_set: isl.Set, buf: Buffer, n_prefix: int) -> isl.MultiUnionPwAff:
+def copy_band(copy_set: isl.Set, buf: Buffer, n_prefix: int, *, ahead: bool = False
+              ) -> isl.MultiUnionPwAff:
     """The one-member band of a shared copy: its linear local index. (A band over the element
     coordinates, under the modulo thread filter, made isl 2026.2's AST generator drop
     instances: ``{ B[r, c] : (128r + c - t) mod 256 = 0 }`` scheduled by ``[r, c]`` came out as
     one call per thread instead of four; the linear band gives the strided loop.)"""
-    linear = copy_linear_index(copy_set, buf, n_prefix)
+    linear = copy_linear_index(copy_set, buf, n_prefix, ahead=ahead)
     return isl.MultiUnionPwAff.from_multi_pw_aff(isl.MultiPwAff.from_pw_aff(linear))
 
 
 def thread_copy_filter(copy_set: isl.Set, buf: Buffer, n_prefix: int,
-                       block: tuple[int, int, int]) -> isl.Set:
+                       block: tuple[int, int, int], *, ahead: bool = False) -> isl.Set:
     """Instances of a shared copy statement that thread ``(_tx, _ty, _tz)`` runs: the linear
     local index modulo the block's thread count equals the linear thread id, so consecutive
     threads copy consecutive elements (coalesced)."""
     space = copy_set.get_space()
-    linear = copy_linear_index(copy_set, buf, n_prefix)
+    linear = copy_linear_index(copy_set, buf, n_prefix, ahead=ahead)
     total = block[0] * block[1] * block[2]
     ctx = space.get_ctx()
     tid = None
@@ -415,7 +440,8 @@ def annotate_user_node(promotion: Promotion, fn: ir.Function, node: isl.AstNode,
     m = COPY_STMT.match(name)
     if m is not None:
         buf = promotion.buffer(m.group(2))
-        ma_p, ma_a = copy_parts(inst.get_space(), buf.n_prefix, len(buf.box.extent))
+        ma_p, ma_a = copy_parts(inst.get_space(), buf.n_prefix, len(buf.box.extent),
+                                ahead=m.group(1) == "next")
         ga = isl.PwMultiAff.from_multi_aff(ma_a).set_range_tuple_id(
             isl.Id(buf.tensor, context=inst.get_ctx()))
         la = local_index(buf, ga, isl.PwMultiAff.from_multi_aff(ma_p))
