@@ -32,7 +32,9 @@ comments and hands them to the code generator as mark nodes.
 from __future__ import annotations
 
 from . import (  # noqa: F401  (registration)
+    inline_temporaries,
     map_reductions,
+    map_rows,
     map_to_blocks,
     map_to_threads,
     mark_parallel,

@@ -43,6 +43,7 @@ from llvmlite import ir
 from .. import ir as tc
 from ..errors import CodegenError
 from .exprs import I32, I64
+from .gpu_rows import on_chip_tensors
 from .lower import PTR, GatherSite, GroupWalker, Lowerer
 from .target import Target, declare
 
@@ -89,6 +90,7 @@ class CudaKernelImage:
     sizes_order: tuple[str, ...]
     gathers: tuple[GatherSite, ...] = ()
     sizes: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    on_chip: tuple[str, ...] = ()  # temporaries without a global buffer (codegen.gpu_rows)
 
     @property
     def uses_libdevice(self) -> bool:
@@ -142,6 +144,13 @@ class NvptxTarget(Target):
     def mark(self, walker: GroupWalker, name: str, child: isl.AstNode) -> None:
         if parse_kernel_mark(name) is not None:
             raise CodegenError(f"kernel mark {name!r} nested in another kernel")
+        if name.startswith("rows "):
+            from .gpu_rows import RowWalker
+
+            if not isinstance(walker, RowWalker):
+                raise CodegenError(f"mark {name!r} outside a kernel")
+            walker.rows(name, child)
+            return
         red = _reduction_mark(name)
         if red is not None:
             from .gpu_reduce import ReducingWalker
@@ -225,9 +234,9 @@ class _KernelLowerer(Lowerer):
 
     def kernel_body(self, name: str, node: isl.AstNode, guards: Sequence[Guard]) -> ir.Function:
         body = self.new_body(name)
-        from .gpu_reduce import ReducingWalker
+        from .gpu_rows import RowWalker
 
-        walker = ReducingWalker(self, body, parallel=False)
+        walker = RowWalker(self, body, parallel=False)
         b = walker.builder
         for cond, taken in guards:
             c = walker.expr(cond)
@@ -238,6 +247,7 @@ class _KernelLowerer(Lowerer):
             b.position_at_end(inside)
         walker.node(node)
         walker.finish()
+        self.local_tensors = getattr(self, "local_tensors", set()) | walker.local_seen
         return body
 
     def kernel_entry(self, name: str, body: ir.Function) -> None:
@@ -372,7 +382,8 @@ def compile_cuda_from_ast(fn: tc.Function, ast: isl.AstNode, sizes: Mapping[str,
         if ptx_cache is not None:
             ptx_cache.store(ptx)
     return CudaKernelImage(fn.name, arch, ptx, text, launches, tuple(t.name for t in fn.tensors),
-                           tuple(fn.sizes), tuple(lowerer.gathers), MappingProxyType(sizes))
+                           tuple(fn.sizes), tuple(lowerer.gathers), MappingProxyType(sizes),
+                           on_chip_tensors(fn, getattr(lowerer, "local_tensors", set())))
 
 
 def compile_cuda(state: CompileState | Any, arch: str = "sm_90",

@@ -167,6 +167,15 @@ def _stage_outputs(fn: tc.Function, sizes: dict[str, int], outputs: Sequence[Any
     return outs
 
 
+class _NullBuffer:
+    """The kernel argument of a temporary that lives on chip (``CudaKernelImage.on_chip``)."""
+
+    ptr = 0
+
+
+_NO_BUFFER = _NullBuffer()
+
+
 class _Staged:
     """A bound call on the device: every tensor's view (arg order), sizes, outputs, keepalive."""
 
@@ -188,7 +197,11 @@ class _Staged:
         for t, out in zip(fn.outputs, self.outputs, strict=True):
             staged[t.name] = out.view
         rt = runner.runtime
+        on_chip = set(getattr(runner.image, "on_chip", ()))
         for t in fn.temporaries:
+            if t.name in on_chip:  # kept in shared memory/registers or recomputed: no buffer
+                staged[t.name] = _NO_BUFFER
+                continue
             nbytes = math.prod(s.evaluate(bound.sizes) for s in t.shape) * t.dtype.itemsize
             buf = rt.alloc(max(nbytes, 1), self.device)
             buf.memset(0)

@@ -1,0 +1,157 @@
+"""Row kernels on NVPTX: what a ``rows threads=B local=...`` mark (`passes/map_rows.py`) becomes.
+
+Below the mark lies the grid-strided row loop (or, with one row per block, its body alone);
+the body is a sequence of phases, one per statement. Lowering:
+
+* each ``local`` tensor (a temporary of which a row touches only its own element, e.g.
+  softmax's ``mx(n)``) lives in a one-element static shared array (address space 3): its
+  statements' loads and stores go there (`exprs.ExprEmitter.address` asks `local_slot`), so
+  it never exists in global memory;
+* after each phase of the body a block barrier (``llvm.nvvm.barrier0``), except after a
+  ``reduction`` mark, whose combine already ends with one: the phase's writes (global and
+  shared) are then visible to every thread of the block, and the barrier at the end of the
+  body keeps the next row's writes of the shared slots after this row's reads.
+
+Barriers must be reached by every thread of the block: `map-rows` proves with isl that every
+``_tx`` has instances below the mark and below each reduction mark at every row; here each
+barrier additionally checks that no enclosing ``if`` or loop reads a thread index (a
+`CodegenError` otherwise, never a kernel that hangs). `on_chip_tensors` names the temporaries
+that need no global buffer (local ones, and those no statement touches any more, after
+`inline-temporaries`).
+"""
+
+from __future__ import annotations
+
+import islpy as isl
+from llvmlite import ir
+
+from .. import ir as tc
+from ..errors import CodegenError
+from .exprs import memory_type
+from .gpu_reduce import ReducingWalker, _barrier, _shared
+from .lower import _id_names
+
+__all__ = ["RowWalker", "on_chip_tensors", "parse_rows_mark"]
+
+_THREADS = {"_tx", "_ty", "_tz"}
+
+
+def parse_rows_mark(name: str) -> tuple[int, tuple[str, ...]] | None:
+    """(threads, local tensors) of a ``rows threads=B local=a,b`` mark name, else None."""
+    text = name.strip()
+    if not text.startswith("rows threads="):
+        return None
+    head, _, local = text.partition(" local=")
+    try:
+        threads = int(head.removeprefix("rows threads="))
+    except ValueError:
+        raise CodegenError(f"bad rows mark {name!r}") from None
+    return threads, tuple(t for t in local.split(",") if t)
+
+
+def _reads(e: tc.Expr) -> set[str]:
+    return {x.tensor for x in tc.walk(e) if isinstance(x, tc.Read)}
+
+
+def on_chip_tensors(fn: tc.Function, local: set[str]) -> tuple[str, ...]:
+    """Temporaries of ``fn`` that need no global buffer: ``local`` ones and untouched ones."""
+    touched = {st.tensor for st in fn.statements}
+    for st in fn.statements:
+        touched |= _reads(st.rhs)
+    return tuple(t.name for t in fn.temporaries if t.name in local or t.name not in touched)
+
+
+def _is_reduction_mark(node: isl.AstNode) -> bool:
+    return (node.get_type() == isl.ast_node_type.mark
+            and node.mark_get_id().get_name().startswith("reduction "))
+
+
+class RowWalker(ReducingWalker):
+    """The kernel walk with ``rows`` marks (and reduction marks, inherited)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.local: dict[str, ir.Value] = {}
+        self.local_seen: set[str] = set()
+        self.thread_guards = 0      # enclosing ifs/loops that read a thread index
+        self._row_body_next = False
+        self._in_rows = False
+
+    # ---- what ExprEmitter asks
+
+    def local_slot(self, tensor: str) -> ir.Value | None:
+        return self.local.get(tensor)
+
+    # ---- the mark
+
+    def rows(self, name: str, child: isl.AstNode) -> None:
+        parsed = parse_rows_mark(name)
+        assert parsed is not None
+        if self._in_rows:
+            raise CodegenError(f"rows mark {name!r} inside another rows mark")
+        _, local = parsed
+        self.local_seen |= set(local)
+        zero = ir.Constant(ir.IntType(64), 0)
+        for t in local:
+            ty = memory_type(self.fn.tensor(t).dtype)
+            slot = _shared(self.builder.module, ty, 1, f"rows.{t}")
+            self.local[t] = slot.gep([zero, zero])
+        self._in_rows = True
+        self._row_body_next = True
+        self.node(child)
+        self._in_rows = False
+        self.local = {}
+
+    def node(self, node: isl.AstNode) -> None:
+        if not self._row_body_next:
+            super().node(node)
+            return
+        kind = node.get_type()
+        if kind in (isl.ast_node_type.for_, isl.ast_node_type.if_):
+            if kind == isl.ast_node_type.if_ and node.if_has_else_node():
+                raise CodegenError("rows mark: an if with an else around the row loop")
+            super().node(node)  # the loop (or uniform guard) around the row body
+            return
+        self._row_body_next = False
+        self.row_body(node)
+
+    def row_body(self, node: isl.AstNode) -> None:
+        if node.get_type() == isl.ast_node_type.block:
+            kids = node.block_get_children()
+            phases = [kids.get_at(i) for i in range(kids.n_ast_node())]
+        else:
+            phases = [node]
+        for phase in phases:
+            self.node(phase)
+            if not _is_reduction_mark(phase):
+                self.barrier()
+
+    def barrier(self) -> None:
+        if self.thread_guards:
+            raise CodegenError("internal: a block barrier under a condition that reads the thread "
+                               "index (not every thread would reach it)")
+        _barrier(self.builder)
+
+    # ---- guards
+
+    def _guarded(self, names: set[str], lower, node: isl.AstNode) -> None:
+        inc = 1 if names & _THREADS else 0
+        self.thread_guards += inc
+        try:
+            lower(node)
+        finally:
+            self.thread_guards -= inc
+
+    def loop(self, node: isl.AstNode) -> None:
+        names = (_id_names(node.for_get_init()) | _id_names(node.for_get_cond())
+                 | _id_names(node.for_get_inc()))
+        self._guarded(names, super().loop, node)
+
+    def branch(self, node: isl.AstNode) -> None:
+        self._guarded(_id_names(node.if_get_cond()), super().branch, node)
+
+    def reduce(self, statement: int, threads: int, child: isl.AstNode) -> None:
+        if self._in_rows and self.thread_guards:
+            raise CodegenError(f"internal: the combine of S{statement} lies under a condition "
+                               "that reads the thread index (not every thread would reach it)")
+        super().reduce(statement, threads, child)
