@@ -132,7 +132,12 @@ def local_tensors(fn: tc.Function) -> tuple[str, ...]:
                     used = True
                     ok &= all(isinstance(i, tc.Index) for i in rd.indices) and \
                         tuple(i.name for i in rd.indices) == row  # type: ignore[union-attr]
-        if ok and used:
+        first = next((st for st in fn.statements
+                      if st.tensor == t.name or any(rd.tensor == t.name for rd in _reads(st.rhs))), None)
+        # a shared slot starts undefined, a global temporary zeroed: the row must write it first
+        fresh = first is not None and first.tensor == t.name and (
+            first.init or (first.reduction is None and all(rd.tensor != t.name for rd in _reads(first.rhs))))
+        if ok and used and fresh:
             found.append(t.name)
     return tuple(found)
 

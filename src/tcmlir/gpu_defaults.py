@@ -4,7 +4,8 @@
 (`passes.map_rows.row_program_problem` is None: every statement starts with the same row
 indices) that is bandwidth-bound — every tensor read either carries all of the statement's row
 indices or none of them and no reduction index (a per-row operand, or a small vector such as
-a bias; a matmul's ``A(i, k)`` carries only some of ``C(i, j)``'s rows and is refused) — and
+a bias; a matmul's ``A(i, k)`` carries only some of ``C(i, j)``'s rows and is refused; a tensor
+the program writes is read only at the row's own indices, so rows are independent) — and
 that has at least one reduction gets one kernel, a block of `ROW_THREADS` threads per row,
 and `SM_COUNT` × `BLOCKS_PER_SM` blocks that stride over the rows (softmax, layernorm, row
 sums, normalisations). Everything else keeps the naive options.
@@ -42,14 +43,21 @@ def is_bandwidth_bound_rows(fn: tc.Function) -> bool:
     if not any(st.reduction is not None and st.reduction_indices for st in fn.statements):
         return False
     r = row_rank(fn)
+    written = {st.tensor for st in fn.statements}
     for st in fn.statements:
-        rows = set(st.index_names[:r])
+        rows = st.index_names[:r]
         reduced = set(st.reduction_indices)
         for rd in _reads(st.rhs):
-            used = {x.name for i in rd.indices for x in tc.walk(i) if isinstance(x, tc.Index)}
-            if rows <= used:
+            if rd.tensor in written:  # only at the row's own elements: rows stay independent
+                lead = rd.indices[:r]
+                if len(lead) < r or any(not isinstance(i, tc.Index) or i.name != n
+                                        for i, n in zip(lead, rows, strict=True)):
+                    return False
                 continue
-            if used & rows or used & reduced:
+            used = {x.name for i in rd.indices for x in tc.walk(i) if isinstance(x, tc.Index)}
+            if set(rows) <= used:
+                continue
+            if used & set(rows) or used & reduced:
                 return False
     return True
 
