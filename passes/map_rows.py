@@ -257,10 +257,9 @@ def _phase(node: isl.ScheduleNode, state: CompileState, k: int, r: int,
         if band is node or reduces:  # no inner dims, or a reduction without a combine: thread 0
             node = pin_unused(band, THREAD_PARAMS, [1, 1, 1])
         elif b > 1:
-            m = band.band_n_member() - 1
             if not _no_self_deps(band, state, name):
                 return None
-            node = band.insert_filter(member_filter(band, m, 1, b, "_tx"))
+            node = _split_over_threads(band, b)
         else:
             node = band
         return _up_to_filter(node)
@@ -270,12 +269,27 @@ def _phase(node: isl.ScheduleNode, state: CompileState, k: int, r: int,
     rband = _insert(node, _band(update, {name: list(range(n_lhs, n_all))}), False)
     if not _no_self_deps(rband, state, name, allow_reduction=True):
         return None
-    m = rband.band_n_member() - 1
-    node = rband.insert_filter(member_filter(rband, m, 1, b, "_tx"))
+    node = _split_over_threads(rband, b)
     node = node.insert_mark(isl.Id(reduction_mark_name(k, b), context=node.get_ctx()))
     if not _full_participation(node.child(0).child(0), b):
         return None
     return _up_to_filter(node)
+
+
+def _split_over_threads(band: isl.ScheduleNode, b: int) -> isl.ScheduleNode:
+    """Split ``band``'s last member ``v`` over the block: a filter ``v mod b = _tx`` above the
+    band, whose member becomes ``floor(v / b)``. The loop then counts whole strides from 0 (a
+    constant trip count when ``b`` divides the extent), so LLVM unrolls it fully and keeps the
+    row's values in registers from one phase to the next instead of loading them again."""
+    m = band.band_n_member() - 1
+    filt = member_filter(band, m, 1, b, "_tx")
+    mupa = band.band_get_partial_schedule()
+    coincident = [band.band_member_get_coincident(i) for i in range(m + 1)]
+    mupa = mupa.set_at(m, mupa.get_at(m).scale_down_val(isl.Val.int_from_si(band.get_ctx(), b)).floor())
+    node = band.delete().insert_partial_schedule(mupa).band_set_permutable(band.band_get_permutable())
+    for i, c in enumerate(coincident):
+        node = node.band_member_set_coincident(i, c)
+    return node.insert_filter(filt)
 
 
 def _up_to_filter(node: isl.ScheduleNode) -> isl.ScheduleNode:

@@ -178,7 +178,9 @@ def test_non_row_programs_keep_the_naive_default():
                 " O(i, n) +=! I(i, m) * W(n, m)\n O(i, n) = fmax(O(i, n) + b(n), 0) }",
                 "def full(float(N) A) -> (s) { s +=! A(i) }",
                 "def tr(float(N, M) A) -> (B) { B(m, n) = A(n, m) }",
-                "def g(float(N, D) X) -> (S, O) { S(n) +=! X(n, d)\n O(n, d) = X(n, d) / S(0) }"):
+                "def g(float(N, D) X) -> (S, O) { S(n) +=! X(n, d)\n O(n, d) = X(n, d) / S(0) }",
+                "def col(float(N, D) X) -> (S) { S(d) +=! X(n, d) }",
+                case_by_name("maxpool").source):
         fn = tc.define(src).ir
         assert reduction_defaults(fn) is None, src
         assert tc.MappingOptions.default_for(fn, "cuda") == naive

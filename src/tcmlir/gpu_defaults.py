@@ -5,7 +5,9 @@
 indices) that is bandwidth-bound — every tensor read either carries all of the statement's row
 indices or none of them and no reduction index (a per-row operand, or a small vector such as
 a bias; a matmul's ``A(i, k)`` carries only some of ``C(i, j)``'s rows and is refused; a tensor
-the program writes is read only at the row's own indices, so rows are independent) — and
+the program writes is read only at the row's own indices, so rows are independent; a read that
+involves a reduction index has one as its last index, so a row is reduced along contiguous
+memory — a pooling window or a column reduction is refused) — and
 that has at least one reduction gets one kernel, a block of `ROW_THREADS` threads per row,
 and `SM_COUNT` × `BLOCKS_PER_SM` blocks that stride over the rows (softmax, layernorm, row
 sums, normalisations). Everything else keeps the naive options.
@@ -55,6 +57,10 @@ def is_bandwidth_bound_rows(fn: tc.Function) -> bool:
                     return False
                 continue
             used = {x.name for i in rd.indices for x in tc.walk(i) if isinstance(x, tc.Index)}
+            if used & reduced:  # the row is reduced along contiguous memory (not a pooling window)
+                last = rd.indices[-1]
+                if not isinstance(last, tc.Index) or last.name not in reduced:
+                    return False
             if set(rows) <= used:
                 continue
             if used & set(rows) or used & reduced:
