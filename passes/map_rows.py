@@ -36,7 +36,8 @@ reduction's right-hand side does not read its own lhs tensor. ``B`` is the large
 below each ``reduction`` mark at every row (so every thread reaches every barrier); with
 B = 1 the row runs on one thread. A reduction whose values the combine cannot shuffle (bool,
 8/16-bit integers) runs on thread 0 of the block. ``G`` is ``grid`` capped by the number of rows when sizes are
-fixed. Requires a schedule (it is replaced); run it instead of tile/map-to-blocks/
+fixed and by the blocks of B threads the SMs hold at once (`gpu_defaults.SM_COUNT` ×
+min(32, 2048 / B)). Requires a schedule (it is replaced); run it instead of tile/map-to-blocks/
 map-to-threads/map-reduction.
 """
 
@@ -50,6 +51,7 @@ import islpy as isl
 from .. import ir as tc
 from ..dtypes import DType
 from ..errors import PipelineError
+from ..gpu_defaults import SM_COUNT
 from ..poly.gpu_mapping import (
     BLOCK_PARAMS,
     THREAD_PARAMS,
@@ -165,16 +167,18 @@ class MapRows(Pass):
         domain = with_params(isl.Schedule.from_domain(state.scop.domain),
                              BLOCK_PARAMS + THREAD_PARAMS).get_domain()
         r = row_rank(state.fn)
-        grid = self.grid
         hi = state.fn.statements[0].ranges[r - 1].hi
+        rows = None
         if state.sizes is not None and all(p in state.sizes for p in hi.params):
-            grid = max(1, min(grid, hi.evaluate(state.sizes)))
+            rows = hi.evaluate(state.sizes)
         b = 1
         while b * 2 <= min(self.threads, 1024):
             b *= 2
         local = local_tensors(state.fn)
         while True:
-            schedule = _build(state, domain, r, b, grid, local)
+            # no more blocks than the SMs hold at once (more only add tail), nor than rows
+            grid = min(self.grid, SM_COUNT * min(32, 2048 // b), rows or self.grid)
+            schedule = _build(state, domain, r, b, max(1, grid), local)
             if schedule is not None or b == 1:
                 break
             b //= 2

@@ -9,7 +9,8 @@ the program writes is read only at the row's own indices, so rows are independen
 involves a reduction index has one as its last index, so a row is reduced along contiguous
 memory — a pooling window or a column reduction is refused) — and
 that has at least one reduction gets one kernel, a block of `ROW_THREADS` threads per row,
-and `SM_COUNT` × `BLOCKS_PER_SM` blocks that stride over the rows (softmax, layernorm, row
+and `SM_COUNT` × `BLOCKS_PER_SM` blocks that stride over the rows (more, up to 32 per SM, when
+short rows get fewer threads per block) (softmax, layernorm, row
 sums, normalisations). Everything else keeps the naive options.
 
 `SM_COUNT` is the H200's (132): the defaults are chosen without a device (the options are
@@ -75,4 +76,6 @@ def reduction_defaults(fn: Any) -> Any:
 
     if not isinstance(fn, tc.Function) or not fn.statements or not is_bandwidth_bound_rows(fn):
         return None
-    return MappingOptions(fusion="max", row_block=ROW_THREADS, grid=(SM_COUNT * BLOCKS_PER_SM,))
+    # the grid is a cap: map-rows takes fewer blocks for few rows, and as many as the SMs
+    # hold (up to 32 each) when short rows get small blocks
+    return MappingOptions(fusion="max", row_block=ROW_THREADS, grid=(SM_COUNT * 32,))
