@@ -26,6 +26,9 @@ barrier between the phases and at the end of each row, and keeps the ``local`` t
 temporaries of rank r accessed only at the row's own element, such as softmax's ``mx(n)`` and
 ``s(n)`` — in shared memory instead of global memory.
 
+A full reduction (one statement reducing into a scalar) goes to `map_full_reduction`: every
+block of the grid folds its share into the scalar atomically.
+
 Checks (a `PipelineError` names the failed one; `row_program_problem` gives the structural ones
 without sizes): every statement's first r indices are lhs indices over the same ranges
 (r = the smallest lhs rank, at least 1), and at least one statement has more; the row members
@@ -64,6 +67,7 @@ from ..poly.legality import member_is_parallel
 from ..poly.scop import sets_of
 from ..poly.state import CompileState
 from .base import Pass, register
+from .map_full_reduction import build_full_reduction, full_reduction_problem, single_thread
 from .map_reductions import _full_participation, reduction_mark_name
 
 __all__ = ["MapRows", "parse_rows_mark", "row_program_problem", "rows_mark_name"]
@@ -161,11 +165,17 @@ class MapRows(Pass):
             raise ValueError("map-rows: threads and grid must be >= 1")
 
     def run(self, state: CompileState) -> CompileState:
+        domain = with_params(isl.Schedule.from_domain(state.scop.domain),
+                             BLOCK_PARAMS + THREAD_PARAMS).get_domain()
+        if row_rank(state.fn) == 0 and full_reduction_problem(state.fn) is None:
+            schedule = build_full_reduction(state, domain, self.threads, self.grid)
+            if schedule is None:  # too short to split, or sizes not fixed
+                assert state.schedule is not None
+                schedule = single_thread(with_params(state.schedule, BLOCK_PARAMS + THREAD_PARAMS))
+            return dataclasses.replace(state, schedule=schedule)
         problem = row_program_problem(state.fn)
         if problem is not None:
             raise PipelineError(f"map-rows: {state.fn.name} is not a row program: {problem}")
-        domain = with_params(isl.Schedule.from_domain(state.scop.domain),
-                             BLOCK_PARAMS + THREAD_PARAMS).get_domain()
         r = row_rank(state.fn)
         hi = state.fn.statements[0].ranges[r - 1].hi
         rows = None

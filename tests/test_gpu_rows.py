@@ -176,7 +176,6 @@ def test_non_row_programs_keep_the_naive_default():
     for src in (case_by_name("matmul").source,
                 "def fc(float(B, M) I, float(N, M) W, float(N) b) -> (O) {\n"
                 " O(i, n) +=! I(i, m) * W(n, m)\n O(i, n) = fmax(O(i, n) + b(n), 0) }",
-                "def full(float(N) A) -> (s) { s +=! A(i) }",
                 "def tr(float(N, M) A) -> (B) { B(m, n) = A(n, m) }",
                 "def g(float(N, D) X) -> (S, O) { S(n) +=! X(n, d)\n O(n, d) = X(n, d) / S(0) }",
                 "def col(float(N, D) X) -> (S) { S(d) +=! X(n, d) }",
@@ -205,6 +204,39 @@ def test_corpus_row_programs_compile_to_one_kernel(case, rng):
         assert _checked_ptx(kernel).count(".entry") == 1
 
 
+FULL = "def f({t}(N) A) -> (s) {{ s {op}=! A(i) }}"
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("t", ["float", "double", "int32", "int64"])
+def test_full_reduction_spans_the_grid(t, op):
+    src = FULL.format(t=t, op=op)
+    fn = tc.define(src)
+    assert tc.MappingOptions.default_for(fn.ir, "cuda").row_block == 512
+    kernel = _compile(src, np.zeros(1 << 20, DTYPES[t]))
+    # the identity first (one thread), then every block folds its share by compare-and-swap
+    assert "kernel grid=1,1,1 block=1,1,1" in kernel.schedule
+    assert "kernel grid=528,1,1 block=512,1,1" in kernel.schedule
+    assert "reduction S0 threads=512 atomic" in kernel.schedule
+    ptx = _checked_ptx(kernel)
+    assert ptx.count(".entry") == 2 and "atom.relaxed.sys.global.cas" in ptx
+    assert "bar.sync" in ptx and "shfl.sync.bfly" in ptx
+
+
+@pytest.mark.parametrize(("n", "schedule"), [(1, "kernel grid=1,1,1 block=1,1,1"),
+                                             (5, "block=4,1,1"), (1000, "grid=1,1,1 block=512,1,1"),
+                                             (4099, "grid=8,1,1 block=512,1,1")])
+def test_short_full_reductions(n, schedule):
+    kernel = _compile(FULL.format(t="float", op="+"), np.zeros(n, np.float32))
+    assert schedule in kernel.schedule
+    _checked_ptx(kernel)
+
+
+def test_half_full_reduction_keeps_the_naive_default():
+    fn = tc.define(FULL.format(t="float16", op="+")).ir
+    assert reduction_defaults(fn) is None
+
+
 # ---------------------------------------------------------------- options and errors
 
 
@@ -223,9 +255,9 @@ def test_row_options_round_trip_and_pipeline():
         opts.shared_memory(True).to_pipeline("cuda")
 
 
-def test_map_rows_on_a_matmul_is_a_clear_error():
+def test_map_rows_on_a_non_row_program_is_a_clear_error():
     with pytest.raises(PipelineError, match="not a row program"):
-        _compile("def f(float(N) A) -> (s) { s +=! A(i) }", np.zeros(8, np.float32),
+        _compile("def tr(float(N, M) A) -> (B) { B(m, n) = A(n, m) }", np.zeros((8, 4), np.float32),
                  options=tc.MappingOptions().map_rows(128))
 
 
@@ -273,6 +305,20 @@ def test_row_reduction_on_gpu(t, op, shape, rng):
                  tc.MappingOptions().map_rows(32).map_to_blocks(5)):
         got = run_program(tc.define(src, target="cuda"), [x], options=opts)
         assert_outputs_close(got, ref, rtol, context=f"{src} {shape} {opts}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", (1, 31, 33, 1000, 4097, 1_000_000, 1 << 24))
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("t", ["float", "double", "int32", "int64"])
+def test_full_reduction_on_gpu(t, op, n, rng):
+    src = FULL.format(t=t, op=op)
+    x = _values(rng, (n,), t, op)
+    ref = run_program(tc.define(src, target="numpy"), [x])
+    rtol = {"float": 1e-3, "double": 1e-9}.get(t)
+    for opts in (None, tc.MappingOptions().map_rows(64).map_to_blocks(7)):
+        got = run_program(tc.define(src, target="cuda"), [x], options=opts)
+        assert_outputs_close(got, ref, rtol, context=f"{src} n={n} {opts}")
 
 
 @pytest.mark.gpu

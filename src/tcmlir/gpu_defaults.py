@@ -16,7 +16,9 @@ sums, normalisations). Everything else keeps the naive options.
 `SM_COUNT` is the H200's (132): the defaults are chosen without a device (the options are
 part of the compile-cache key, so they must not depend on which GPU happens to be visible);
 on a device with other SM counts the grid-stride loop stays correct and the tuner searches
-the grid.
+the grid. A full reduction into a scalar (``s +=! A(i)``, 32/64-bit types) gets the same
+options: `map-rows` then spreads it over every block, which fold their totals atomically
+(`passes/map_full_reduction.py`; float sums are not bitwise deterministic run to run).
 """
 
 from __future__ import annotations
@@ -73,8 +75,13 @@ def reduction_defaults(fn: Any) -> Any:
     """The default cuda `MappingOptions` for ``fn`` (an `ir.Function`) when it is a
     bandwidth-bound row program (see the module docstring), else None."""
     from .options import MappingOptions
+    from .passes.map_full_reduction import full_reduction_problem
+    from .passes.map_rows import row_rank
 
-    if not isinstance(fn, tc.Function) or not fn.statements or not is_bandwidth_bound_rows(fn):
+    if not isinstance(fn, tc.Function) or not fn.statements:
+        return None
+    full = row_rank(fn) == 0 and full_reduction_problem(fn) is None
+    if not full and not is_bandwidth_bound_rows(fn):
         return None
     # the grid is a cap: map-rows takes fewer blocks for few rows, and as many as the SMs
     # hold (up to 32 each) when short rows get small blocks

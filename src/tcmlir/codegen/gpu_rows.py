@@ -150,8 +150,8 @@ class RowWalker(ReducingWalker):
     def branch(self, node: isl.AstNode) -> None:
         self._guarded(_id_names(node.if_get_cond()), super().branch, node)
 
-    def reduce(self, statement: int, threads: int, child: isl.AstNode) -> None:
-        if self._in_rows and self.thread_guards:
+    def reduce(self, statement: int, threads: int, child: isl.AstNode, atomic: bool = False) -> None:
+        if self._in_rows and self.thread_guards:  # (map-reduction's trees may have benign ones)
             raise CodegenError(f"internal: the combine of S{statement} lies under a condition "
                                "that reads the thread index (not every thread would reach it)")
-        super().reduce(statement, threads, child)
+        super().reduce(statement, threads, child, atomic)

@@ -109,10 +109,11 @@ def parse_kernel_mark(name: str) -> tuple[tuple[int, int, int], tuple[int, int, 
     return grid, block  # type: ignore[return-value]
 
 
-def _reduction_mark(name: str) -> tuple[int, int] | None:
-    """(statement, threads) of a ``reduction S<k> threads=B`` mark (passes/map_reductions)."""
-    m = re.match(r"^reduction S(\d+) threads=(\d+)$", name.strip())
-    return (int(m.group(1)), int(m.group(2))) if m else None
+def _reduction_mark(name: str) -> tuple[int, int, bool] | None:
+    """(statement, threads, atomic) of a ``reduction S<k> threads=B[ atomic]`` mark
+    (passes/map_reductions, passes/map_full_reduction)."""
+    m = re.match(r"^reduction S(\d+) threads=(\d+)( atomic)?$", name.strip())
+    return (int(m.group(1)), int(m.group(2)), m.group(3) is not None) if m else None
 
 
 # ---------------------------------------------------------------- the target strategy
@@ -157,7 +158,7 @@ class NvptxTarget(Target):
 
             if not isinstance(walker, ReducingWalker):
                 raise CodegenError(f"mark {name!r} outside a kernel")
-            walker.reduce(*red, child)
+            walker.reduce(red[0], red[1], child, atomic=red[2])
             return
         walker.node(child)
 
