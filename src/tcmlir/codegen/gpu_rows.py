@@ -14,8 +14,9 @@ the body is a sequence of phases, one per statement. Lowering:
 
 Barriers must be reached by every thread of the block: `map-rows` proves with isl that every
 ``_tx`` has instances below the mark and below each reduction mark at every row; here each
-barrier additionally checks that no enclosing ``if`` or loop reads a thread index (a
-`CodegenError` otherwise, never a kernel that hangs). `on_chip_tensors` names the temporaries
+barrier additionally checks that no enclosing ``if`` or loop reads a thread index, and each
+phase that it runs only one statement (a `CodegenError` otherwise, never a kernel that hangs or
+races). `on_chip_tensors` names the temporaries
 that need no global buffer (local ones, and those no statement touches any more, after
 `inline-temporaries`).
 """
@@ -29,7 +30,7 @@ from .. import ir as tc
 from ..errors import CodegenError
 from .exprs import memory_type
 from .gpu_reduce import ReducingWalker, _barrier, _shared
-from .lower import _id_names
+from .lower import _STMT, _id_names
 
 __all__ = ["RowWalker", "on_chip_tensors", "parse_rows_mark"]
 
@@ -59,6 +60,30 @@ def on_chip_tensors(fn: tc.Function, local: set[str]) -> tuple[str, ...]:
     for st in fn.statements:
         touched |= _reads(st.rhs)
     return tuple(t.name for t in fn.temporaries if t.name in local or t.name not in touched)
+
+
+def _flat(node: isl.AstNode) -> list[isl.AstNode]:
+    """The nodes of ``node`` with nested blocks expanded (isl groups a sequence's children
+    into blocks of blocks as it likes; the phases are the leaves of that nesting)."""
+    if node.get_type() != isl.ast_node_type.block:
+        return [node]
+    kids = node.block_get_children()
+    return [x for i in range(kids.n_ast_node()) for x in _flat(kids.get_at(i))]
+
+
+def _statements(node: isl.AstNode) -> set[int]:
+    """The statement numbers (``S<k>`` and ``S<k>_init``) called in ``node``'s subtree."""
+    found: set[int] = set()
+
+    def visit(n: isl.AstNode) -> bool:
+        if n.get_type() == isl.ast_node_type.user:
+            m = _STMT.match(n.user_get_expr().get_op_arg(0).get_id().get_name())
+            if m:
+                found.add(int(m.group(1)))
+        return True
+
+    node.foreach_descendant_top_down(visit)
+    return found
 
 
 def _is_reduction_mark(node: isl.AstNode) -> bool:
@@ -116,12 +141,11 @@ class RowWalker(ReducingWalker):
         self.row_body(node)
 
     def row_body(self, node: isl.AstNode) -> None:
-        if node.get_type() == isl.ast_node_type.block:
-            kids = node.block_get_children()
-            phases = [kids.get_at(i) for i in range(kids.n_ast_node())]
-        else:
-            phases = [node]
-        for phase in phases:
+        for phase in _flat(node):
+            touched = _statements(phase)
+            if len(touched) > 1:  # isl split the row loop: phases would share a barrier interval
+                raise CodegenError(f"internal: one phase of a row body runs statements "
+                                   f"{sorted(touched)}; map-rows gives each its own phase")
             self.node(phase)
             if not _is_reduction_mark(phase):
                 self.barrier()
