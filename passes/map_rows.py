@@ -27,7 +27,8 @@ temporaries of rank r accessed only at the row's own element, such as softmax's 
 ``s(n)`` — in shared memory instead of global memory.
 
 A full reduction (one statement reducing into a scalar) goes to `map_full_reduction`: every
-block of the grid folds its share into the scalar atomically.
+block of the grid folds its share into the scalar atomically; a column reduction (reduced over
+an outer dimension, ``S(d) +=! X(n, d)``) to `map_columns`: a thread per column, coalesced.
 
 Checks (a `PipelineError` names the failed one; `row_program_problem` gives the structural ones
 without sizes): every statement's first r indices are lhs indices over the same ranges
@@ -67,6 +68,7 @@ from ..poly.legality import member_is_parallel
 from ..poly.scop import sets_of
 from ..poly.state import CompileState
 from .base import Pass, register
+from .map_columns import build_columns, column_problem
 from .map_full_reduction import build_full_reduction, full_reduction_problem, single_thread
 from .map_reductions import _full_participation, reduction_mark_name
 
@@ -170,6 +172,12 @@ class MapRows(Pass):
         if row_rank(state.fn) == 0 and full_reduction_problem(state.fn) is None:
             schedule = build_full_reduction(state, domain, self.threads, self.grid)
             if schedule is None:  # too short to split, or sizes not fixed
+                assert state.schedule is not None
+                schedule = single_thread(with_params(state.schedule, BLOCK_PARAMS + THREAD_PARAMS))
+            return dataclasses.replace(state, schedule=schedule)
+        if column_problem(state.fn) is None:
+            schedule = build_columns(state, domain, self.threads, self.grid)
+            if schedule is None:  # the reduction runs no instance at these sizes
                 assert state.schedule is not None
                 schedule = single_thread(with_params(state.schedule, BLOCK_PARAMS + THREAD_PARAMS))
             return dataclasses.replace(state, schedule=schedule)

@@ -180,7 +180,6 @@ def test_non_row_programs_keep_the_naive_default():
                 " O(i, n) +=! I(i, m) * W(n, m)\n O(i, n) = fmax(O(i, n) + b(n), 0) }",
                 "def tr(float(N, M) A) -> (B) { B(m, n) = A(n, m) }",
                 "def g(float(N, D) X) -> (S, O) { S(n) +=! X(n, d)\n O(n, d) = X(n, d) / S(0) }",
-                "def col(float(N, D) X) -> (S) { S(d) +=! X(n, d) }",
                 case_by_name("maxpool").source):
         fn = tc.define(src).ir
         assert reduction_defaults(fn) is None, src
@@ -232,6 +231,25 @@ def test_short_full_reductions(n, schedule):
     kernel = _compile(FULL.format(t="float", op="+"), np.zeros(n, np.float32))
     assert schedule in kernel.schedule
     _checked_ptx(kernel)
+
+
+COLUMN = "def f({t}(N, D) X) -> (S) {{ S(d) {op}=! X(n, d) }}"
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("t", ["float", "double", "int32", "int64"])
+def test_column_reduction_is_coalesced(t, op):
+    src = COLUMN.format(t=t, op=op)
+    assert tc.MappingOptions.default_for(tc.define(src).ir, "cuda").row_block == 512
+    kernel = _compile(src, np.zeros((4096, 32768), DTYPES[t]))
+    assert "kernel grid=64,1,1 block=512,1,1" in kernel.schedule      # the identity
+    assert "kernel grid=64,8,1 block=512,1,1" in kernel.schedule      # 8 chunks of rows
+    assert "accumulate S0 atomic" in kernel.schedule
+    # consecutive threads read consecutive columns of one row
+    assert "S0(512 * _bx + _tx, _by + 8 * c1)" in kernel.loops
+    ptx = _checked_ptx(kernel)
+    assert ptx.count(".entry") == 2 and "bar.sync" not in ptx
+    assert ("atom.global.add" in ptx) == (op == "+") and ("cas" in ptx) == (op != "+")
 
 
 def test_half_full_reduction_keeps_the_naive_default():
@@ -321,6 +339,23 @@ def test_full_reduction_on_gpu(t, op, n, rng):
     for opts in (None, tc.MappingOptions().map_rows(64).map_to_blocks(7)):
         got = run_program(tc.define(src, target="cuda"), [x], options=opts)
         assert_outputs_close(got, ref, rtol, context=f"{src} n={n} {opts}")
+
+
+COLUMN_SHAPES = [(1, 1), (1000, 1), (1_000_000, 3), (4097, 33), (31, 1000), (2, 4097)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", COLUMN_SHAPES, ids=[f"{r}x{c}" for r, c in COLUMN_SHAPES])
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("t", ["float", "double", "int32", "int64"])
+def test_column_reduction_on_gpu(t, op, shape, rng):
+    src = COLUMN.format(t=t, op=op)
+    x = _values(rng, shape, t, op)
+    ref = run_program(tc.define(src, target="numpy"), [x])
+    rtol = {"float": 1e-3, "double": 1e-9}.get(t)
+    for opts in (None, tc.MappingOptions().map_rows(64).map_to_blocks(3)):
+        got = run_program(tc.define(src, target="cuda"), [x], options=opts)
+        assert_outputs_close(got, ref, rtol, context=f"{src} {shape} {opts}")
 
 
 @pytest.mark.gpu

@@ -18,7 +18,9 @@ part of the compile-cache key, so they must not depend on which GPU happens to b
 on a device with other SM counts the grid-stride loop stays correct and the tuner searches
 the grid. A full reduction into a scalar (``s +=! A(i)``, 32/64-bit types) gets the same
 options: `map-rows` then spreads it over every block, which fold their totals atomically
-(`passes/map_full_reduction.py`; float sums are not bitwise deterministic run to run).
+(`passes/map_full_reduction.py`; float sums are not bitwise deterministic run to run); so does
+a column reduction (``S(d) +=! X(n, d)``: a thread per column, the reduced dimension split
+over ``blockIdx.y``, atomic folds; `passes/map_columns.py`).
 """
 
 from __future__ import annotations
@@ -75,13 +77,14 @@ def reduction_defaults(fn: Any) -> Any:
     """The default cuda `MappingOptions` for ``fn`` (an `ir.Function`) when it is a
     bandwidth-bound row program (see the module docstring), else None."""
     from .options import MappingOptions
+    from .passes.map_columns import column_problem
     from .passes.map_full_reduction import full_reduction_problem
     from .passes.map_rows import row_rank
 
     if not isinstance(fn, tc.Function) or not fn.statements:
         return None
     full = row_rank(fn) == 0 and full_reduction_problem(fn) is None
-    if not full and not is_bandwidth_bound_rows(fn):
+    if not full and column_problem(fn) is not None and not is_bandwidth_bound_rows(fn):
         return None
     # the grid is a cap: map-rows takes fewer blocks for few rows, and as many as the SMs
     # hold (up to 32 each) when short rows get small blocks

@@ -19,17 +19,22 @@ phase that it runs only one statement (a `CodegenError` otherwise, never a kerne
 races). `on_chip_tensors` names the temporaries
 that need no global buffer (local ones, and those no statement touches any more, after
 `inline-temporaries`).
+
+An ``accumulate S<k> atomic`` mark (`passes/map_columns.py`) keeps one accumulator per thread
+and folds it into its lhs element atomically, without barriers.
 """
 
 from __future__ import annotations
+
+import re
 
 import islpy as isl
 from llvmlite import ir
 
 from .. import ir as tc
 from ..errors import CodegenError
-from .exprs import memory_type
-from .gpu_reduce import ReducingWalker, _barrier, _shared
+from .exprs import _COMBINE, ExprEmitter, memory_type
+from .gpu_reduce import ReducingWalker, _atomic_fold, _barrier, _if, _shared, enter
 from .lower import _STMT, _id_names
 
 __all__ = ["RowWalker", "on_chip_tensors", "parse_rows_mark"]
@@ -107,7 +112,38 @@ class RowWalker(ReducingWalker):
     def local_slot(self, tensor: str) -> ir.Value | None:
         return self.local.get(tensor)
 
-    # ---- the mark
+    # ---- the marks
+
+    def row_mark(self, name: str, child: isl.AstNode) -> None:
+        m = re.match(r"^accumulate S(\d+) atomic$", name.strip())
+        if m is not None:
+            self.accumulate_private(int(m.group(1)), child)
+        else:
+            self.rows(name, child)
+
+    def accumulate_private(self, statement: int, child: isl.AstNode) -> None:
+        """``accumulate S<k> atomic``: every thread sums its instances of ``S<k>`` below the
+        mark (one lhs element per thread) in a register, then folds it into the element
+        atomically (other blocks fold into it too). No barrier: threads do not combine."""
+        if self.scopes:
+            raise CodegenError(f"accumulate mark of S{statement} inside a reduction mark")
+        scope = enter(self, statement, 1)
+        self.scopes.append(scope)
+        self.node(child)
+        self.scopes.pop()
+        b = self.builder
+        st = self.fn.statements[statement]
+        dt = self.fn.tensor(st.tensor).dtype.compute
+        acc, off = b.load(scope.acc), b.load(scope.offset)
+        done = _if(b, b.icmp_signed(">=", off, ir.Constant(ir.IntType(64), 0)), "acc.fold")
+        em = ExprEmitter(self, {}, statement)
+        if st.reduction is tc.Reduction.ADD:  # native red.global.add (f32, f64, i32, i64)
+            op = "fadd" if dt.is_float else "add"
+            b.atomic_rmw(op, em.address(st.tensor, off), acc, "monotonic")
+        else:
+            _atomic_fold(em, st.tensor, off, acc, _COMBINE[st.reduction], dt, st)
+        b.branch(done)
+        b.position_at_end(done)
 
     def rows(self, name: str, child: isl.AstNode) -> None:
         parsed = parse_rows_mark(name)

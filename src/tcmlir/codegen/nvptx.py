@@ -145,12 +145,12 @@ class NvptxTarget(Target):
     def mark(self, walker: GroupWalker, name: str, child: isl.AstNode) -> None:
         if parse_kernel_mark(name) is not None:
             raise CodegenError(f"kernel mark {name!r} nested in another kernel")
-        if name.startswith("rows "):
+        if name.startswith(("rows ", "accumulate ")):
             from .gpu_rows import RowWalker
 
             if not isinstance(walker, RowWalker):
                 raise CodegenError(f"mark {name!r} outside a kernel")
-            walker.rows(name, child)
+            walker.row_mark(name, child)
             return
         red = _reduction_mark(name)
         if red is not None:
