@@ -27,7 +27,9 @@ How mappings are recorded in the tree, so that it prints in isl syntax and re-pa
   combined per block (warp shuffles, shared memory) by the NVPTX backend (``map-reduction``);
 * ``rows threads=B local=t1,t2`` above the grid-strided row loop of a row kernel (``map-rows``):
   the NVPTX backend puts a block barrier after each phase of the row body and keeps the
-  ``local`` temporaries in shared memory.
+  ``local`` temporaries in shared memory; ``reduction S<k> threads=B atomic`` (blocks fold
+  their totals atomically: full reductions) and ``accumulate S<k> atomic`` (each thread folds
+  its own total: column reductions), also from ``map-rows``.
 
 Backends read marks with `tcmlir.poly.tree.mark_name`; the isl AST builder prints them as
 comments and hands them to the code generator as mark nodes.
