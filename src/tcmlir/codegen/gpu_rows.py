@@ -8,7 +8,8 @@ the body is a sequence of phases, one per statement. Lowering:
   statements' loads and stores go there (`exprs.ExprEmitter.address` asks `local_slot`), so
   it never exists in global memory;
 * after each phase of the body a block barrier (``llvm.nvvm.barrier0``), except after a
-  ``reduction`` mark, whose combine already ends with one: the phase's writes (global and
+  ``reduction`` mark, whose combine already ends with one (and between the pieces isl makes of
+  one phase, e.g. a statement's initialisation and its combine): the phase's writes (global and
   shared) are then visible to every thread of the block, and the barrier at the end of the
   body keeps the next row's writes of the shared slots after this row's reads.
 
@@ -177,13 +178,18 @@ class RowWalker(ReducingWalker):
         self.row_body(node)
 
     def row_body(self, node: isl.AstNode) -> None:
-        for phase in _flat(node):
-            touched = _statements(phase)
-            if len(touched) > 1:  # isl split the row loop: phases would share a barrier interval
+        phases = _flat(node)
+        touched = [_statements(p) for p in phases]
+        for i, phase in enumerate(phases):
+            if len(touched[i]) > 1:  # isl split the row loop: phases would share a barrier interval
                 raise CodegenError(f"internal: one phase of a row body runs statements "
-                                   f"{sorted(touched)}; map-rows gives each its own phase")
+                                   f"{sorted(touched[i])}; map-rows gives each its own phase")
             self.node(phase)
-            if not _is_reduction_mark(phase):
+            # pieces of one statement's phase (its init, then its combine; or unrolled copies)
+            # need no barrier between them: map-rows proved its instances in a row independent
+            # (other than through its reduction, whose fold thread 0 does after its own init)
+            same_next = i + 1 < len(phases) and touched[i + 1] == touched[i]
+            if not _is_reduction_mark(phase) and not same_next:
                 self.barrier()
 
     def barrier(self) -> None:
