@@ -59,7 +59,7 @@ class PassManager:
             state = p.run(state)
             self.timings.append((format_pass(p), time.perf_counter() - start))
             if self.verify_each and state.schedule is not None:
-                check_legal(state.schedule, state.deps)
+                check_legal(state.proof_schedule, state.deps)
             if self.print_after_all:
                 print(f"// -----// after {format_pass(p)} //----- //", file=out)
                 print(state.schedule if state.schedule is not None else "(no schedule)",

@@ -1,5 +1,5 @@
 """Shared pytest configuration: the tests directory on sys.path, a per-test seeded rng, the
-targets available on this machine, and the `gpu` marker's skip logic.
+targets tests run on, and the `gpu` marker's skip-or-fail logic (``--require-gpu``).
 
 Helpers for backend tests (re-exported from `corpus`):
 
@@ -9,7 +9,6 @@ Helpers for backend tests (re-exported from `corpus`):
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 import zlib
@@ -46,6 +45,8 @@ __all__ = [
     "assert_outputs_close",
     "available_targets",
     "check_against_reference",
+    "gpu_required",
+    "gpu_unusable",
     "gpu_visible",
     "poisoned_like",
     "run_program",
@@ -53,87 +54,118 @@ __all__ = [
     "target_unavailable_reason",
 ]
 
-_TRIVIAL = "def trivial(float(N) A) -> (B) { B(i) = A(i) + 1 }"
-
-
 # ---------------------------------------------------------------- GPU detection
+#
+# A GPU test is skipped for one reason only: no CUDA device is visible (`runtime.probe` state
+# "absent": cuda-python or the driver library not installed, CUDA_ERROR_NO_DEVICE, zero
+# devices). A CUDA stack that is there but fails ("broken") makes every GPU test fail with the
+# probe's reason. With TCMLIR_REQUIRE_GPU=1 (or ``pytest --require-gpu``) an absent GPU fails
+# them too: a GPU run can then not turn green by skipping. The host JIT and the reference
+# interpreter are always required: nothing is skipped because ``target="cpu"`` raised.
 
 
-@functools.lru_cache(maxsize=1)
+def pytest_addoption(parser):
+    parser.addoption("--require-gpu", action="store_true", default=False,
+                     help="fail (do not skip) GPU tests when no GPU is usable; the same as "
+                          "TCMLIR_REQUIRE_GPU=1")
+
+
+def pytest_configure(config):
+    if config.getoption("--require-gpu"):
+        os.environ["TCMLIR_REQUIRE_GPU"] = "1"  # read through tcmlir.config, by subprocesses too
+
+
+def gpu_required() -> bool:
+    from tcmlir.config import get_config
+
+    return get_config().require_gpu
+
+
 def gpu_visible() -> bool:
-    """True when a CUDA GPU is visible: tcmlir's runtime if it says, else the driver API."""
-    try:
-        from tcmlir.runtime import cuda as tc_cuda  # type: ignore[attr-defined]
+    """True when a CUDA GPU is usable (the driver initialised and sees a device)."""
+    from tcmlir.runtime.probe import probe_gpu
 
-        is_available = getattr(tc_cuda, "is_available", None)
-        if is_available is not None:
-            return bool(is_available())
-    except Exception:  # noqa: BLE001  (any failure here means: ask the driver instead)
-        pass
-    try:
-        try:
-            from cuda.bindings import driver
-        except ImportError:
-            from cuda import cuda as driver  # older cuda-python
-        (err,) = driver.cuInit(0)
-        if int(err) != 0:
-            return False
-        err, count = driver.cuDeviceGetCount()
-        return int(err) == 0 and int(count) > 0
-    except Exception:  # noqa: BLE001  (no driver, no library, no device: no GPU)
-        return False
+    return probe_gpu().ok
+
+
+def gpu_unusable(required: bool | None = None) -> tuple[str, str] | None:
+    """None when GPU tests can run; else ``("skip" | "fail", reason)``: skip only when no
+    device is visible and a GPU is not required."""
+    from tcmlir.runtime.probe import probe_gpu
+
+    probe = probe_gpu()
+    if probe.ok:
+        return None
+    required = gpu_required() if required is None else required
+    if probe.state == "broken":
+        return "fail", f"CUDA is installed but broken: {probe.reason}"
+    if required:
+        return "fail", f"a GPU is required (TCMLIR_REQUIRE_GPU=1) but none is visible: {probe.reason}"
+    return "skip", f"needs a visible CUDA GPU ({probe.reason})"
 
 
 # ---------------------------------------------------------------- targets
 
 
-@functools.cache
 def target_unavailable_reason(target: str) -> str | None:
-    """None when ``target`` compiles and runs a trivial program here, else why not."""
-    if target == "cuda" and not gpu_visible():
-        return "no CUDA GPU visible"
-    import tcmlir as tc
-
-    try:
-        fn = tc.define(_TRIVIAL, target=target)
-        fn(np.arange(5, dtype=np.float32))
-    except (ImportError, NotImplementedError, tc.TCError) as exc:
-        # not implemented yet (or refused on purpose): skip, never fake a result
-        return f"target {target!r} not available: {type(exc).__name__}: {str(exc)[:200]}"
-    except Exception:  # noqa: BLE001
-        # a crash is not "unavailable": keep the target so each test fails with the traceback
+    """Why tests of ``target`` cannot run here (None: they run). Only cuda can be unavailable,
+    and only for want of a visible device; numpy and cpu are always required."""
+    if target != "cuda":
         return None
-    return None  # (a wrong result is for the tests to report, not a reason to skip)
+    verdict = gpu_unusable()
+    return None if verdict is None else verdict[1]
 
 
 def available_targets() -> list[str]:
-    """The targets that work here: numpy (always listed), cpu and cuda when they compile."""
-    return ["numpy"] + [t for t in ("cpu", "cuda") if target_unavailable_reason(t) is None]
+    """The targets tests run on here: numpy and cpu always, cuda when a GPU is usable."""
+    return ["numpy", "cpu"] + (["cuda"] if gpu_visible() else [])
 
 
 def target_params() -> list:
-    """pytest params for ``target``: numpy always; cpu/cuda skip (with the reason) when not
-    available; cuda carries the ``gpu`` marker."""
-    params = [pytest.param("numpy", id="numpy")]
-    for target in ("cpu", "cuda"):
-        marks = [pytest.mark.gpu] if target == "cuda" else []
-        reason = target_unavailable_reason(target)
-        if reason is not None:
-            marks.append(pytest.mark.skip(reason=reason))
-        params.append(pytest.param(target, id=target, marks=marks))
-    return params
+    """pytest params for ``target``: numpy, cpu, and cuda with the ``gpu`` marker (skipped or
+    failed by `pytest_runtest_setup` when no GPU is usable)."""
+    return [pytest.param("numpy", id="numpy"), pytest.param("cpu", id="cpu"),
+            pytest.param("cuda", id="cuda", marks=[pytest.mark.gpu])]
 
 
 # ---------------------------------------------------------------- hooks and fixtures
 
 
-def pytest_collection_modifyitems(config, items):
-    if gpu_visible():
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("gpu") is None:
         return
-    skip_gpu = pytest.mark.skip(reason="needs a visible CUDA GPU")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip_gpu)
+    verdict = gpu_unusable()
+    if verdict is None:
+        return
+    action, reason = verdict
+    if action == "skip":
+        pytest.skip(reason)
+    pytest.fail(reason, pytrace=False)
+
+
+_SKIPPED_GPU_TESTS: list[str] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and item.get_closest_marker("gpu") is not None:
+        _SKIPPED_GPU_TESTS.append(item.nodeid)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Under TCMLIR_REQUIRE_GPU=1 a GPU test that skipped for any reason (a missing optional
+    module, a skip inside the test) fails the run."""
+    if _SKIPPED_GPU_TESTS and gpu_required() and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if _SKIPPED_GPU_TESTS and gpu_required():
+        terminalreporter.section("GPU tests skipped under TCMLIR_REQUIRE_GPU=1 (a failure)")
+        for nodeid in _SKIPPED_GPU_TESTS:
+            terminalreporter.line(nodeid)
 
 
 def seed_for(nodeid: str) -> int:

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
-__all__ = ["SIZE_VALUES", "TC_TOKENS", "GeneratedProgram", "programs", "token_soups"]
+__all__ = ["SIZE_VALUES", "TC_TOKENS", "GeneratedProgram", "check_against_model", "model_close",
+           "programs", "token_soups"]
 
 SIZE_NAMES = ("N", "M", "K")
 SIZE_VALUES = (1, 2, 3, 5, 7, 13)
@@ -216,6 +217,43 @@ def programs(draw, max_statements: int = 3, max_depth: int = 3) -> GeneratedProg
         output_shapes=tuple(tuple(sizes[s] for s in known[t]) for t in outputs),
         has_reduction=has_reduction,
     )
+
+
+# ---------------------------------------------------------------- comparing with the model
+
+
+def model_close(got: np.ndarray, want: np.ndarray) -> bool:
+    """Within 1e-3 of max(1, max|want|) everywhere; non-finite values must agree."""
+    g = got.astype(np.float64)
+    w = want.astype(np.float64)
+    finite = np.isfinite(w)
+    if not np.array_equal(np.isfinite(g), finite):
+        return False
+    if not np.all((g == w)[~finite] | (np.isnan(g) & np.isnan(w))[~finite]):
+        return False
+    scale = max(1.0, float(np.max(np.abs(w[finite]), initial=0.0)))
+    return bool(np.all(np.abs(g[finite] - w[finite]) <= 1e-3 * scale))
+
+
+def check_against_model(program: GeneratedProgram, inputs, target: str, options=None) -> None:
+    """``program`` on ``target``, writing into NaN-poisoned ``outputs=``, against its numpy
+    model (never against tcmlir's reference interpreter)."""
+    import tcmlir as tc
+
+    want = program.numpy_fn(*[np.copy(x) for x in inputs])
+    outs = tuple(np.full(shape, np.nan, dtype=F32) for shape in program.output_shapes)
+    kwargs = {"options": options} if options is not None else {}
+    got = tc.define(program.source, target=target)(*inputs, outputs=outs, **kwargs)
+    got = got if isinstance(got, tuple) else (got,)
+    assert len(got) == len(want), program.source
+    for k, (g, o, w) in enumerate(zip(got, outs, want, strict=True)):
+        for what, arr in (("returned", g), ("passed with outputs=", o)):
+            arr = np.asarray(arr)
+            assert arr.shape == w.shape and arr.dtype == F32, (
+                f"output {k} ({what}): {arr.dtype}{arr.shape}\n{program.source}")
+            assert model_close(arr, w), (
+                f"output {k} ({what}) on {target} differs from the numpy model\n"
+                f"{program.source}{program.sizes}\ngot {arr!r}\nexpected {w!r}")
 
 
 # ---------------------------------------------------------------- token soups

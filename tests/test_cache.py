@@ -13,6 +13,8 @@ import multiprocessing
 import os
 import sqlite3
 import sys
+import threading
+import time
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -218,7 +220,7 @@ def _writer(path: str, worker: int, barrier: object, results: object) -> None:
     try:
         cache = OptionsCache(path)
         kernels = KernelCache(store=cache.db)
-        barrier.wait()
+        barrier.wait(timeout=60)
         for i in range(50):
             m = 1000 * worker + i + 1
             cache.store(SRC, "mm", sig(m), "sm_90", opts(worker), 1e-3 + i * 1e-6, 5,
@@ -226,15 +228,48 @@ def _writer(path: str, worker: int, barrier: object, results: object) -> None:
             if i % 10 == 0:
                 kernels.put(akey(signature=sig(m)), f"ptx {m}".encode(), {"m": m})
         results.put((worker, "ok", cache.counters.as_dict()))
-    except (sqlite3.Error, OSError, ValueError) as exc:  # report, do not hang the parent
+    except BaseException as exc:  # noqa: BLE001 - report anything (CacheError, a broken
+        # barrier, ...), never leave the parent waiting
         results.put((worker, "error", repr(exc)))
 
 
 def _reader(path: str, results: object) -> None:
-    cache = OptionsCache(path)
-    found = sum(cache.lookup_options(SRC, "mm", sig(1000 * w + i + 1), "sm_90") is not None
-                for w in range(4) for i in range(50))
-    results.put((found, cache.counters.as_dict()))
+    try:
+        cache = OptionsCache(path)
+        found = sum(cache.lookup_options(SRC, "mm", sig(1000 * w + i + 1), "sm_90") is not None
+                    for w in range(4) for i in range(50))
+        results.put((found, cache.counters.as_dict()))
+    except BaseException as exc:  # noqa: BLE001 - report, do not hang the parent
+        results.put((-1, repr(exc)))
+
+
+def _collect(results: object, procs: list, count: int, timeout_s: float) -> list:
+    """``count`` reports from ``results`` within ``timeout_s`` in all, then every process
+    joined; a process still alive is killed and the test fails (it never hangs)."""
+    import queue
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    reports = []
+    try:
+        while len(reports) < count:
+            left = deadline - time.monotonic()
+            try:
+                reports.append(results.get(timeout=max(0.1, left)))
+            except queue.Empty:
+                dead = [p.exitcode for p in procs if not p.is_alive()]
+                pytest.fail(f"only {len(reports)} of {count} reports within {timeout_s:g} s "
+                            f"(exit codes of finished processes: {dead}): {reports}")
+        for p in procs:
+            p.join(timeout=max(1.0, deadline - time.monotonic()))
+        hung = [p.pid for p in procs if p.is_alive()]
+        assert not hung, f"processes {hung} did not exit after reporting"
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+    return reports
 
 
 def test_four_processes_write_at_once(db: Path) -> None:
@@ -243,9 +278,7 @@ def test_four_processes_write_at_once(db: Path) -> None:
     procs = [ctx.Process(target=_writer, args=(str(db), w, barrier, results)) for w in range(4)]
     for p in procs:
         p.start()
-    reports = [results.get(timeout=60) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
+    reports = _collect(results, procs, len(procs), 120)
     assert all(status == "ok" for _, status, _ in reports), reports
     assert all(c["writes"] == 50 + 5 for _, _, c in reports)  # shared store: shared counters
     cache = OptionsCache(db)
@@ -254,9 +287,55 @@ def test_four_processes_write_at_once(db: Path) -> None:
     # another process gets every option from the cache: no tuning needed
     reader = ctx.Process(target=_reader, args=(str(db), results))
     reader.start()
-    found, counters = results.get(timeout=60)
-    reader.join(timeout=60)
-    assert found == 200 and counters["hits"] == 200 and counters["misses"] == 0
+    [(found, counters)] = _collect(results, [reader], 1, 60)
+    assert found == 200, counters
+    assert counters["hits"] == 200 and counters["misses"] == 0
+
+
+def _hold_exclusive_lock(path: Path, locked: threading.Event, seconds: float) -> None:
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("BEGIN EXCLUSIVE")
+        conn.execute("CREATE TABLE IF NOT EXISTS other_program (x)")
+        locked.set()
+        time.sleep(seconds)
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+def test_opening_a_locked_database_retries_then_succeeds(db: Path) -> None:
+    """Another connection holds an exclusive lock while the store opens: with a short busy
+    timeout the first attempts fail with 'database is locked'; the bounded back-off retries."""
+    locked = threading.Event()
+    holder = threading.Thread(target=_hold_exclusive_lock, args=(db, locked, 0.6))
+    holder.start()
+    try:
+        assert locked.wait(10)
+        start = time.monotonic()
+        store = CacheStore(db, busy_timeout_s=0.05, open_retry_s=10.0)
+        took = time.monotonic() - start
+    finally:
+        holder.join(10)
+    assert store.open_retries >= 1 and 0.3 < took < 10.0
+    assert store._conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    assert store._conn.execute("PRAGMA busy_timeout").fetchone() == (50,)
+    OptionsCache(store=store).store(SRC, "mm", sig(4), "sm_90", opts(1), 1e-3, 3)
+    store.close()
+
+
+def test_opening_a_database_locked_too_long_is_a_cache_error(db: Path) -> None:
+    locked = threading.Event()
+    holder = threading.Thread(target=_hold_exclusive_lock, args=(db, locked, 2.0))
+    holder.start()
+    try:
+        assert locked.wait(10)
+        start = time.monotonic()
+        with pytest.raises(CacheError, match="stayed locked by another process"):
+            CacheStore(db, busy_timeout_s=0.05, open_retry_s=0.4)
+        assert time.monotonic() - start < 1.9  # bounded by open_retry_s, not the holder
+    finally:
+        holder.join(10)
 
 
 # -- corruption ------------------------------------------------------------------------------

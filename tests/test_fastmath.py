@@ -15,12 +15,8 @@ import os
 
 import numpy as np
 import pytest
-from conftest import target_unavailable_reason
 
 import tcmlir as tc
-
-pytestmark = pytest.mark.skipif(target_unavailable_reason("cpu") is not None,
-                                reason=str(target_unavailable_reason("cpu")))
 
 F32 = np.float32
 TINY = float(np.finfo(F32).smallest_subnormal)

@@ -1,11 +1,15 @@
-"""The corpus on the GPU (``target="cuda"``) against the reference interpreter (``"numpy"``).
+"""The corpus on the GPU (``target="cuda"``) against each case's independent numpy oracle.
 
 Every case at every size assignment under the naive options, and at its last size assignment
 under option sets that stress the mapping (a block that divides nothing, 1-D and 3-D blocks,
-small grids so the strided loops wrap). Outputs are compared in float64 with the corpus
-tolerances; programs that write every element get poisoned ``outputs=``. Also: torch CUDA
+small grids so the strided loops wrap), and under skewing, no positive orthant and TC's presets
+(`corpus.option_sets`). Outputs are compared in float64 with the corpus
+tolerances; programs that write every element get poisoned ``outputs=``. The oracle is
+`Case.expected` (numpy alone), not ``target="numpy"``: the reference interpreter shares the IR,
+type and range inference and the reduction identities with the compiler, so a bug there would
+be invisible to a comparison with it. Also: torch CUDA
 tensors in -> torch CUDA tensors out with no host copy, out-of-range gathers, benchmarks.
-Marked ``gpu``: skipped where no GPU is visible.
+Marked ``gpu``: skipped where no GPU is visible (a failure under ``TCMLIR_REQUIRE_GPU=1``).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import functools
 import numpy as np
 import pytest
 from corpus import assert_case_matches, assert_outputs_close, run_program
+from corpus.option_sets import SCHEDULE_CASES, SCHEDULE_SETS
 from corpus.programs import CASES, case_by_name
 
 import tcmlir as tc
@@ -44,18 +49,32 @@ def _define(source: str, entry: str | None, target: str):
 
 
 @pytest.mark.parametrize(("case", "sizes", "opts"), PARAMS)
-def test_corpus_cuda_vs_numpy(case, sizes, opts, rng):
+def test_corpus_cuda_vs_oracle(case, sizes, opts, rng):
     options = OPTION_SETS[opts]
     inputs = case.make_inputs(rng, **sizes)
     originals = [np.copy(x) for x in inputs]
-    reference = run_program(_define(case.source, case.entry, "numpy"), [np.copy(x) for x in inputs])
+    expected = case.expected(*[np.copy(x) for x in inputs])
     fn = _define(case.source, case.entry, "cuda")
     what = f"{case.name} {sizes} {opts}"
 
-    assert_case_matches(fn, inputs, reference, full_write=case.full_write, rtol=case.rtol,
+    assert_case_matches(fn, inputs, expected, full_write=case.full_write, rtol=case.rtol,
                         options=options, context=what)
     for k, (x, x0) in enumerate(zip(inputs, originals, strict=True)):
         assert np.array_equal(x, x0, equal_nan=True), f"{what}: input {k} was modified"
+
+
+@pytest.mark.parametrize("option_set", list(SCHEDULE_SETS))
+@pytest.mark.parametrize("case_name", SCHEDULE_CASES)
+def test_skewing_orthant_and_presets_on_cuda(case_name, option_set, rng):
+    """Skewed and negative-coefficient schedules and TC's presets, against the oracle."""
+    case = case_by_name(case_name)
+    options = SCHEDULE_SETS[option_set]
+    for sizes in case.sizes:
+        inputs = case.make_inputs(rng, **sizes)
+        assert_case_matches(_define(case.source, case.entry, "cuda"), inputs,
+                            case.expected(*[np.copy(x) for x in inputs]),
+                            full_write=case.full_write, rtol=case.rtol, options=options,
+                            context=f"{case.name} {sizes} {option_set}")
 
 
 def test_accumulate_into_given_outputs(rng):
@@ -76,7 +95,7 @@ def test_torch_cuda_in_torch_cuda_out(rng):
     sizes = case.sizes[-1]
     host = case.make_inputs(rng, **sizes)
     fn = _define(case.source, case.entry, "cuda")
-    reference = run_program(_define(case.source, case.entry, "numpy"), host)
+    reference = case.expected(*host)
     dev = [torch.from_numpy(np.ascontiguousarray(x)).to("cuda") for x in host]
     got = fn(*dev)
     for g in (got if isinstance(got, tuple) else (got,)):

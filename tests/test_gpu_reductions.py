@@ -4,7 +4,9 @@ Without a GPU: the default cuda pipeline maps the reduction of a row sum, a row 
 reduction and softmax's reductions (the ``reduction S<k> threads=B`` mark is in the tree, which
 re-parses; coverage is proved), the PTX has warp shuffles and barriers and passes ptxas; a
 matmul (two members on threads) keeps its mapping. With a GPU (``gpu`` mark): every operator x
-dtype on awkward shapes against ``target="numpy"``, and the corpus programs tagged "reduction".
+dtype on awkward shapes against numpy itself (float sums to their rounding-error bound, min/max
+and integers exactly, integer products with no zero factor), and the corpus programs tagged
+"reduction" against their independent oracles; a few of the same checks on the CPU.
 """
 
 from __future__ import annotations
@@ -118,15 +120,108 @@ def test_length_one_reduction_is_not_mapped():
     _ptx(kernel)
 
 
-# ---------------------------------------------------------------- on the GPU
+# ---------------------------------------------------------------- against numpy
+#
+# The oracle is numpy itself (never tcmlir's reference interpreter, which shares the IR, the
+# type rules and the reduction identities with the compiler): float sums and products in
+# float64, held per output element to a rounding-error bound in units of eps * sum|x| that
+# grows with the length (`numpy_reduction`); min and max exactly; integers
+# exactly. Integer products are not vacuous: the factors are +-1 with a few +-2 per row, never
+# 0, and at most ``_INT_PRODUCT_TWOS`` of them, so the product neither vanishes nor overflows.
+
+_NUMPY_REDUCE = {"+": np.sum, "*": np.prod, "min": np.min, "max": np.max}
+_INT_PRODUCT_TWOS = {np.dtype(np.int32): 24, np.dtype(np.int64): 48}
 
 
 def _values(rng, shape, dtype, op):
-    if np.dtype(dtype).kind == "f":
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
         lo, hi = (0.99, 1.01) if op == "*" else (-1.0, 1.0)
         return rng.uniform(lo, hi, size=shape).astype(dtype)
-    lo, hi = (-3, 4) if op == "*" else (-1000, 1000)
-    return rng.integers(lo, hi, size=shape).astype(dtype)
+    if op != "*":
+        return rng.integers(-1000, 1000, size=shape).astype(dtype)
+    rows = int(np.prod(shape[:-1], dtype=np.int64))
+    n = shape[-1]
+    x = rng.choice(np.array([-1, 1], dtype=dtype), size=(rows, n))
+    twos = min(n, _INT_PRODUCT_TWOS[dtype])
+    for r in range(rows):
+        where = rng.choice(n, size=rng.integers(0, twos, endpoint=True), replace=False)
+        x[r, where] *= 2
+    return x.reshape(shape)
+
+
+def numpy_reduction(x: np.ndarray, op: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """(the reduction over the last axis in numpy, its absolute error bound or None: exact)."""
+    if x.dtype.kind != "f":
+        wide = _NUMPY_REDUCE[op](x.astype(np.int64), axis=-1)
+        info = np.iinfo(x.dtype)
+        assert np.all((wide >= info.min) & (wide <= info.max)), "the test's inputs overflow"
+        return wide.astype(x.dtype), None
+    if op in ("min", "max"):
+        return _NUMPY_REDUCE[op](x, axis=-1), None
+    x64 = x.astype(np.float64)
+    exact = _NUMPY_REDUCE[op](x64, axis=-1)
+    n = x.shape[-1]
+    eps = float(np.finfo(x.dtype).eps)
+    # Each partial result is rounded with a relative error of at most u = eps / 2, so the
+    # error is at most (n - 1) u sum|x| for a sum in any order ((n - 1) u |prod| for a
+    # product). That worst case needs every rounding error to have the same sign; for the
+    # random inputs here they behave as a random walk, ~sqrt(n) u, so 8 sqrt(n) eps is many
+    # standard deviations out yet small enough to see one lost term of a 4099-long row.
+    scale = np.abs(x64).sum(axis=-1) if op == "+" else np.abs(exact)
+    bound = (min(n, 8 * np.sqrt(n)) + 1) * eps * scale + float(np.finfo(x.dtype).tiny)
+    return exact.astype(x.dtype), bound
+
+
+def assert_reduction_matches(got: np.ndarray, x: np.ndarray, op: str, context: str) -> None:
+    want, bound = numpy_reduction(x, op)
+    got = np.asarray(got)
+    assert got.shape == want.shape and got.dtype == want.dtype, (
+        f"{context}: got {got.dtype}{got.shape}, want {want.dtype}{want.shape}")
+    if bound is None:
+        bad = got != want
+    else:
+        exact = _NUMPY_REDUCE[op](x.astype(np.float64), axis=-1)
+        bad = ~(np.abs(got.astype(np.float64) - exact) <= bound)
+    assert not bad.any(), (
+        f"{context}: {int(bad.sum())} of {bad.size} differ from numpy; first at "
+        f"{np.argwhere(bad)[0].tolist()}: got {got[bad].ravel()[0]!r}, want {want[bad].ravel()[0]!r}")
+
+
+def test_integer_products_are_not_vacuous():
+    rng = np.random.default_rng(0)
+    for dtype in (np.int32, np.int64):
+        x = _values(rng, (300, 4099), dtype, "*")
+        assert not (x == 0).any()
+        want, _ = numpy_reduction(x, "*")
+        assert np.count_nonzero(np.abs(want) > 1) > 250 and (want < 0).any() and (want > 0).any()
+
+
+def test_the_numpy_oracle_sees_a_wrong_identity():
+    # what a wrong ``max=`` identity (0 instead of -inf) does to rows of negatives
+    x = -np.abs(np.random.default_rng(1).uniform(0.5, 1, size=(7, 1))).astype(np.float32)
+    with pytest.raises(AssertionError, match="differ from numpy"):
+        assert_reduction_matches(np.maximum(x.max(-1), 0), x, "max", "planted")
+    y = np.ones((3, 5), np.float32)
+    with pytest.raises(AssertionError):  # one element dropped from a sum of ones
+        assert_reduction_matches(y.sum(-1) - np.array([0, 1, 0], np.float32), y, "+", "planted")
+
+
+CPU_SHAPES = [(1, 1), (7, 33)]
+
+
+@pytest.mark.parametrize("shape", CPU_SHAPES, ids=[f"{r}x{c}" for r, c in CPU_SHAPES])
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("t", ["float", "int32"])
+def test_rowsum_on_cpu(t, op, shape, rng):
+    src = ROWSUM.format(t=t, op=op)
+    x = _values(rng, shape, DTYPES[t], op)
+    for target in ("cpu", "numpy"):
+        (got,) = run_program(tc.define(src, target=target), [x])
+        assert_reduction_matches(got, x, op, f"{src} {shape} on {target}")
+
+
+# ---------------------------------------------------------------- on the GPU
 
 
 GPU_SHAPES = [(r, c) for r in (1, 7, 300) for c in (1, 31, 33, 1000, 4099)]
@@ -139,10 +234,9 @@ GPU_SHAPES = [(r, c) for r in (1, 7, 300) for c in (1, 31, 33, 1000, 4099)]
 def test_rowsum_on_gpu(t, op, shape, rng):
     src = ROWSUM.format(t=t, op=op)
     x = _values(rng, shape, DTYPES[t], op)
-    ref = run_program(tc.define(src, target="numpy"), [x])
     for opts in (tc.MappingOptions(), tc.MappingOptions().map_to_threads(256)):
-        got = run_program(tc.define(src, target="cuda"), [x], options=opts)
-        assert_outputs_close(got, ref, 1e-3 if t == "float" else None, context=f"{src} {shape}")
+        (got,) = run_program(tc.define(src, target="cuda"), [x], options=opts)
+        assert_reduction_matches(got, x, op, f"{src} {shape} {opts}")
 
 
 @pytest.mark.gpu
@@ -152,10 +246,9 @@ def test_rowsum_on_gpu(t, op, shape, rng):
 def test_full_reduction_on_gpu(t, op, n, rng):
     src = FULL.format(t=t, op=op)
     x = _values(rng, (n,), DTYPES[t], op)
-    ref = run_program(tc.define(src, target="numpy"), [x])
     for opts in (tc.MappingOptions(), tc.MappingOptions().map_to_threads(1024)):
-        got = run_program(tc.define(src, target="cuda"), [x], options=opts)
-        assert_outputs_close(got, ref, 1e-3 if t == "float" else None, context=f"{src} n={n}")
+        (got,) = run_program(tc.define(src, target="cuda"), [x], options=opts)
+        assert_reduction_matches(got, x, op, f"{src} n={n} {opts}")
 
 
 REDUCTION_CASES = [c for c in CASES if "reduction" in c.tags]
@@ -165,10 +258,11 @@ REDUCTION_CASES = [c for c in CASES if "reduction" in c.tags]
 @pytest.mark.parametrize("block", [(32, 8), (256,), (7,)], ids=str)
 @pytest.mark.parametrize("case", REDUCTION_CASES, ids=[c.name for c in REDUCTION_CASES])
 def test_corpus_reductions_on_gpu(case, block, rng):
+    """Against the corpus's own numpy oracle (`Case.expected`), not the reference interpreter."""
     opts = tc.MappingOptions().map_to_threads(*block)
     for sizes in case.sizes:
         inputs = case.make_inputs(rng, **sizes)
-        ref = run_program(tc.define(case.source, name=case.entry, target="numpy"), inputs)
+        expected = case.expected(*[np.copy(x) for x in inputs])
         got = run_program(tc.define(case.source, name=case.entry, target="cuda"), inputs,
                           options=opts)
-        assert_outputs_close(got, ref, case.rtol, context=f"{case.name} {sizes} block={block}")
+        assert_outputs_close(got, expected, case.rtol, context=f"{case.name} {sizes} block={block}")

@@ -97,3 +97,33 @@ def test_autotuned_factory_tunes_once_per_signature(tmp_path, monkeypatch, rng):
     fresh(a, b)
     fresh(c, d)
     assert len(calls) == 2
+
+
+def test_parametric_cuda_kernel_one_plan_per_size(monkeypatch, rng):
+    # no GPU: the fake driver (tests/fake_cuda.py) runs the parametric host build on the
+    # pointers and sizes each plan packs
+    from fake_cuda import install_fake, simulate_with_host
+
+    import tcmlir.cache.artifacts as artifacts
+    from tcmlir.runtime.cuda_launch import CudaRunner
+
+    driver, runtime = install_fake(monkeypatch)
+    monkeypatch.setattr(artifacts, "make_cuda_runner",
+                        lambda image, key, device=0: CudaRunner(image, device, runtime=runtime))
+    monkeypatch.delenv("TCMLIR_ALWAYS_COMPILE", raising=False)
+    opts = MappingOptions.naive().with_parametric()
+    fn = tc.define(MATMUL, target="cuda")
+    host = tc.define(MATMUL, target="cpu").compile(*_mm_inputs(4, 4, 4, rng), options=opts)
+    before = compiler.COMPILE_COUNTS["compile_kernel"]
+    for m, k, n in SIZES:
+        a, b = _mm_inputs(m, k, n, rng)
+        kernel = fn.compile(a, b, options=opts)
+        simulate_with_host(driver, kernel.runner.image, host)
+        np.testing.assert_allclose(fn(a, b, options=opts), a @ b, rtol=1e-4, atol=1e-4)
+        image = kernel.runner.image
+        slots = [c for c in driver.calls if c[0] == "cuLaunchKernel"][-1][-1]
+        start = len(image.arg_order)
+        assert slots[start:start + len(image.sizes_order)] == [
+            {"M": m, "K": k, "N": n}[s] for s in image.sizes_order]
+    assert compiler.COMPILE_COUNTS["compile_kernel"] - before == 1
+    assert len(kernel.runner.plans) == len(SIZES)

@@ -6,29 +6,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import target_params
-from corpus import as_tuple, check_against_reference
+from corpus import as_tuple
 from corpus.programs import CASES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies_programs import TC_TOKENS, programs, token_soups
+from strategies_programs import TC_TOKENS, check_against_model, model_close, programs, token_soups
 
 import tcmlir as tc
 
 SETTINGS = settings(max_examples=60, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
-
-
-def _close(got: np.ndarray, want: np.ndarray) -> bool:
-    """Within 1e-3 of max(1, max|want|) everywhere; non-finite values must agree."""
-    g = got.astype(np.float64)
-    w = want.astype(np.float64)
-    finite = np.isfinite(w)
-    if not np.array_equal(np.isfinite(g), finite):
-        return False
-    if not np.all((g == w)[~finite] | (np.isnan(g) & np.isnan(w))[~finite]):
-        return False
-    scale = max(1.0, float(np.max(np.abs(w[finite]), initial=0.0)))
-    return bool(np.all(np.abs(g[finite] - w[finite]) <= 1e-3 * scale))
 
 
 @SETTINGS
@@ -44,24 +31,24 @@ def test_random_program_matches_numpy_model(program, seed):
         g = np.asarray(g)
         assert g.shape == shape, f"output {k}: shape {g.shape}, expected {shape}\n{source}{sizes}"
         assert g.dtype == np.float32, f"output {k}: dtype {g.dtype}\n{source}"
-        assert _close(g, w), (
+        assert model_close(g, w), (
             f"output {k} differs from the numpy model\n{source}{sizes}\n"
             f"got {g!r}\nexpected {w!r}")
 
 
-COMPILED_TARGETS = [p for p in target_params() if p.values[0] != "numpy"]
+COMPILED_TARGETS = [p for p in target_params() if p.values[0] != "numpy"]  # cpu, cuda (gpu)
 
 
 @pytest.mark.parametrize("target", COMPILED_TARGETS)
 def test_random_program_compiled_matches_reference(target):
-    """compiled == reference on random programs (every output fully written: poisoned)."""
+    """compiled == the numpy model on random programs (every output fully written: poisoned)."""
 
     @settings(max_examples=25, deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow])
     @given(program=programs(), seed=st.integers(0, 2**32 - 1))
     def check(program, seed):
         inputs = program.make_inputs(np.random.default_rng(seed))
-        check_against_reference(program.source, inputs, target, rtol=1e-3)
+        check_against_model(program, inputs, target)
 
     check()
 

@@ -437,7 +437,6 @@ def test_large_matmul_runs():
 
 
 def _front_end():
-    pytest.importorskip("tcmlir.lang.sema", reason="the front end is not there yet")
     import tcmlir.lang as lang
 
     return lambda src: lang.check(lang.parse(src))

@@ -4,12 +4,13 @@
 # GPU tests (pytest -m gpu) and, if present, tools/bench.py. Logs go to $OUT (./gpu-out when
 # OUT is unset). Extra arguments go to pytest instead of the default "tests", e.g.
 #   tools/gpu-check.sh tests/test_cuda_runtime.py -k torch
-# Exit status: pytest's.
+# TCMLIR_REQUIRE_GPU=1 is set: a GPU test that cannot run fails instead of skipping.
+# Exit status: pytest's, or 1 when pytest passed but reported any skipped test.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 OUT="${OUT:-./gpu-out}"
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 TCMLIR_REQUIRE_GPU=1
 
 if compgen -G ".whl/*.whl" >/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -31,6 +32,11 @@ else
 fi
 python3 -m pytest -m gpu -q -x --no-header -rs "${targets[@]}" 2>&1 | tee "$OUT/gpu-tests.log"
 status=${PIPESTATUS[0]}
+# (-rs lists every skip as a "SKIPPED [n] ..." line; the count line is absent under -qq)
+if [ "$status" -eq 0 ] && grep -Eq '^SKIPPED|[0-9]+ skipped' "$OUT/gpu-tests.log"; then
+    echo "gpu-check: GPU tests were skipped (see the -rs lines above): a failure" >&2
+    status=1
+fi
 
 if [ -f tools/bench.py ]; then
     python3 tools/bench.py 2>&1 | tee "$OUT/bench.log"

@@ -7,10 +7,13 @@
 #   bench     tools/bench.py (alone on the GPU, after the rest)
 #   tune      tools/tune_gpu.py (autotuning matmul and softmax on 1 and, if present, 2 GPUs)
 # Logs go to $OUT (./gpu-out when unset); a summary line per step is printed at the end.
+# TCMLIR_REQUIRE_GPU=1 is set: GPU tests fail rather than skip when the GPU is unusable, and a
+# test group whose summary reports any skip counts as failed. Exit status: 1 when a test group
+# failed or skipped, else 0.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 OUT="${OUT:-./gpu-out}"; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TCMLIR_REQUIRE_GPU=1
 export TCMLIR_CACHE_DIR="$(mktemp -d)"
 steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=(tests sanitize bench)
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
@@ -25,8 +28,12 @@ if has tests; then
           "tests/test_corpus.py tests/test_random_programs.py")
   for i in "${!groups[@]}"; do
     # shellcheck disable=SC2086
-    (timeout 420 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE ${groups[$i]} >"$OUT/gpu-tests-$i.log" 2>&1
-     echo "tests[$i] ${groups[$i]}: exit $? $(tail -1 "$OUT/gpu-tests-$i.log")" >"$OUT/.sum-tests-$i") &
+    (timeout 420 python3 -m pytest -m gpu -q -p no:cacheprovider -rfEs ${groups[$i]} >"$OUT/gpu-tests-$i.log" 2>&1
+     rc=$?; last=$(tail -1 "$OUT/gpu-tests-$i.log")
+     if [ "$rc" -eq 0 ] && grep -Eq '^SKIPPED|[0-9]+ skipped' "$OUT/gpu-tests-$i.log"; then
+       rc=1; last="$last (tests skipped: a failure; see the SKIPPED lines)"; fi
+     echo "tests[$i] ${groups[$i]}: exit $rc $last" >"$OUT/.sum-tests-$i"
+     [ "$rc" -eq 0 ] || touch "$OUT/.tests-failed") &
     pids+=($!)
   done
 fi
@@ -54,3 +61,5 @@ if has tune; then
 fi
 cat "$OUT"/.sum-* 2>/dev/null; rm -f "$OUT"/.sum-*
 tail -n 40 "$OUT"/bench.log "$OUT"/tune.log 2>/dev/null
+if [ -e "$OUT/.tests-failed" ]; then rm -f "$OUT/.tests-failed"; exit 1; fi
+exit 0

@@ -21,6 +21,7 @@ from .errors import (
     OptionsError,
     ParseError,
     PipelineError,
+    PreconditionWarning,
     SemaError,
     TCError,
 )
@@ -43,7 +44,7 @@ _LAZY = {
 
 __all__ = [
     "CallError", "CodegenError", "CudaError", "InferenceError", "OptionsError", "ParseError",
-    "PipelineError", "SemaError", "TCError", "__version__", *_LAZY,
+    "PipelineError", "PreconditionWarning", "SemaError", "TCError", "__version__", *_LAZY,
 ]
 
 if TYPE_CHECKING:  # pragma: no cover

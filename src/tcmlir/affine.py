@@ -5,6 +5,12 @@ constants into isl syntax when it is quasi-affine: ``+ -``, multiplication where
 constant, unary ``-``, and ``floordiv``/``floormod`` by a positive constant. Anything else
 (a tensor read, a product of two variables, ``min``, a select, a float) gives None.
 
+`condition_to_isl` gives the affine part of a boolean condition (a guard of ``?:``) and
+`guarded_reads` pairs every read of an expression with the guards it is evaluated under: an
+access in the taken arm of ``c ? x : y`` only happens where ``c`` holds, and the bounds proof
+and the polyhedral model use that (the code generators evaluate only the taken arm of a
+select whose arms read tensors).
+
 `pw_aff_to_expr` goes the other way for a single-piece isl `PwAff` over the size parameters
 (used for ``T.k`` of a tensor whose shape was inferred).
 """
@@ -19,7 +25,8 @@ import islpy as isl
 from . import ir
 from .dtypes import DType
 
-__all__ = ["const_value", "is_isl_name", "pw_aff_to_expr", "to_isl"]
+__all__ = ["condition_to_isl", "const_value", "guarded_reads", "is_isl_name", "pw_aff_to_expr",
+           "to_isl"]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _NAME_CACHE: dict[str, bool] = {}
@@ -107,6 +114,56 @@ def to_isl(expr: ir.Expr) -> str | None:
                 return None
             return f"floor(({s})/{c})" if op == "floordiv" else f"(({s}) mod {c})"
     return None
+
+
+_NEGATE = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
+
+
+def condition_to_isl(expr: ir.Expr, positive: bool = True) -> str | None:
+    """An isl condition implied by ``expr`` being ``positive`` (true, or false when not), or
+    None when no affine consequence is known. Exact for comparisons of quasi-affine integer
+    expressions combined with ``&& || !``; other parts are dropped where that is sound."""
+    match expr:
+        case ir.Const(value=v, dtype=DType.BOOL):
+            return None if bool(v) == positive else "1 = 0"
+        case ir.Unary(op="!", operand=x):
+            return condition_to_isl(x, not positive)
+        case ir.Binary(op=op, lhs=a, rhs=b) if op in _NEGATE:
+            if not (a.dtype.is_signed and b.dtype.is_signed):  # unsigned wraps: not affine
+                return None
+            sa, sb = to_isl(a), to_isl(b)
+            if sa is None or sb is None:
+                return None
+            rel = op if positive else _NEGATE[op]
+            if rel == "!=":
+                return f"({sa} < {sb} or {sa} > {sb})"
+            return f"({sa} {'=' if rel == '==' else rel} {sb})"
+        case ir.Binary(op=op, lhs=a, rhs=b) if op in ("&&", "||"):
+            ca, cb = condition_to_isl(a, positive), condition_to_isl(b, positive)
+            if (op == "&&") == positive:  # a conjunction: either part alone is implied
+                parts = [c for c in (ca, cb) if c is not None]
+                return " and ".join(parts) if parts else None
+            if ca is None or cb is None:  # a disjunction needs both sides
+                return None
+            return f"({ca} or {cb})"
+    return None
+
+
+def guarded_reads(expr: ir.Expr, guard: str | None = None):
+    """Every `ir.Read` in ``expr`` (gather indices included) with the isl condition on the
+    indices and sizes under which it is evaluated (None: always)."""
+    match expr:
+        case ir.Select(cond=c, then=x, orelse=y):
+            yield from guarded_reads(c, guard)
+            for arm, positive in ((x, True), (y, False)):
+                cond = condition_to_isl(c, positive)
+                both = guard if cond is None else cond if guard is None else f"{guard} and {cond}"
+                yield from guarded_reads(arm, both)
+            return
+        case ir.Read():
+            yield expr, guard
+    for child in ir.children(expr):
+        yield from guarded_reads(child, guard)
 
 
 # ---------------------------------------------------------------- isl -> IR

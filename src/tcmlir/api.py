@@ -3,6 +3,11 @@
 A `TCFunction` holds one checked TC definition. Calling it binds and validates the inputs,
 compiles once per (target, signature, options, arch) — kept in memory — and launches. The
 stages of a compiled kernel (schedule, loops, LLVM IR, PTX) are exposed on the `Kernel`.
+
+A call's hot path is bind → prepared plan → launch: the first call of a signature (with
+default options and fresh outputs) makes a plan (`runtime.host_plan.HostPlan`,
+`runtime.launch_plan.CudaPlan`) and files it under the inputs' `signature.call_key`; a later
+call with an equal key and the same hot knobs goes straight to the plan.
 """
 
 from __future__ import annotations
@@ -14,14 +19,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from . import ir
 from .binding import allocate_outputs, bind_host_inputs, check_outputs
-from .config import get_config
+from .config import get_config, hot_path_token
 from .errors import CallError, Source, TCError
 from .lang import check, parse
 from .lang.printer import format_def
 from .options import MappingOptions
-from .signature import Signature
+from .signature import Signature, call_key
 
 __all__ = ["TARGETS", "Kernel", "TCFunction", "define"]
 
@@ -51,15 +58,24 @@ def _check_target(target: str | None) -> None:
 
 
 def resolve_target(target: str) -> str:
-    """What ``auto`` means here: cuda when a GPU is visible, else cpu (``TCMLIR_TARGET`` overrides)."""
+    """What ``auto`` means here: cuda when a GPU is visible, cpu when none is (``TCMLIR_TARGET``
+    overrides). When CUDA is installed but fails to initialise for another reason than "no
+    device" (`runtime.probe`), this raises a CudaError rather than fall back to the CPU."""
     if target != "auto":
         return target
     forced = get_config().target
     if forced:
         return forced
-    from .runtime import gpu_available
+    from .runtime.probe import probe_gpu
 
-    return "cuda" if gpu_available() else "cpu"
+    probe = probe_gpu()
+    if probe.state == "broken":
+        from .errors import CudaError
+
+        raise CudaError(f"target='auto': CUDA is installed but unusable ({probe.reason}); "
+                        "fix the CUDA setup, or choose the host explicitly with target='cpu' "
+                        "or TCMLIR_TARGET=cpu")
+    return "cuda" if probe.ok else "cpu"
 
 
 @dataclass
@@ -95,8 +111,8 @@ class Kernel:
                           "(compile with target='cuda')")
         return self.ptx_text
 
-    def launch(self, *inputs: Any, outputs: Sequence[Any] | None = None) -> Any:
-        return self.function._launch(self, inputs, outputs)
+    def launch(self, *inputs: Any, outputs: Sequence[Any] | None = None, stream: Any = None) -> Any:
+        return self.function._launch(self, inputs, outputs, stream=stream)
 
     def benchmark(self, *inputs: Any, runs: int = 5) -> list[float]:
         """Seconds per run for ``runs`` runs (CUDA events on the GPU, a wall clock on the host)."""
@@ -116,6 +132,7 @@ class TCFunction:
         self.options_factory = options_factory
         self.canonical_source = format_def(program.get(fn.name))
         self._kernels: dict[tuple, Kernel] = {}
+        self._plans: dict[tuple, tuple[tuple, Any]] = {}  # call_key -> (hot knobs, plan.call)
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -142,9 +159,29 @@ class TCFunction:
     # ------------------------------------------------------------ calling
 
     def __call__(self, *inputs: Any, options: MappingOptions | None = None,
-                 outputs: Sequence[Any] | None = None) -> Any:
+                 outputs: Sequence[Any] | None = None, stream: Any = None) -> Any:
+        """Run on ``inputs``. ``stream`` (target cuda): the CUDA stream to launch on — a
+        ``torch.cuda.Stream``, a CuPy stream, a raw ``CUstream`` handle (int) or a
+        `tcmlir.runtime.cuda.Stream`; by default the current stream of the inputs' library
+        (torch's or CuPy's), else the legacy default stream."""
+        if options is None and outputs is None:
+            key = call_key(inputs)
+            if key is not None:
+                hit = self._plans.get(key)
+                if hit is not None and hit[0] == hot_path_token():
+                    return hit[1](inputs, stream)
         kernel, bound = self._compile(inputs, options, None, None)
-        return self._launch(kernel, inputs, outputs, bound)
+        return self._launch(kernel, inputs, outputs, bound, stream=stream,
+                            remember=options is None and self.options_factory is None)
+
+    def check_errors(self) -> None:
+        """Wait for this function's CUDA work and raise the `CallError` of any gather bounds
+        failure not reported yet (with ``TCMLIR_GATHER_CHECK=async``, or after CUDA graph
+        replays, a failure is otherwise reported by a later call)."""
+        for kernel in list(self._kernels.values()):
+            check = getattr(kernel.runner, "check_errors", None)
+            if check is not None:
+                check()
 
     def compile(self, *inputs: Any, options: MappingOptions | None = None,
                 target: str | None = None, arch: str | None = None) -> Kernel:
@@ -186,16 +223,29 @@ class TCFunction:
     # ------------------------------------------------------------ launching
 
     def _launch(self, kernel: Kernel, inputs: Sequence[Any], outputs: Sequence[Any] | None,
-                bound: Any = None) -> Any:
+                bound: Any = None, *, stream: Any = None, remember: bool = False) -> Any:
         if kernel.target == "cuda":
             from .runtime.cuda_launch import launch_cuda
 
-            return launch_cuda(kernel, inputs, outputs)
+            result, plan = launch_cuda(kernel, inputs, outputs, stream=stream, bound=bound)
+            if remember and plan is not None and outputs is None:
+                self._remember(inputs, plan.call)
+            return result
+        if stream is not None:
+            raise CallError(f"{self.entry}: stream= is for target='cuda'; this kernel runs on "
+                            f"{kernel.target}")
         if bound is None:
             bound = bind_host_inputs(self.ir, inputs)
         if bound.signature != kernel.signature and not kernel.options.parametric:
             raise CallError(f"{self.entry}: kernel compiled for {kernel.signature.to_json()} "
                             f"called with {bound.signature.to_json()}")
+        if kernel.target == "cpu" and outputs is None:
+            from .runtime.host_plan import host_plan
+
+            plan = host_plan(kernel.runner, self.ir, bound.sizes)
+            if remember and all(_host_ready(x) for x in inputs):
+                self._remember(inputs, _host_call(plan))
+            return plan.call(list(bound.arrays.values()))
         outs = check_outputs(self.ir, bound.sizes, outputs)
         if outs is None:
             outs = allocate_outputs(self.ir, bound.sizes)
@@ -208,6 +258,14 @@ class TCFunction:
         results = tuple(outs[t.name] for t in self.ir.outputs)
         return results[0] if len(results) == 1 else results
 
+    def _remember(self, inputs: Sequence[Any], call: Callable[..., Any]) -> None:
+        """File a plan under the inputs' call key (after a call with them passed every check)."""
+        if get_config().always_compile:
+            return
+        key = call_key(inputs)
+        if key is not None:
+            with self._lock:
+                self._plans[key] = (hot_path_token(), call)
 
     def _benchmark(self, kernel: Kernel, inputs: Sequence[Any], runs: int) -> list[float]:
         if kernel.target == "cuda":
@@ -228,6 +286,23 @@ class TCFunction:
                 kernel.runner.run(arrays, bound.sizes)
             times.append(time.perf_counter() - start)
         return times
+
+
+def _host_ready(x: Any) -> bool:
+    """Whether a host plan can take ``x`` as it is (what `HostPlan.call` assumes)."""
+    if type(x) is np.ndarray:
+        return bool(x.flags.c_contiguous)
+    return type(x) in (bool, int, float) or isinstance(x, np.generic)
+
+
+def _host_call(plan: Any) -> Callable[[Sequence[Any], Any], Any]:
+    def call(inputs: Sequence[Any], stream: Any) -> Any:
+        if stream is not None:
+            raise CallError(f"{plan.kernel.fn.name}: stream= is for target='cuda'; this kernel "
+                            "runs on the host")
+        return plan.call(inputs)
+
+    return call
 
 
 def _bind_any(fn: TCFunction, inputs: Sequence[Any]) -> Any:

@@ -9,6 +9,7 @@ through `tcmlir.runtime.arrays`.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,9 +20,11 @@ import numpy as np
 from . import ir
 from .dtypes import DType
 from .errors import CallError
+from .lang.ranges import SIZE_LIMIT
 from .signature import ArgSpec, Signature
 
-__all__ = ["BoundCall", "bind_host_inputs", "bind_sizes", "output_shapes"]
+__all__ = ["BoundCall", "bind_host_inputs", "bind_sizes", "needs_zero_fill", "output_shapes",
+           "scalar_array"]
 
 
 @dataclass(frozen=True)
@@ -76,12 +79,25 @@ def bind_sizes(fn: ir.Function, shapes: Sequence[tuple[int, ...]]) -> dict[str, 
 
 
 def _check_context(fn: ir.Function, sizes: Mapping[str, int]) -> None:
+    big = [f"{n}={v}" for n, v in sizes.items() if v >= SIZE_LIMIT]
+    if big:  # the bounds and overflow proofs of the definition assume smaller sizes
+        raise CallError(f"{fn.name}: size {', '.join(big)} is too large (sizes must be "
+                        f"below 2^31, as TC's int32 sizes)")
     names = _context_params(fn.context)
     if not _context_admits(fn.context, tuple(sizes.get(n, 0) for n in names)):
         given = ", ".join(f"{n}={sizes[n]}" for n in names if n in sizes)
+        broken = [c for c in fn.preconditions if not _context_admits(
+            _precondition_set(names, c), tuple(sizes.get(n, 0) for n in names))]
+        if broken:
+            raise CallError(f"{fn.name}: sizes {given} violate the precondition "
+                            f"{' and '.join(broken)} (needed to keep every access in bounds)")
         raise CallError(
             f"{fn.name}: sizes {given} violate the program's constraints {fn.context} "
             "(every size and every inferred extent must be at least 1)")
+
+
+def _precondition_set(names: tuple[str, ...], condition: str) -> str:
+    return f"[{', '.join(names)}] -> {{ : {condition} }}"
 
 
 # Both are on every call's path: parse each context once, test each size tuple once.
@@ -104,9 +120,44 @@ def _format_decl(t: ir.Tensor) -> str:
     return f"{t.dtype}({', '.join(map(str, t.shape))}) {t.name}" if t.shape else f"{t.dtype} {t.name}"
 
 
+def scalar_array(fn_name: str, tensor: ir.Tensor, value: bool | int | float | np.generic
+                 ) -> np.ndarray:
+    """A Python or numpy scalar as the 0-d array of ``tensor``'s dtype, or a `CallError` naming
+    the parameter when the conversion would lose information: a non-integral or non-finite
+    value for an integer type, a value outside the type's range, a finite value that
+    overflows a float type, anything but 0/1 for bool."""
+    dt = tensor.dtype
+    what = f"{fn_name}: scalar {tensor.name} ({dt})"
+    if isinstance(value, np.generic) and not isinstance(value, np.bool_ | np.number):
+        raise CallError(f"{what} must be a number, got {type(value).__name__}")
+    py = value.item() if isinstance(value, np.generic) else value
+    if isinstance(py, complex):
+        raise CallError(f"{what} must be a real number, got {value!r}")
+    if dt is DType.BOOL:
+        if py not in (0, 1) or (isinstance(py, float) and not float(py).is_integer()):
+            raise CallError(f"{what} must be True or False (or 0/1), got {value!r}")
+        return np.asarray(bool(py), dtype=dt.numpy)
+    if dt.is_int:
+        if isinstance(py, float):
+            if not math.isfinite(py) or not py.is_integer():
+                raise CallError(f"{what} must be an integer, got {value!r} (converting it "
+                                "would lose information)")
+            py = int(py)
+        info = np.iinfo(dt.numpy)
+        if not info.min <= int(py) <= info.max:
+            raise CallError(f"{what} must be in [{info.min}, {info.max}], got {value!r}")
+        return np.asarray(int(py), dtype=dt.numpy)
+    with np.errstate(over="ignore"):
+        arr = np.asarray(py, dtype=dt.numpy)
+    if math.isfinite(float(py)) and not np.isfinite(arr):
+        raise CallError(f"{what}: {value!r} overflows {dt} (its largest value is "
+                        f"{float(np.finfo(dt.numpy).max):g})")
+    return arr
+
+
 def _to_host_array(fn: ir.Function, tensor: ir.Tensor, value: Any) -> np.ndarray:
     if tensor.rank == 0 and isinstance(value, bool | int | float | np.generic):
-        return np.asarray(value, dtype=tensor.dtype.numpy)
+        return scalar_array(fn.name, tensor, value)
     if hasattr(value, "__cuda_array_interface__") or _is_cuda_dlpack(value):
         raise CallError(
             f"{fn.name}: input {tensor.name} lives on a GPU; this target runs on the host "
@@ -192,6 +243,34 @@ def check_outputs(fn: ir.Function, sizes: Mapping[str, int], outputs: Sequence[A
 
 
 def allocate_outputs(fn: ir.Function, sizes: Mapping[str, int]) -> dict[str, np.ndarray]:
-    """Fresh outputs start at zero (so `+=` without `!` accumulates onto zeros)."""
+    """Fresh outputs start at zero (so `+=` without `!` accumulates onto zeros); an output its
+    first statement sets entirely (`needs_zero_fill` is False) is left uninitialised."""
     shapes = output_shapes(fn, sizes)
-    return {t.name: np.zeros(shapes[t.name], dtype=t.dtype.numpy) for t in fn.outputs}
+    return {t.name: (np.zeros if needs_zero_fill(fn, t, sizes) else np.empty)(
+        shapes[t.name], dtype=t.dtype.numpy) for t in fn.outputs}
+
+
+def needs_zero_fill(fn: ir.Function, tensor: ir.Tensor, sizes: Mapping[str, int]) -> bool:
+    """Whether a fresh buffer for ``tensor`` (an output or temporary) must start at zero.
+
+    False only when the first statement writing it sets every element before anything reads
+    it: a ``=`` or ``!`` statement whose left-hand side indexes each dimension with its own
+    index, ranging over exactly ``[0, extent)`` at these ``sizes``, and whose right-hand side
+    does not read the tensor. Anything else (``+=`` onto zeros, a partial box, a self-read)
+    keeps the zero fill the language promises.
+    """
+    for st in fn.statements:
+        if st.tensor != tensor.name:
+            continue
+        if st.reduction is not None and not st.init:
+            return True
+        if len(st.lhs) != tensor.rank or len(set(st.lhs)) != tensor.rank:
+            return True
+        for name, extent in zip(st.lhs, tensor.shape, strict=True):
+            if name not in st.index_names:
+                return True
+            r = st.range_of(name)
+            if r.lo.evaluate(sizes) != 0 or r.hi.evaluate(sizes) != extent.evaluate(sizes):
+                return True
+        return any(isinstance(e, ir.Read) and e.tensor == tensor.name for e in ir.walk(st.rhs))
+    return True

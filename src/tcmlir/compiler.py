@@ -41,7 +41,7 @@ def lower(fn_ir: Any, sizes: Mapping[str, int] | None, options: MappingOptions, 
     passes = parse_pipeline(options.to_pipeline("cuda" if target == "cuda" else "cpu"))
     state = PassManager(passes, verify_each=verify).run(state)
     if verify and target == "cuda" and state.schedule is not None and kernel_marks(state.schedule):
-        check_coverage(state.schedule, state.scop.domain, state.scop.context)
+        check_coverage(state.proof_schedule, state.scop.domain, state.scop.context)
     return state
 
 

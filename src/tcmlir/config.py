@@ -8,7 +8,10 @@
 | ``TCMLIR_THREADS`` | default number of CPU threads for ``target="cpu"`` (default: all cores) |
 | ``TCMLIR_TARGET`` | overrides what ``target="auto"`` picks (``cuda``, ``cpu`` or ``numpy``) |
 | ``TCMLIR_LIBDEVICE`` | path of ``libdevice.10.bc`` when it is not under ``$CUDA_HOME`` (read by `codegen.nvptx`) |
+| ``TCMLIR_REQUIRE_GPU`` | ``1``: the test suite fails (rather than skips) every GPU test when no GPU is usable (``tests/conftest.py``; ``pytest --require-gpu`` is the same) |
+| ``TCMLIR_GATHER_CHECK`` | when a CUDA call reads its gather bounds flag: ``auto`` (default: with the call for host arrays, asynchronously for device arrays), ``sync`` (always with the call) or ``async`` |
 | ``TCMLIR_TUNE_FAULT`` | test hook: ``crash:FIELD=VALUE`` makes tuning workers die on such candidates (`tune.evaluate`) |
+| ``TCMLIR_TUNE_MISCOMPILE`` | test hook: ``FIELD=VALUE`` (VALUE as JSON) spoils one output element of every checked run of options with that field value, so the verification in `tune.verify` must reject them |
 
 A value that is not understood is an error (a `TCError` naming the allowed values), never
 silently ignored.
@@ -16,14 +19,16 @@ silently ignored.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 
 from .errors import TCError
 
-__all__ = ["Config", "get_config"]
+__all__ = ["Config", "get_config", "hot_path_token"]
 
 DUMP_STAGES = ("ir", "schedule", "loops", "llvm", "ptx")
+GATHER_CHECKS = ("auto", "sync", "async")
 
 
 @dataclass(frozen=True)
@@ -33,10 +38,38 @@ class Config:
     dump: frozenset[str]
     threads: int | None
     target: str | None
+    require_gpu: bool = False
+    tune_miscompile: tuple[str, object] | None = None  # (option field, JSON value) or None
+    gather_check: str = "auto"
 
 
-def _flag(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
+
+
+def _flag(name: str, value: str | None) -> bool:
+    """An on/off knob: ``1/true/yes/on`` or ``0/false/no/off`` (or unset); else a TCError."""
+    text = (value or "").strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise TCError(f"{name}={value!r}: use 1 (on) or 0 (off)")
+
+
+def _miscompile_predicate(spec: str) -> tuple[str, object] | None:
+    """``FIELD=VALUE`` -> (FIELD, VALUE parsed as JSON, else the text); empty -> None."""
+    if not spec:
+        return None
+    name, sep, value = spec.partition("=")
+    if not sep or not name.strip().isidentifier():
+        raise TCError(f"TCMLIR_TUNE_MISCOMPILE={spec!r}: use FIELD=VALUE with a MappingOptions "
+                      "field and a JSON value, e.g. unroll_factor=4 or tile_sizes=[4,4,4]")
+    try:
+        parsed: object = json.loads(value)
+    except ValueError:
+        parsed = value
+    return name.strip(), parsed
 
 
 def get_config() -> Config:
@@ -55,10 +88,33 @@ def get_config() -> Config:
     target = env.get("TCMLIR_TARGET", "").strip().lower() or None
     if target is not None and target not in ("cuda", "cpu", "numpy"):
         raise TCError(f"TCMLIR_TARGET={target!r}: use cuda, cpu or numpy")
+    gather_check = env.get("TCMLIR_GATHER_CHECK", "").strip().lower() or "auto"
+    if gather_check not in GATHER_CHECKS:
+        raise TCError(f"TCMLIR_GATHER_CHECK={gather_check!r}: use {', '.join(GATHER_CHECKS)}")
     return Config(
+        tune_miscompile=_miscompile_predicate(env.get("TCMLIR_TUNE_MISCOMPILE", "").strip()),
+        gather_check=gather_check,
         cache_dir=env.get("TCMLIR_CACHE_DIR") or None,
-        always_compile=_flag(env.get("TCMLIR_ALWAYS_COMPILE")),
+        always_compile=_flag("TCMLIR_ALWAYS_COMPILE", env.get("TCMLIR_ALWAYS_COMPILE")),
         dump=dump,
         threads=threads,
         target=target,
+        require_gpu=_flag("TCMLIR_REQUIRE_GPU", env.get("TCMLIR_REQUIRE_GPU")),
     )
+
+
+_HOT_KNOBS = ("TCMLIR_ALWAYS_COMPILE", "TCMLIR_TARGET", "TCMLIR_GATHER_CHECK")
+# os.environ keeps its encoded entries in a plain dict: reading that skips the Mapping
+# machinery (a missing key costs an exception there), which matters on a 10 µs call path.
+_ENV_DATA = getattr(os.environ, "_data", None)
+_ENV_KEYS = (tuple(os.environ.encodekey(k) for k in _HOT_KNOBS)  # type: ignore[attr-defined]
+             if isinstance(_ENV_DATA, dict) else ())
+
+
+def hot_path_token() -> tuple[object, ...]:
+    """The raw values of the knobs a prepared call depends on, unparsed (a cached call compares
+    them with those its plan was made under, so changing a knob is seen by the next call)."""
+    if _ENV_KEYS:
+        get = _ENV_DATA.get  # type: ignore[union-attr]
+        return (get(_ENV_KEYS[0]), get(_ENV_KEYS[1]), get(_ENV_KEYS[2]))
+    return tuple(os.environ.get(name) for name in _HOT_KNOBS)

@@ -18,6 +18,7 @@ __all__ = [
     "OptionsError",
     "ParseError",
     "PipelineError",
+    "PreconditionWarning",
     "SemaError",
     "Source",
     "Span",
@@ -63,15 +64,18 @@ class Span:
         return Span(first.start, max(self.end, other.end), first.line, first.col)
 
 
-def format_located(source: Source, span: Span | None, what: str, fix: str | None = None) -> str:
-    """``name:LINE:COL: error: what``, the source line, a caret line, and an optional fix."""
+def format_located(source: Source, span: Span | None, what: str, fix: str | None = None,
+                   kind: str = "error") -> str:
+    """``name:LINE:COL: error: what``, the source line, a caret line, and an optional fix.
+
+    ``kind`` replaces ``error`` (``warning`` for `PreconditionWarning`)."""
     if span is None:
-        head = f"{source.name}: error: {what}"
+        head = f"{source.name}: {kind}: {what}"
         return head if fix is None else f"{head}\n  fix: {fix}"
     line_text = source.line_text(span.line)
     width = max(1, min(span.end - span.start, len(line_text) - span.col + 1))
     caret = " " * (span.col - 1) + "^" + "~" * (width - 1)
-    parts = [f"{source.name}:{span.line}:{span.col}: error: {what}", f"  {line_text}", f"  {caret}"]
+    parts = [f"{source.name}:{span.line}:{span.col}: {kind}: {what}", f"  {line_text}", f"  {caret}"]
     if fix:
         parts.append(f"  fix: {fix}")
     return "\n".join(parts)
@@ -129,3 +133,8 @@ class CodegenError(TCError):
 
 class CudaError(TCError):
     """A CUDA driver call failed (a failed launch names the kernel, grid, block and error)."""
+
+
+class PreconditionWarning(UserWarning):
+    """A definition is valid only for some sizes: the condition becomes a precondition of every
+    call (as in TC), checked when the sizes are bound (a violation is a `CallError`)."""

@@ -7,6 +7,7 @@ signature; pass one to ``tc.define(..., options_factory=...)``.
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -38,7 +39,12 @@ def _memo_key(fn: Any, inputs: Sequence[Any]) -> tuple:
 def make_load_from_cache_options_factory(cache: Any = True) -> Factory:
     """Options from the cache: the exact signature, else the nearest size (logged), else naive.
 
-    The database is opened once, on the first call; each signature is looked up once.
+    The database is opened once, on the first call; each signature is looked up once. Stored
+    options are re-verified on this call's inputs the first time this process uses them
+    (`tcmlir.tune.verify.verify_for_call`: the kernel the call will use is compiled here and
+    run once against the reference); options that compute a wrong result are dropped from
+    the cache (when tuned for this signature; nearest-size ones are only skipped) with a
+    `WrongResultWarning`, and the default options are used instead.
     """
     state: dict[str, Any] = {}
     memo: dict[tuple, MappingOptions] = {}
@@ -52,19 +58,47 @@ def make_load_from_cache_options_factory(cache: Any = True) -> Factory:
         if "store" not in state:
             state["store"] = open_cache(cache)
         store = state["store"]
-        found = store.lookup(fn, *inputs, exact=True) if store is not None else None
-        if found is None and store is not None:
-            found = store.lookup(fn, *inputs, exact=False)
-            if found is not None:
+        record = store.lookup_record(fn, *inputs, exact=True) if store is not None else None
+        if record is None and store is not None:
+            record = store.lookup_record(fn, *inputs, exact=False)
+            if record is not None:
                 log.info("%s: no tuned options for this size; using those of the nearest size",
                          fn.entry)
-        if found is None:
+        if record is None:
             log.info("%s: no tuned options in the cache; using naive options", fn.entry)
             found = MappingOptions.naive()
+        else:
+            found = _verified_or_default(fn, inputs, store, record)
         memo[key] = found
         return found
 
     return factory
+
+
+def _verified_or_default(fn: Any, inputs: Sequence[Any], store: Any, record: Any
+                         ) -> MappingOptions:
+    """The stored options if they compute the right result on these inputs; else the row is
+    dropped, a warning says so, and the default options are returned."""
+    from .api import resolve_target
+    from .tune.verify import WrongResultWarning, to_host, verify_for_call
+
+    found = MappingOptions.from_json(record.options_json)
+    wrong = verify_for_call(fn, inputs, found)
+    if wrong is None:
+        return found
+    # a row tuned at this very signature is dropped; one borrowed from the nearest size is
+    # only not used here (its own size re-verifies it when a call there first uses it)
+    own = record.signature == fn.signature(*[to_host(x) for x in inputs]).to_json()
+    if own:
+        store.discard(record)
+    message = (f"{fn.entry}: the tuned options cached in {store.path} failed their check on "
+               f"this call's inputs ({wrong}); "
+               + ("dropped them from the cache" if own else
+                  "not using those of the nearest size") + " and using the default options "
+               "instead")
+    log.warning("%s", message)
+    warnings.warn(message, WrongResultWarning, stacklevel=4)
+    return MappingOptions.default_for(fn.ir, resolve_target(fn.target))
 
 
 def make_autotuned_options_factory(config: Any = None, cache: Any = True,

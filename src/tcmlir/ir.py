@@ -304,6 +304,9 @@ class Function:
     ``sizes`` are the size parameters in order of first appearance; ``context`` is an isl set
     over them (sizes >= 1 and whatever the program implies). ``inputs`` and ``outputs`` follow
     the signature's order; ``temporaries`` are the other tensors written (not returned).
+    ``preconditions`` are the conditions on the sizes (isl syntax over the size names, already
+    part of ``context``) that some access needs to stay in bounds and that the program implies
+    without stating (e.g. ``L >= 2``); a call with sizes outside them is a `CallError`.
     """
 
     name: str
@@ -314,6 +317,7 @@ class Function:
     temporaries: tuple[Tensor, ...]
     statements: tuple[Statement, ...]
     source: Source | None = field(default=None, compare=False, repr=False)
+    preconditions: tuple[str, ...] = ()
 
     @property
     def tensors(self) -> tuple[Tensor, ...]:

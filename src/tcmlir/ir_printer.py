@@ -60,6 +60,8 @@ def format_function(fn: Function) -> str:
 
     lines = [f"func {fn.name}({', '.join(map(sig, fn.inputs))}) -> ({', '.join(map(sig, fn.outputs))})"]
     lines.append(f"  sizes: {', '.join(fn.sizes) or '-'}   context: {fn.context}")
+    for cond in fn.preconditions:
+        lines.append(f"  requires {cond}")
     for t in fn.temporaries:
         lines.append(f"  temporary {sig(t)}")
     for k, s in enumerate(fn.statements):

@@ -5,10 +5,13 @@ that round-trips exactly through JSON and compiles to a pass pipeline string (`t
 The presets follow Tensor Comprehensions' (`naive`, `pointwise`, `mlp`, `convolution`,
 `group_convolution`). Which fields a backend honours: the CPU uses the schedule options,
 tiling, unrolling, `threads` and `parametric`; the GPU backend uses the schedule options,
-tiling, `block`, `grid`, unrolling and `parametric`, and rejects the promotion options
-(`use_shared_memory`, `use_private_memory`: not implemented). `fix_parameters_before_scheduling`,
-`tile_imperfectly_nested`, `unroll_copy_shared` and `use_readonly_cache` are kept for TC's
-JSON and ignored.
+tiling, `block` (replaced by tile / register sizes when `register_tile` is set), `grid`,
+unrolling, `parametric`, `register_tile`, `use_shared_memory` (with `max_shared_memory`, at most
+the 48 KiB of static shared memory, and `unroll_copy_shared`) and `use_private_memory`.
+`shared_depth` and `private_depth` are kept for TC's JSON: the promotion passes pick the depth
+(below the tile band for shared memory, above the sequential tile loop for registers).
+`fix_parameters_before_scheduling`, `tile_imperfectly_nested` and `use_readonly_cache` (inputs are
+always read through the read-only path on the GPU) are kept for TC's JSON and ignored.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ class MappingOptions:
     use_readonly_cache: bool = False
     threads: int = 0                             # CPU worker threads; 0: all cores
     parametric: bool = False                     # sizes as kernel arguments: one kernel, every size
+    register_tile: tuple[int, ...] = ()          # outputs per thread along the point band (GPU)
     row_block: int = 0                           # cuda: >0 maps a row program to one kernel
                                                  # (map-rows), this many threads per row; 0 off
 
@@ -71,6 +75,8 @@ class MappingOptions:
                            _positive_tuple("tile sizes", self.tile_sizes, allow_zero=True))
         object.__setattr__(self, "block", _positive_tuple("block", self.block, max_len=3))
         object.__setattr__(self, "grid", _positive_tuple("grid", self.grid, max_len=3))
+        object.__setattr__(self, "register_tile",
+                           _positive_tuple("register tile", self.register_tile, max_len=3))
         if not self.block or not self.grid:
             raise OptionsError("block and grid need at least one dimension")
         for name in ("unroll_factor",):
@@ -108,21 +114,36 @@ class MappingOptions:
 
     @classmethod
     def default_for(cls, fn: Any, target: str) -> MappingOptions:
-        """What a call without options uses. On the CPU, nests of three or more loops
-        (matmul, convolutions) get the naive 32³ tiling, which keeps their operands in cache;
-        shallower programs (elementwise chains, row reductions, softmax) are fused instead of
-        tiled (measured: softmax 4096×1024 15.5 ms fused and untiled, 42.6 ms naive). On the
-        GPU: row programs (softmax, layernorm, row reductions) get `gpu_defaults.reduction_defaults`
-        (one kernel, a block per row), other programs the naive options."""
-        if target == "cpu" and max((len(s.ranges) for s in fn.statements), default=0) < 3:
+        """What a call without options uses (``fn``: a `TCFunction` or its `ir.Function`).
+
+        On the CPU, nests of three or more loops (matmul, convolutions) get the naive 32³
+        tiling, which keeps their operands in cache; shallower programs (elementwise chains,
+        row reductions, softmax) are fused instead of tiled (measured: softmax 4096×1024
+        15.5 ms fused and untiled, 42.6 ms naive). On the GPU, a contraction (one statement
+        with two lhs indices and one reduction index: matmul, its transposed forms, fc) gets
+        128×128×8 tiles, 8×8 outputs per thread in registers (16×16 threads) and its operand
+        tiles in shared memory (`cuda_contraction`); row programs (softmax, layernorm, row,
+        column and full reductions: bandwidth-bound) get `gpu_defaults.reduction_defaults`
+        first (one kernel, a block per row); everything else the naive options."""
+        statements = getattr(fn, "ir", fn).statements
+        if target == "cpu" and max((len(s.ranges) for s in statements), default=0) < 3:
             return cls(fusion="max")
         if target == "cuda":
             from .gpu_defaults import reduction_defaults
 
-            rows = reduction_defaults(fn)
+            rows = reduction_defaults(getattr(fn, "ir", fn))
             if rows is not None:
                 return rows
+        if target == "cuda" and _is_contraction(statements):
+            return cls.cuda_contraction()
         return cls.naive()
+
+    @classmethod
+    def cuda_contraction(cls) -> MappingOptions:
+        """Register-tiled, shared-memory-promoted options for matmul-like kernels on the GPU."""
+        return cls(fusion="preserve3coincident", tile_sizes=(128, 128, 8), register_tile=(8, 8),
+                   block=(16, 16), grid=(1024, 1024), use_shared_memory=True,
+                   use_private_memory=True)
 
     # ------------------------------------------------------------ fluent setters
 
@@ -170,6 +191,11 @@ class MappingOptions:
         if depth is not None:
             changes["private_depth"] = depth
         return self._with(**changes)
+
+    def register_tiling(self, *sizes: int) -> MappingOptions:
+        """Each GPU thread computes ``sizes[i]`` outputs along point member ``i`` (registers);
+        the block then has ``tile / sizes`` threads per mapped member (`register-tile`)."""
+        return self._with(register_tile=tuple(sizes))
 
     def with_threads(self, threads: int) -> MappingOptions:
         return self._with(threads=int(threads))
@@ -270,21 +296,48 @@ class MappingOptions:
             steps.append("mark-parallel")
             steps.append("vectorize")  # a unit-stride parallel member innermost, if legal
         elif target == "cuda":
+            block = self.thread_block()
             steps.append(f"map-to-blocks{{grid={ints(self.grid)}}}")
-            steps.append(f"map-to-threads{{block={ints(self.block)}}}")
+            if self.register_tile:
+                steps.append(f"register-tile{{sizes={ints(self.register_tile)}}}")
+            steps.append(f"map-to-threads{{block={ints(block)}}}")
             # a reduction member left sequential goes to threadIdx.x with a block combine
             # (only where the kernel has at most one thread-mapped member; passes/map_reductions)
-            steps.append(f"map-reduction{{threads={self.block[0]}}}")
-            # Promotion to shared memory and registers is not built yet: say so plainly rather
-            # than emit pipeline steps that name passes which do not exist.
-            for flag, what in (("use_shared_memory", "shared-memory"),
-                               ("use_private_memory", "register (private)")):
-                if getattr(self, flag):
-                    raise OptionsError(f"{flag}: {what} promotion is not implemented by the "
-                                       f"CUDA backend yet; set {flag}=False")
+            steps.append(f"map-reduction{{threads={block[0]}}}")
         if self.unroll_factor > 1:
             steps.append(f"unroll{{factor={self.unroll_factor}}}")
+        if target == "cuda":
+            if self.use_shared_memory:
+                limit = self.max_shared_memory or 48 * 1024
+                steps.append(f"promote-shared{{max-bytes={min(limit, 48 * 1024)},"
+                             f"unroll-copies={str(self.unroll_copy_shared).lower()}}}")
+            if self.use_private_memory:
+                steps.append("promote-private")
         return ",".join(steps)
+
+    def thread_block(self) -> tuple[int, ...]:
+        """The block a cuda kernel gets: ``block``, or with a register tile, the tile sizes
+        divided by the register sizes (innermost mapped member on x)."""
+        if not self.register_tile:
+            return self.block
+        tiles = self.tile_sizes
+        n = min(len(self.register_tile), len(tiles))
+        if n == 0 or any(tiles[i] == 0 or tiles[i] % self.register_tile[i] for i in range(n)):
+            raise OptionsError(f"register tile {self.register_tile} needs tile sizes that are "
+                               f"multiples of it, got tile sizes {tiles}")
+        return tuple(reversed([tiles[i] // self.register_tile[i] for i in range(n)]))
+
 
     def __str__(self) -> str:
         return self.to_json()
+
+
+def _is_contraction(statements: Any) -> bool:
+    """One reduction statement with two lhs indices and one reduction index (matmul-like),
+    plus at most elementwise statements of rank <= 2 (a bias, an activation)."""
+    reductions = [s for s in statements if s.reduction is not None]
+    if len(reductions) != 1:
+        return False
+    st = reductions[0]
+    return len(st.lhs) == 2 and len(st.index_names) == 3 and all(
+        len(s.index_names) <= 2 for s in statements if s is not st)

@@ -12,7 +12,8 @@ returns every output by name. Semantics are TC's:
   given ``outputs`` are written in place (they may hold garbage: ``=`` and ``!`` overwrite);
   temporaries are zero-filled and not returned;
 * a statement's rhs reads see the tensors as they are when the statement starts (after its
-  ``!`` initialisation): a statement reading the tensor it writes reads a snapshot.
+  ``!`` initialisation): a statement reading the tensor it writes reads a snapshot (sema only
+  lets it read the element each instance writes, so the order of instances never matters).
 
 Evaluation: each index variable is an ``np.arange`` on its own axis of the statement's box, the
 rhs tree is evaluated to an array broadcastable to the box, reduced over the reduction axes and
@@ -25,7 +26,10 @@ it undefined); float ``%`` is ``fmod``; ``floordiv``/``floormod`` floor. Index e
 (inside `Read.indices`) are computed in int64. Reads of float16/bfloat16 tensors give float32
 values; stores round to the storage type. Every read is bounds-checked: an index outside its
 tensor (a bad gather index, or sizes breaking the function's constraints) raises
-`tcmlir.errors.CallError`. Built-ins: see `tcmlir.reference_builtins` (float64, rounded once).
+`tcmlir.errors.CallError`. Float -> integer casts saturate (NaN gives 0), on every target.
+``c ? x : y`` is lazy as in C and the compiled code: each arm is
+evaluated (vectorised) only where it is taken, so a read in the other arm is neither checked nor
+used. Built-ins: see `tcmlir.reference_builtins` (float64, rounded once).
 """
 
 from __future__ import annotations
@@ -36,9 +40,10 @@ from collections.abc import Iterator, Mapping
 import numpy as np
 
 from . import ir
+from .affine import to_isl
 from .dtypes import DType
 from .errors import CallError, CodegenError, format_located
-from .reference_builtins import call_builtin
+from .reference_builtins import call_builtin, saturating_int
 
 __all__ = ["CHUNK_ELEMENTS", "run"]
 
@@ -205,6 +210,10 @@ class _Eval:
 
     def __init__(self, fn: ir.Function, arrays, sizes, env: dict[str, np.ndarray]):
         self.fn, self.arrays, self.sizes, self.env = fn, arrays, sizes, env
+        # where the expression being evaluated is live: the arms of ``?:`` are evaluated
+        # everywhere (vectorised) but only their taken points are checked and used
+        self.mask: np.ndarray | None = None
+        self.cache: dict[tuple[int, bool], tuple[ir.Expr, np.ndarray | None, np.ndarray]] = {}
 
     def value(self, e: ir.Expr) -> np.ndarray:
         """A value position: computed in the node's (compute) dtype."""
@@ -216,6 +225,15 @@ class _Eval:
         return t.compute.numpy
 
     def eval(self, e: ir.Expr, index: bool) -> np.ndarray:
+        # lets are shared IR nodes (a DAG): evaluate each once per mask and position
+        hit = self.cache.get((id(e), index))
+        if hit is not None and hit[0] is e and hit[1] is self.mask:
+            return hit[2]
+        value = self._eval(e, index)
+        self.cache[(id(e), index)] = (e, self.mask, value)
+        return value
+
+    def _eval(self, e: ir.Expr, index: bool) -> np.ndarray:
         dt = self._dtype(e.dtype, index)
         match e:
             case ir.Const(value=v):
@@ -235,13 +253,22 @@ class _Eval:
                 return self._binary(e, dt, index)
             case ir.Select(cond=c, then=t, orelse=f):
                 cv = self.eval(c, index).astype(bool, copy=False)
-                tv = self.eval(t, index).astype(dt, copy=False)
-                fv = self.eval(f, index).astype(dt, copy=False)
+                outer = self.mask
+                try:
+                    self.mask = cv if outer is None else np.logical_and(outer, cv)
+                    tv = self.eval(t, index).astype(dt, copy=False)
+                    nv = np.logical_not(cv)
+                    self.mask = nv if outer is None else np.logical_and(outer, nv)
+                    fv = self.eval(f, index).astype(dt, copy=False)
+                finally:
+                    self.mask = outer
                 return np.where(cv, tv, fv)
             case ir.Cast(operand=x, dtype=t):
                 v = self.eval(x, index)
                 if t.compute is not t:  # a cast to a storage type rounds through it
                     v = v.astype(t.numpy)
+                elif x.dtype.is_float and t.is_int and t is not DType.BOOL:
+                    v = saturating_int(v, t.numpy)
                 return v.astype(dt, copy=False)
             case ir.Call(func=f, args=args):
                 vals = [self.eval(a, index) for a in args]
@@ -284,17 +311,27 @@ class _Eval:
         if not e.indices:
             return arr
         idx = []
-        for d, x in enumerate(e.indices):
-            v = self.eval(x, index=True).astype(_I64, copy=False)
+        values = [self.eval(x, index=True).astype(_I64, copy=False) for x in e.indices]
+        live = None
+        if self.mask is not None:  # only the points of the taken ?: arm are read
+            shape = np.broadcast_shapes(self.mask.shape, *(v.shape for v in values))
+            live = np.broadcast_to(self.mask, shape)
+            if not live.any():
+                return np.zeros(shape, dtype=arr.dtype)
+            values = [np.where(live, np.broadcast_to(v, shape), 0) for v in values]
+        for d, (x, v) in enumerate(zip(e.indices, values, strict=True)):
             extent = arr.shape[d]
-            lo, hi = v.min(), v.max()
+            checked = v if live is None else v[live]
+            lo, hi = checked.min(), checked.max()
             if lo < 0 or hi >= extent:
                 bad = int(lo) if lo < 0 else int(hi)
                 gather = any(isinstance(s, ir.Read) for s in ir.walk(x))
-                what = "gathered index" if gather else "index"
+                checked_late = gather or to_isl(x) is None  # not proved at define
+                what = "gathered index" if gather else "non-affine index" if checked_late \
+                    else "index"
                 raise CallError(
                     f"{what} {bad} in dimension {d} of tensor '{e.tensor}' is out of bounds "
-                    f"(extent {extent})" + ("" if gather else
+                    f"(extent {extent})" + ("" if checked_late else
                                             f"; do the sizes satisfy {self.fn.context}?")
                 )
             idx.append(v)

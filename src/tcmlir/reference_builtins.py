@@ -22,7 +22,7 @@ import numpy as np
 
 from .errors import CodegenError
 
-__all__ = ["SCIPY_BUILTINS", "call_builtin", "scipy_special"]
+__all__ = ["SCIPY_BUILTINS", "call_builtin", "saturating_int", "scipy_special"]
 
 _F64 = np.float64
 
@@ -200,3 +200,13 @@ def call_builtin(name: str, args: list[np.ndarray], dtype: np.dtype, *, where: s
     if fn is None:
         raise CodegenError(f"the numpy reference does not know the built-in '{name}'{where}")
     return np.asarray(fn(*xs)).astype(dtype, copy=False)
+
+
+def saturating_int(v: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """Float -> integer conversion as every target does it: truncate toward zero, clamp to
+    the type's range, NaN -> 0."""
+    info = np.iinfo(dt)
+    v = np.asarray(v, dtype=np.float64)
+    hi, lo = v >= 2.0 ** (info.bits - (1 if info.min < 0 else 0)), v <= float(info.min) - 1.0
+    safe = np.where(np.isnan(v) | hi | lo, 0.0, v)
+    return np.where(hi, info.max, np.where(lo, info.min, np.trunc(safe).astype(dt))).astype(dt)

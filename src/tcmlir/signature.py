@@ -3,14 +3,22 @@
 A `Signature` is (shape, dtype, strides) per input. The size values (`sizes`) are derived from
 the shapes by binding the definition's size names. Both are hashable and JSON-friendly, for the
 in-memory compile cache and the persistent cache keys.
+
+`call_key` is the hot path's version: one hashable tuple read straight off the user's objects
+(type, shape, dtype, strides and device of each array; the type of each scalar) without
+converting anything, so a cached call finds its prepared launch plan in one dict lookup.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["ArgSpec", "Signature"]
+import numpy as np
+
+__all__ = ["ArgSpec", "Signature", "call_key"]
 
 
 @dataclass(frozen=True)
@@ -36,3 +44,54 @@ class Signature:
     def ranks_and_dtypes(self) -> tuple[tuple[int, str], ...]:
         """What a parametric kernel depends on (sizes excluded)."""
         return tuple((len(a.shape), a.dtype) for a in self.args)
+
+
+def _numpy_key(x: np.ndarray) -> tuple:
+    return (np.ndarray, x.shape, x.dtype, x.strides)
+
+
+def _torch_key(x: Any) -> tuple:
+    return (x.__class__, x.shape, x.dtype, x.stride(), x.device)
+
+
+def _cupy_key(x: Any) -> tuple:
+    return (x.__class__, x.shape, x.dtype, x.strides, x.device.id)
+
+
+def _scalar_key(x: Any) -> type:
+    return x.__class__
+
+
+def _keyer_for(cls: type) -> Callable[[Any], Any] | None:
+    if cls is np.ndarray:
+        return _numpy_key
+    if cls in (bool, int, float) or issubclass(cls, np.generic):
+        return _scalar_key
+    module = cls.__module__.split(".")[0]
+    if module == "torch" and hasattr(cls, "data_ptr") and hasattr(cls, "stride"):
+        return _torch_key
+    if module == "cupy" and hasattr(cls, "__cuda_array_interface__"):
+        return _cupy_key
+    return None  # other array types take the full binding path on every call
+
+
+_KEYERS: dict[type, Callable[[Any], Any] | None] = {}
+
+
+def call_key(inputs: Sequence[Any]) -> tuple | None:
+    """A hashable key of everything about ``inputs`` that a compiled call depends on, or None
+    when some input is of a type not keyed here (then the call binds in full).
+
+    Two calls with equal keys bind to the same `Signature`, size values, array kind and device,
+    and pass or fail the same checks; only the data pointers (and scalar values) differ.
+    """
+    parts = []
+    for x in inputs:
+        cls = x.__class__
+        keyer = _KEYERS.get(cls, False)
+        if keyer is False:
+            keyer = _KEYERS[cls] = _keyer_for(cls)
+        if keyer is None:
+            return None
+        parts.append(keyer(x))
+    return tuple(parts)

@@ -40,7 +40,15 @@ DEFAULT_RTOL = {
 
 
 def default_rtol(dtype: np.dtype) -> float:
+    if is_float(dtype) and np.dtype(dtype).itemsize == 2 and np.dtype(dtype).kind != "f":
+        return 1e-2  # bfloat16 (ml_dtypes): 8 significant bits
     return DEFAULT_RTOL.get(np.dtype(dtype), 1e-4)
+
+
+def is_float(dtype: np.dtype) -> bool:
+    """A floating-point dtype, ml_dtypes' bfloat16 (numpy kind "V") included."""
+    dtype = np.dtype(dtype)
+    return dtype.kind == "f" or dtype.name == "bfloat16"
 
 
 def as_tuple(result) -> tuple[np.ndarray, ...]:
@@ -55,7 +63,7 @@ def as_tuple(result) -> tuple[np.ndarray, ...]:
 def poisoned_like(expected: np.ndarray) -> np.ndarray:
     """A fresh C-contiguous array of the expected shape and dtype, filled with poison."""
     out = np.empty(expected.shape, dtype=expected.dtype)
-    if out.dtype.kind == "f":
+    if is_float(out.dtype):
         out.fill(np.nan)
     elif out.dtype.kind == "b":
         out.fill(True)
@@ -91,7 +99,7 @@ def assert_outputs_close(
         what = f"{prefix}output {k}"
         assert g.shape == e.shape, f"{what}: shape {g.shape}, expected {e.shape}"
         assert g.dtype == e.dtype, f"{what}: dtype {g.dtype}, expected {e.dtype}"
-        if e.dtype.kind == "f":
+        if is_float(e.dtype):
             tol = default_rtol(e.dtype) if rtol is None else rtol
             g64 = g.astype(np.float64)
             e64 = e.astype(np.float64)

@@ -429,6 +429,44 @@ def centered(float(N) A) -> (O) {
     full_write=False,
 )
 
+case(
+    "fused_diagonal_stencil",
+    """
+def diagonal(float(N, M) A) -> (O, P) {
+    # fused (fusion=max), the three statements need a skewed schedule (i + j) to stay tilable
+    T(i, j) = A(i, j) * 2.0
+    O(i, j) = T(i + 1, j) - T(i, j + 1) where i in 0:N-1, j in 0:M-1
+    P(i, j) = O(i + 1, j) + O(i, j + 1) where i in 0:N-2, j in 0:M-2
+}
+""",
+    inputs=lambda rng, N, M: (uniform(rng, N, M),),
+    expected=lambda A: _diagonal(A),
+    sizes=[dict(N=3, M=3), dict(N=9, M=14)],
+    tags={"pointwise", "stencil", "temporary", "skew"},
+)
+
+
+def _diagonal(A):
+    T = A * F32(2)
+    O = T[1:, :-1] - T[:-1, 1:]
+    return O, O[1:, :-1] + O[:-1, 1:]
+
+
+case(
+    "reversed_temporary",
+    """
+def reversed(float(N, M) A) -> (O) {
+    # fused, the consumer runs backwards in i: a negative schedule coefficient
+    T(i, j) = A(i, j) * 2.0
+    O(i, j) = T(N - 1 - i, j) + T(N - 1 - i, M - 1 - j)
+}
+""",
+    inputs=lambda rng, N, M: (uniform(rng, N, M),),
+    expected=lambda A: ((A * F32(2))[::-1, :] + (A * F32(2))[::-1, ::-1],),
+    sizes=[dict(N=1, M=1), dict(N=9, M=11)],
+    tags={"pointwise", "temporary", "orthant"},
+)
+
 # ---------------------------------------------------------------- normalisations
 
 case(
@@ -603,13 +641,14 @@ def int_reduce(int32(M, N) A) -> (S, Mn, Mx, P) {
     S(i) +=! A(i, j)
     Mn(i) min=! A(i, j)
     Mx(i) max=! A(i, j)
-    P(i) *=! A(i, j) % 3 + 2      # factors in 0..4, no overflow for N <= 13
+    # factors -2, -1, 1, 2 (C remainders, 0 replaced by 1): never 0, |P| <= 2^13
+    P(i) *=! (A(i, j) % 3 == 0) ? 1 : A(i, j) % 3
 }
 """,
     inputs=lambda rng, M, N: (ints(rng, M, N, lo=-1000, hi=1000),),
     expected=lambda A: (
         A.sum(1, dtype=np.int64).astype(I32), A.min(1), A.max(1),
-        np.prod(c_mod(A, 3) + 2, axis=1).astype(I32),
+        np.prod(np.where(c_mod(A, 3) == 0, 1, c_mod(A, 3)), axis=1).astype(I32),
     ),
     sizes=[dict(M=1, N=1), dict(M=7, N=13)],
     tags={"reduction", "int32", "multi-output"},
@@ -937,6 +976,46 @@ def half_annotated(float16(M, N) A, float16(N) B) -> (float16(M, N) O, float(M) 
     sizes=[dict(M=1, N=1), dict(M=5, N=33)],
     rtol=2e-3,
     tags={"pointwise", "reduction", "float16", "annotated"},
+)
+
+
+
+def bf16():
+    """numpy's bfloat16 (from ml_dtypes, in the test extras), imported when a case needs it."""
+    import ml_dtypes
+
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+case(
+    "bfloat16",
+    """
+def brain(bfloat16(N) A, bfloat16(N) B) -> (O, float(N) W) {
+    # computed in float32 and stored rounded to nearest even; a bare output takes bfloat16
+    O(i) = A(i) * B(i) + A(i)
+    W(i) = A(i) - B(i)            # float32 output: exact for bfloat16 operands this close
+}
+""",
+    inputs=lambda rng, N: (uniform(rng, N).astype(bf16()), uniform(rng, N).astype(bf16())),
+    expected=lambda A, B: ((A.astype(F32) * B.astype(F32) + A.astype(F32)).astype(bf16()),
+                           A.astype(F32) - B.astype(F32)),
+    sizes=[dict(N=1), dict(N=37)],
+    rtol=1e-2,
+    tags={"pointwise", "bfloat16", "annotated"},
+)
+
+case(
+    "bfloat16_row_sum",
+    """
+def brain_sum(bfloat16(M, N) X) -> (float(M) S, bfloat16(M) Mx) {
+    S(i) +=! X(i, j)              # float32 output: the sum is not rounded to bfloat16
+    Mx(i) max=! X(i, j)
+}
+""",
+    inputs=lambda rng, M, N: (uniform(rng, M, N, lo=-4, hi=4).astype(bf16()),),
+    expected=lambda X: (X.astype(F64).sum(1).astype(F32), X.max(1)),
+    sizes=[dict(M=1, N=1), dict(M=6, N=41)],
+    tags={"reduction", "bfloat16", "annotated"},
 )
 
 # ---------------------------------------------------------------- language features

@@ -147,14 +147,35 @@ class OptionsCache:
 
     def lookup(self, fn: Any, *inputs: Any, exact: bool = True) -> Any:
         """The best `MappingOptions` stored for ``fn`` at these inputs' signature on
-        ``fn.default_arch()``, or None; ``exact=False`` falls back to the nearest size."""
-        found = self.find(fn.canonical_source, fn.entry, fn.signature(*inputs),
-                          fn.default_arch(), exact=exact, sizes=fn.size_values(*inputs))
+        ``fn.default_arch()``, or None; ``exact=False`` falls back to the nearest size.
+
+        A plain lookup: the options are not checked here. The paths that hand stored options
+        to calls (`make_load_from_cache_options_factory`, ``fn.autotune``) re-verify them
+        against the reference on first use in a process (`tcmlir.tune.verify`)."""
+        found = self.lookup_record(fn, *inputs, exact=exact)
         if found is None:
             return None
         from ..options import MappingOptions
 
         return MappingOptions.from_json(found.options_json)
+
+    def lookup_record(self, fn: Any, *inputs: Any, exact: bool = True) -> TunedRecord | None:
+        """Like `lookup`, but the stored `TunedRecord` (to `discard` it if it proves wrong)."""
+        return self.find(fn.canonical_source, fn.entry, fn.signature(*inputs),
+                         fn.default_arch(), exact=exact, sizes=fn.size_values(*inputs))
+
+    def discard(self, record: TunedRecord) -> int:
+        """Delete the stored candidate ``record`` (e.g. options that computed a wrong result);
+        returns how many rows went (0 if another process deleted it first)."""
+        key_hash = tuned_key_hash(record.source, record.entry, record.signature, record.arch)
+        options = canonical_json(record.options_json)
+        gone = self.db.write(lambda conn: conn.execute(
+            "DELETE FROM tuned_options WHERE key_hash = ? AND options = ?",
+            (key_hash, options)).rowcount, 0)
+        if gone:
+            logger.warning("tcmlir cache %s: dropped the tuned options %s of %s (%s)",
+                           self.db.path, options, record.entry, record.arch)
+        return gone
 
     def record(self, fn: Any, *inputs: Any, options: Any, time_s: float, runs: int) -> bool:
         """Store ``options`` (a MappingOptions or its JSON) measured on these inputs."""

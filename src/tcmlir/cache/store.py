@@ -6,7 +6,10 @@ mean; `options_cache` and `kernel_cache` build on it. Rules it enforces:
 * Concurrency: WAL journal (readers never block the one writer), ``busy_timeout`` so a writer
   waits for another instead of failing with "database is locked", writes in ``BEGIN IMMEDIATE``
   transactions (the write lock is taken up front, so two writers never deadlock upgrading a
-  read lock), every transaction a few statements long.
+  read lock), every transaction a few statements long. Opening (connect, ``journal_mode =
+  WAL``, schema) can meet "database is locked" without SQLite's busy handler being consulted
+  (another process is switching the journal mode or creating the schema): it is retried with
+  an exponential back-off bounded by ``open_retry_s`` (`OPEN_RETRY_S`), then a `CacheError`.
 * Schema: a ``meta`` table holds ``schema_version``; any other version (older, newer, or a
   ``meta`` table we cannot read) drops and recreates our tables: rows are never misread.
 * Corruption: a file SQLite cannot read ("file is not a database", "malformed", a failed
@@ -35,6 +38,7 @@ from .paths import resolve_cache_path
 
 __all__ = [
     "BUSY_TIMEOUT_S",
+    "OPEN_RETRY_S",
     "SCHEMA_VERSION",
     "CacheCorruptionWarning",
     "CacheCounters",
@@ -48,6 +52,7 @@ logger = logging.getLogger("tcmlir.cache")
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 30.0
+OPEN_RETRY_S = 10.0  # how long opening retries a locked database, in all
 _OUR_TABLES = ("tuned_options", "artifacts", "meta")
 
 _SCHEMA = (
@@ -145,6 +150,12 @@ def read_schema_version(conn: sqlite3.Connection) -> str | None:
     return None if row is None else str(row[0])
 
 
+def is_locked(exc: BaseException) -> bool:
+    """Whether an sqlite3 error means another connection holds a lock (worth retrying)."""
+    text = str(exc).lower()
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
+
+
 def is_corruption(exc: BaseException) -> bool:
     """Whether an sqlite3 error means the file itself is damaged (as opposed to busy/locked)."""
     if not isinstance(exc, sqlite3.DatabaseError):
@@ -168,12 +179,16 @@ class CacheStore:
 
     ``path``: a file, a directory (``cache.sqlite3`` inside), or None for the default location.
     ``verify``: run SQLite's ``quick_check`` at open (reads every page once).
+    ``open_retry_s``: how long opening retries a locked database before a `CacheError`.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *,
-                 busy_timeout_s: float = BUSY_TIMEOUT_S, verify: bool = True):
+                 busy_timeout_s: float = BUSY_TIMEOUT_S, verify: bool = True,
+                 open_retry_s: float = OPEN_RETRY_S):
         self.path: Path = resolve_cache_path(path)
         self.busy_timeout_s = busy_timeout_s
+        self.open_retry_s = open_retry_s
+        self.open_retries = 0  # how often opening met a locked database (tests read it)
         self.verify = verify
         self.counters = CacheCounters()
         self._lock = threading.RLock()
@@ -189,26 +204,57 @@ class CacheStore:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             try:
-                self._conn = self._connect_and_check()
+                self._conn = self._connect_retrying()
             except sqlite3.DatabaseError as exc:
                 if not is_corruption(exc):
                     raise
                 self._quarantine(f"it cannot be read ({exc})")
-                self._conn = self._connect_and_check()
-        except (OSError, sqlite3.OperationalError) as exc:
+                self._conn = self._connect_retrying()
+        except sqlite3.OperationalError as exc:
+            if is_locked(exc):
+                raise CacheError(
+                    f"cannot open the tcmlir cache at {self.path}: it stayed locked by another "
+                    f"process for {self.open_retry_s:g} s ({exc}); retry, or give this process "
+                    "its own cache (TCMLIR_CACHE_DIR or an explicit path)") from exc
+            raise CacheError(f"cannot open the tcmlir cache at {self.path}: {exc}; give a "
+                             "writable path, or set TCMLIR_CACHE_DIR to a writable "
+                             "directory") from exc
+        except OSError as exc:
             raise CacheError(f"cannot open the tcmlir cache at {self.path}: {exc}; give a "
                              "writable path, or set TCMLIR_CACHE_DIR to a writable "
                              "directory") from exc
 
-    def _connect_and_check(self) -> sqlite3.Connection:
+    def _connect_retrying(self) -> sqlite3.Connection:
+        """`_connect_and_check`, retried with exponential back-off while the database is
+        locked, for ``open_retry_s`` seconds in all (then the last error propagates)."""
+        deadline = time.monotonic() + self.open_retry_s
+        delay = 0.01
+        while True:
+            try:
+                # the busy handler's wait counts against the same bound
+                wait = min(self.busy_timeout_s, max(0.05, deadline - time.monotonic()))
+                return self._connect_and_check(wait)
+            except sqlite3.OperationalError as exc:
+                left = deadline - time.monotonic()
+                if not is_locked(exc) or left <= 0:
+                    raise
+                self.open_retries += 1
+                logger.debug("tcmlir cache %s is locked while opening (%s); retrying",
+                             self.path, exc)
+                time.sleep(min(delay, left))
+                delay = min(delay * 2, 1.0)
+
+    def _connect_and_check(self, open_timeout_s: float) -> sqlite3.Connection:
+        """Connect, switch to WAL, check and set up the schema, waiting at most
+        ``open_timeout_s`` for each lock; the connection then waits ``busy_timeout_s``."""
         try:
             self._inode = os.stat(self.path).st_ino
         except FileNotFoundError:
             self._inode = None
-        conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None,
+        conn = sqlite3.connect(self.path, timeout=open_timeout_s, isolation_level=None,
                                check_same_thread=False)
         try:
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
+            conn.execute(f"PRAGMA busy_timeout = {int(open_timeout_s * 1000)}")
             conn.execute("PRAGMA journal_mode = WAL")  # fails here on a file that is not SQLite
             # With WAL, NORMAL stays consistent after a crash; a power cut may lose the last
             # transaction, which for a cache only means redoing that work.
@@ -218,6 +264,7 @@ class CacheStore:
                 if result != ["ok"]:
                     raise _CorruptFile("quick_check: " + "; ".join(map(str, result[:3])))
             self._ensure_schema(conn)
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
             if self._inode is None:
                 self._inode = os.stat(self.path).st_ino
         except BaseException:
@@ -305,7 +352,7 @@ class CacheStore:
             except sqlite3.DatabaseError as exc:
                 if is_corruption(exc):
                     self._quarantine(f"damaged ({exc})")
-                    self._conn = self._connect_and_check()
+                    self._conn = self._connect_retrying()
                     return on_corrupt
                 text = str(exc)
                 if isinstance(exc, sqlite3.OperationalError) and "no such table" in text:
@@ -314,8 +361,7 @@ class CacheStore:
                     with self._transaction(write=True) as conn:
                         create_schema(conn)
                     return on_corrupt
-                if isinstance(exc, sqlite3.OperationalError) and ("locked" in text
-                                                                  or "busy" in text):
+                if is_locked(exc):
                     raise CacheError(
                         f"tcmlir cache {self.path} stayed locked for {self.busy_timeout_s:g} s "
                         "by another process; retry, or give this process its own cache "

@@ -9,8 +9,9 @@ Semantics follow `tcmlir.reference`: integers wrap, integer ``/`` and ``%`` trun
 0 for a zero divisor (and never trap on ``MIN / -1``), float ``%`` is ``frem`` (fmod),
 ``floordiv``/``floormod`` floor, ``min``/``max`` on floats propagate NaN, ``!=`` on floats is
 true for NaN. Index expressions (inside `Read.indices`) are computed in i64; an index that
-contains a read (a gather) is bounds-checked at run time: on failure the kernel stores the
-access's error code in ``*err`` and returns (see `KernelContext.fail`).
+contains a read (a gather) or is not quasi-affine (``kc % c``) is bounds-checked at run time:
+on failure the kernel stores the access's error code in ``*err`` and returns (see
+`KernelContext.fail`).
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from typing import Protocol
 from llvmlite import ir
 
 from .. import ir as tc
+from ..affine import to_isl
 from ..dtypes import DType
 from ..errors import CodegenError, Span
 from .mathlib import DERIVED, PRIMITIVES, emit_builtin
-from .target import Target
+from .target import Target, _suffix, declare
 
 __all__ = ["KernelContext", "emit_statement", "memory_type", "value_type"]
 
@@ -119,10 +121,17 @@ class ExprEmitter:
         return self.b.gep(self.ctx.pointer(tensor), [offset], inbounds=True,
                           source_etype=memory_type(t.dtype))
 
+    def redirect(self, key: object) -> ir.Value | None:
+        """The promoted buffer element of access ``key`` (a `Read`, or ``"lhs"``), if any."""
+        redirect = getattr(self.ctx, "redirect", None)
+        return redirect(key) if redirect is not None else None
+
     def load(self, tensor: str, offset: ir.Value) -> ir.Value:
-        dt = self.ctx.fn.tensor(tensor).dtype
-        raw = self.b.load(self.address(tensor, offset), typ=memory_type(dt))
-        return self.from_memory(raw, dt)
+        t = self.ctx.fn.tensor(tensor)
+        raw = self.b.load(self.address(tensor, offset), typ=memory_type(t.dtype))
+        if t.role is tc.Role.INPUT and self.ctx.target.invariant_inputs:
+            raw.set_metadata("invariant.load", self.b.module.add_metadata([]))
+        return self.from_memory(raw, t.dtype)
 
     def store(self, tensor: str, offset: ir.Value, value: ir.Value) -> None:
         dt = self.ctx.fn.tensor(tensor).dtype
@@ -162,7 +171,7 @@ class ExprEmitter:
         idx = []
         for d, ie in enumerate(e.indices):
             v = self.index(ie)
-            if _has_gather(ie):
+            if _has_gather(ie) or to_isl(ie) is None:  # not proved in bounds at define
                 self.check_bounds(e, v, self.ctx.extent(e.tensor, d))
             idx.append(v)
         return self.offset(e.tensor, idx)
@@ -217,6 +226,10 @@ class ExprEmitter:
                 v = self.env[n] if isinstance(e, tc.Index) else self.ctx.param(n)
                 return self.convert(v, DType.INT64, dt)
             case tc.Read(tensor=t):
+                ptr = self.redirect(e)
+                if ptr is not None:
+                    dt = self.ctx.fn.tensor(t).dtype
+                    return self.from_memory(self.b.load(ptr, typ=memory_type(dt)), dt)
                 return self.load(t, self.read_offset(e))
             case tc.Unary(op="-", operand=x):
                 v = self.value(x)
@@ -286,7 +299,10 @@ class ExprEmitter:
         b = self.b
         if dt.is_float:
             if op in _FLOAT_ARITH:
-                return getattr(b, _FLOAT_ARITH[op])(lhs, rhs)
+                out = getattr(b, _FLOAT_ARITH[op])(lhs, rhs)
+                if self.ctx.target.contract_floats and op in ("+", "-", "*"):
+                    out.flags.append("contract")  # a*b+c may become one fma (as nvcc does)
+                return out
             if op in ("min", "max"):
                 return self.ctx.target.math(b, b.module, "f" + op + "imum", [lhs, rhs])
             if op == "floordiv":
@@ -352,8 +368,9 @@ class ExprEmitter:
             if sty == dty:
                 return v
             return b.fpext(v, dty) if dst.bits > src.bits else b.fptrunc(v, dty)
-        if src.is_float:
-            return b.fptosi(v, dty) if dst.is_signed else b.fptoui(v, dty)
+        if src.is_float:  # saturating, NaN -> 0 (as PTX's cvt.rzi and the reference)
+            name = f"llvm.fpto{'s' if dst.is_signed else 'u'}i.sat.i{dty.width}.{_suffix(sty)}"
+            return b.call(declare(b.module, name, ir.FunctionType(dty, [sty])), [v])
         if dst.is_float:
             return b.sitofp(v, dty) if src.is_signed else b.uitofp(v, dty)
         if sty.width == dty.width:
@@ -377,8 +394,12 @@ def emit_statement(ctx: KernelContext, k: int, init: bool, env: Mapping[str, ir.
     missing = [n for n in st.lhs if n not in env]
     if missing:
         raise em.error(st, f"statement without values for indices {missing}")
-    off = em.offset(st.tensor, [env[n] for n in st.lhs])
     dt = t.dtype.compute
+    reg = em.redirect("lhs")
+    if reg is not None:  # the element lives in a promoted buffer
+        _emit_on(em, st, k, init, reg, t.dtype)
+        return
+    off = em.offset(st.tensor, [env[n] for n in st.lhs])
     if init:
         if st.reduction is None:
             raise em.error(st, f"S{k}_init for a statement without a reduction")
@@ -394,3 +415,19 @@ def emit_statement(ctx: KernelContext, k: int, init: bool, env: Mapping[str, ir.
                 and ctx.target.reassociate_reductions):
             val.flags.append("reassoc")
     em.store(st.tensor, off, val)
+
+
+def _emit_on(em: ExprEmitter, st: tc.Statement, k: int, init: bool, ptr: ir.Value, mdt: DType) -> None:
+    """`emit_statement` for an lhs element at ``ptr`` (a shared or register buffer)."""
+    dt = mdt.compute
+    mty = memory_type(mdt)
+    if init:
+        if st.reduction is None:
+            raise em.error(st, f"S{k}_init for a statement without a reduction")
+        em.b.store(em.to_memory(const(dt, st.reduction.identity(dt)), mdt), ptr)
+        return
+    val = em.value(st.rhs)
+    if st.reduction is not None:
+        old = em.from_memory(em.b.load(ptr, typ=mty), mdt)
+        val = em.arith(_COMBINE[st.reduction], old, val, dt, st)
+    em.b.store(em.to_memory(val, mdt), ptr)

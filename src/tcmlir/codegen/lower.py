@@ -33,6 +33,8 @@ from llvmlite import ir
 
 from .. import ir as tc
 from ..errors import CodegenError, Span
+from ..poly.loops import annotation_of
+from ..poly.promotion import COPY_STMT, SYNC_STMT
 from .exprs import I32, I64, emit_statement
 from .target import Target
 
@@ -223,6 +225,8 @@ class GroupWalker(_Function):
         self.chunk_next_for = False
         self._chunked = False
         self._extents: dict[tuple[str, int], ir.Value] = {}
+        self.redirects: dict = {}
+        self.buffers_made: dict[str, ir.Value] = {}
 
     # ---- KernelContext
 
@@ -330,6 +334,9 @@ class GroupWalker(_Function):
         if call.get_type() != isl.ast_expr_type.op or call.get_op_type() != _T.call:
             raise CodegenError(f"isl AST user node is not a call: {call.to_C_str()}")
         name = call.get_op_arg(0).get_id().get_name()
+        if COPY_STMT.match(name) or SYNC_STMT.match(name):
+            self.target.promoted_statement(self, name, annotation_of(node))
+            return
         m = _STMT.match(name)
         if m is None or int(m.group(1)) >= len(self.fn.statements):
             raise CodegenError(f"isl AST calls unknown statement {name} of {self.fn.name}")
@@ -340,7 +347,29 @@ class GroupWalker(_Function):
         if len(args) != len(dims):
             raise CodegenError(f"isl AST call {call.to_C_str()} has {len(args)} arguments, "
                                f"{name} has dims {list(dims)}")
-        emit_statement(self, k, init, dict(zip(dims, args, strict=True)))
+        self.redirects = annotation_of(node) or {}
+        try:
+            emit_statement(self, k, init, dict(zip(dims, args, strict=True)))
+        finally:
+            self.redirects = {}
+
+    def redirect(self, key: object) -> ir.Value | None:
+        """The buffer element an access of the current statement instance goes to (promotion,
+        `poly.promotion`), or None: the access goes to the tensor in global memory."""
+        hit = self.redirects.get(key)
+        if hit is None:
+            return None
+        buf_name, index = hit
+        return self.buffer_element(buf_name, [self.expr(e) for e in index])
+
+    def buffer_element(self, buf_name: str, local: list[ir.Value]) -> ir.Value:
+        buf = self.owner.promotion.buffer(buf_name)
+        base = self.target.buffer_base(self, buf)
+        off: ir.Value = ir.Constant(I64, 0)
+        for d, stride in enumerate(buf.strides()):
+            term = local[d] if stride == 1 else self.builder.mul(local[d], ir.Constant(I64, stride))
+            off = term if d == 0 else self.builder.add(off, term)
+        return self.builder.gep(base, [ir.Constant(I64, 0), off], inbounds=True)
 
 
 # ---------------------------------------------------------------- the module
@@ -352,6 +381,7 @@ class Lowerer:
         self.sizes = {k: int(v) for k, v in sizes.items() if k in fn.sizes}
         self.module = ir.Module(name=name)
         self.gathers: list[GatherSite] = []
+        self.promotion = None  # poly.promotion.Promotion of the compiled state, if any
         self._param_space = f"[{', '.join(fn.sizes)}] -> {{ : }}"
 
     def gather_code(self, tensor: str, statement: int, span: Span | None) -> int:

@@ -42,7 +42,8 @@ from llvmlite import ir
 
 from .. import ir as tc
 from ..errors import CodegenError
-from .exprs import I32, I64
+from ..poly.promotion import SYNC_STMT
+from .exprs import I32, I64, memory_type
 from .gpu_rows import on_chip_tensors
 from .lower import PTR, GatherSite, GroupWalker, Lowerer
 from .target import Target, declare
@@ -124,6 +125,8 @@ class NvptxTarget(Target):
 
     name = "cuda"
     global_addrspace = 1
+    invariant_inputs = True  # with noalias arguments: ld.global.nc (the read-only path)
+    contract_floats = True
     intrinsics = MappingProxyType({
         "sqrt": "sqrt", "fabs": "fabs", "floor": "floor", "ceil": "ceil", "trunc": "trunc",
         "fma": "fma", "copysign": "copysign", "fmin": "minnum", "fmax": "maxnum",
@@ -141,6 +144,48 @@ class NvptxTarget(Target):
             return None
         fn = declare(b.module, f"llvm.nvvm.read.ptx.sreg.{reg}", ir.FunctionType(I32, []))
         return b.zext(b.call(fn, []), I64, name=name)
+
+    def buffer_base(self, walker: GroupWalker, buf: Any) -> ir.Value:
+        """The array of a promoted buffer: a static shared array of the module (one per
+        kernel and buffer) or a private array in the kernel's entry block (registers once
+        the unrolled accesses have constant indices)."""
+        made = walker.buffers_made
+        if buf.name not in made:
+            ty = ir.ArrayType(memory_type(walker.fn.tensor(buf.tensor).dtype), buf.slots)
+            if buf.space == "shared":
+                gv = ir.GlobalVariable(walker.llfn.module, ty, f"{walker.llfn.name}.{buf.name}",
+                                       addrspace=3)
+                gv.linkage = "internal"
+                gv.initializer = ir.Constant(ty, ir.Undefined)
+                gv.align = 16
+                made[buf.name] = gv
+            else:
+                made[buf.name] = walker.entry.alloca(ty, name=buf.name)
+        return made[buf.name]
+
+    def promoted_statement(self, walker: GroupWalker, name: str, payload: Any) -> None:
+        b = walker.builder
+        if SYNC_STMT.match(name):
+            b.call(declare(b.module, "llvm.nvvm.barrier0", ir.FunctionType(ir.VoidType(), [])), [])
+            return
+        if payload is None:
+            raise CodegenError(f"copy statement {name} without its accesses")
+        buf = walker.owner.promotion.buffer(payload.buffer)
+        t = walker.fn.tensor(buf.tensor)
+        mty = memory_type(t.dtype)
+        local = walker.buffer_element(buf.name, [walker.expr(e) for e in payload.local_index])
+        gidx = [walker.expr(e) for e in payload.global_index]
+        off = gidx[0] if gidx else ir.Constant(I64, 0)
+        for d in range(1, len(gidx)):
+            off = b.add(b.mul(off, walker.extent(t.name, d)), gidx[d])
+        gptr = b.gep(walker.pointer(t.name), [off], inbounds=True, source_etype=mty)
+        if payload.copy_in:
+            value = b.load(gptr, typ=mty)
+            if t.role is tc.Role.INPUT:
+                value.set_metadata("invariant.load", b.module.add_metadata([]))
+            b.store(value, local)
+        else:
+            b.store(b.load(local, typ=mty), gptr)
 
     def mark(self, walker: GroupWalker, name: str, child: isl.AstNode) -> None:
         if parse_kernel_mark(name) is not None:
@@ -364,7 +409,8 @@ class PtxCache(Protocol):
 
 
 def compile_cuda_from_ast(fn: tc.Function, ast: isl.AstNode, sizes: Mapping[str, int] | None = None,
-                          arch: str = "sm_90", ptx_cache: PtxCache | None = None) -> CudaKernelImage:
+                          arch: str = "sm_90", ptx_cache: PtxCache | None = None,
+                          promotion: Any = None) -> CudaKernelImage:
     """PTX for ``fn`` scheduled and mapped as the isl AST ``ast`` (see the module docstring).
 
     With ``ptx_cache``, PTX found there replaces LLVM's optimiser and NVPTX backend, and fresh
@@ -374,6 +420,7 @@ def compile_cuda_from_ast(fn: tc.Function, ast: isl.AstNode, sizes: Mapping[str,
         raise CodegenError(f"cuda arch must look like sm_90, got {arch!r}")
     sizes = {k: int(v) for k, v in (sizes or {}).items() if k in fn.sizes}
     lowerer = _KernelLowerer(fn, NvptxTarget(), sizes, fn.name)
+    lowerer.promotion = promotion
     launches = lowerer.kernels(ast)
     cached = ptx_cache.load() if ptx_cache is not None else None
     if cached is not None:
@@ -393,4 +440,4 @@ def compile_cuda(state: CompileState | Any, arch: str = "sm_90",
     from ..poly.loops import build_ast
 
     return compile_cuda_from_ast(state.fn, build_ast(state), getattr(state, "sizes", None) or {},
-                                 arch or "sm_90", ptx_cache)
+                                 arch or "sm_90", ptx_cache, getattr(state, "promotion", None))

@@ -56,6 +56,10 @@ class Target:
     # Let LLVM reassociate the float + and * of reductions (TC leaves their order open), so
     # that loops carrying a float sum or product vectorise.
     reassociate_reductions = False
+    # loads of input tensors carry !invariant.load (inputs are never written by a kernel)
+    invariant_inputs = False
+    # float + - * may be contracted into fused multiply-adds (nvcc's default -fmad=true)
+    contract_floats = False
     # built-ins lowered to `llvm.<name>.<type>` intrinsics (name in TC -> intrinsic stem)
     intrinsics: ClassVar[Mapping[str, str]] = MappingProxyType({})
 
@@ -78,6 +82,13 @@ class Target:
     def mark(self, walker: GroupWalker, name: str, child: isl.AstNode) -> None:
         """Lower the subtree under mark ``name`` (default: the mark is transparent)."""
         walker.node(child)
+
+    def promoted_statement(self, walker: GroupWalker, name: str, payload: object) -> None:
+        """Lower a copy or barrier statement of promotion (GPU targets only)."""
+        raise CodegenError(f"statement {name}: memory promotion is not supported on target {self.name}")
+
+    def buffer_base(self, walker: GroupWalker, buf: object) -> ir.Value:
+        raise CodegenError(f"memory promotion is not supported on target {self.name}")
 
     def parameter(self, b: ir.IRBuilder, name: str) -> ir.Value | None:
         """An i64 value for an isl AST id that is neither a loop iterator nor a size (the GPU

@@ -178,7 +178,10 @@ WhereClause = RangeConstraint | Let | Exists
 
 @dataclass(frozen=True)
 class Stmt(Node):
-    """``T(i, j) op rhs where ...``; ``op`` is one of ASSIGN_OPS, ``init`` marks the ``!`` form."""
+    """``T(i, j) op rhs where ...``; ``op`` is one of ASSIGN_OPS, ``init`` marks the ``!`` form.
+
+    ``equivalent`` is TC's ``<=> name(args)`` annotation (documentation: kept and printed,
+    not checked, no effect on the program)."""
 
     tensor: Ident
     indices: tuple[Ident, ...]
@@ -186,6 +189,7 @@ class Stmt(Node):
     init: bool
     rhs: Expr
     where: tuple[WhereClause, ...] = ()
+    equivalent: Expr | None = None
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ KEYWORDS = frozenset({"def", "where", "in", "exists", "min", "max", "true", "fal
 
 # Operators, longest first so that maximal munch is a prefix scan.
 _OPERATORS = (
-    "+=!", "*=!",
+    "<=>", "+=!", "*=!",
     "->", "<=", ">=", "==", "!=", "&&", "||", "+=", "*=",
     "+", "-", "*", "/", "%", "(", ")", "[", "]", "?", ":", ",", "=", "{", "}", ">", "<", "!", ".",
 )

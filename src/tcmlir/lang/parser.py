@@ -180,14 +180,26 @@ class _Parser:
                              "use `+=!` (or `*=!`, `min=!`, `max=!`) for an initialising "
                              "reduction, or `=` (with a space before a `!` operand)")
         rhs = self.expr()
+        equivalent = self.equivalent()  # TC writes it before the where clauses
         where: list[ast.WhereClause] = []
         if self.accept("where"):
             where.append(self.clause())
             while self.accept(","):
                 where.append(self.clause())
-        end = where[-1].span if where else rhs.span
-        return ast.Stmt(tensor, tuple(indices), op, init, rhs, tuple(where),
+        if equivalent is None:
+            equivalent = self.equivalent()
+        end = max((n.span for n in (rhs, *where, equivalent) if n is not None),
+                  key=lambda sp: sp.end)
+        return ast.Stmt(tensor, tuple(indices), op, init, rhs, tuple(where), equivalent,
                         span=tensor.span.merge(end))
+
+    def equivalent(self) -> ast.Expr | None:
+        """TC's ``<=> name(args)`` annotation, or None."""
+        if not self.accept("<=>"):
+            return None
+        if self.tok.kind != "IDENT":
+            raise self.unexpected("a comprehension after '<=>' (e.g. `<=> matmul(A(i, k), B(k, j))`)")
+        return self.operand()
 
     def lhs_index(self) -> ast.Ident:
         if self.tok.kind != "IDENT":

@@ -99,6 +99,8 @@ def format_stmt(s: ast.Stmt) -> str:
     """One statement on one line, without indentation: ``C(i, j) +=! ... where ...``."""
     lhs = s.tensor.name + (f"({', '.join(i.name for i in s.indices)})" if s.indices else "")
     text = f"{lhs} {s.op}{'!' if s.init else ''} {format_expr(s.rhs)}"
+    if s.equivalent is not None:
+        text += f" <=> {format_expr(s.equivalent)}"
     if s.where:
         text += " where " + ", ".join(_format_clause(c) for c in s.where)
     return text

@@ -18,6 +18,7 @@ ever holds validated names, integers and isl text produced by `tcmlir.affine.to_
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -27,9 +28,12 @@ from .. import ir
 from ..affine import to_isl
 from ..errors import InferenceError, Source, Span
 
-__all__ = ["Access", "RangeSolver"]
+__all__ = ["SIZE_LIMIT", "Access", "Precondition", "RangeSolver"]
 
 _CTX = isl.DEFAULT_CONTEXT
+
+#: The overflow proof assumes every size is below this (sizes are int32 values in TC).
+SIZE_LIMIT = 2**31
 Bounds = tuple[isl.PwAff, isl.PwAff]
 
 
@@ -42,6 +46,44 @@ class Access:
     kind: str
     span: Span | None
     text: str
+    guard: str | None = None   # isl condition on the indices under which the access happens
+    guard_exprs: tuple[ir.Expr, ...] = ()  # the ?: conditions ``guard`` was taken from
+
+
+@dataclass(frozen=True)
+class Precondition:
+    """Sizes an access needs to stay in bounds: ``condition`` in isl syntax on the size names."""
+
+    condition: str
+    span: Span | None
+    access: str
+    warn: bool = True  # False: only sizes near 2^31, where a guard's int32 arithmetic wraps
+
+
+_COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
+
+
+def _rename(e: ir.Expr, names: Mapping[str, str]) -> ir.Expr:
+    """``e`` with its index variables renamed."""
+    match e:
+        case ir.Index(name=n):
+            return dataclasses.replace(e, name=names.get(n, n))
+        case ir.Read(indices=idx):
+            return dataclasses.replace(e, indices=tuple(_rename(x, names) for x in idx))
+        case ir.Unary(operand=x) | ir.Cast(operand=x):
+            return dataclasses.replace(e, operand=_rename(x, names))
+        case ir.Binary(lhs=a, rhs=b):
+            return dataclasses.replace(e, lhs=_rename(a, names), rhs=_rename(b, names))
+        case ir.Select(cond=c, then=t, orelse=f):
+            return dataclasses.replace(e, cond=_rename(c, names), then=_rename(t, names),
+                                       orelse=_rename(f, names))
+        case ir.Call(args=args):
+            return dataclasses.replace(e, args=tuple(_rename(x, names) for x in args))
+    return e
+
+
+def _arith_nodes(e: ir.Expr) -> list[ir.Expr]:
+    return [n for n in ir.walk(e) if isinstance(n, ir.Binary | ir.Unary)]
 
 
 def _index_names(e: ir.Expr) -> list[str]:
@@ -109,10 +151,13 @@ class RangeSolver:
         return conds
 
     def _outside(self, dims: Sequence[str], ranges: Mapping[str, Bounds], boxed: Sequence[str],
-                 arg: str, extent: isl.PwAff) -> isl.Set:
-        """Points of ``dims`` (those in ``boxed`` inside their ranges) where ``arg`` leaves [0, extent)."""
+                 arg: str, extent: isl.PwAff, guard: str | None = None) -> isl.Set:
+        """Points of ``dims`` (those in ``boxed`` inside their ranges, and satisfying ``guard``)
+        where ``arg`` leaves [0, extent)."""
         bounds: dict[str, isl.PwAff] = {}
         conds = self._box(boxed, ranges, bounds)
+        if guard is not None:
+            conds.append(f"({guard})")
         d = f"{self._prefix}{len(bounds)}"
         bounds[d] = extent
         conds.append(f"({arg} < 0 or {arg} >= {d})")
@@ -148,6 +193,7 @@ class RangeSolver:
             if not unresolved:
                 break
             valid: dict[str, isl.Set] = {}
+            vacuous: dict[str, isl.Set] = {}
             for acc in accesses:
                 shape = shapes.get(acc.tensor)
                 if shape is None:
@@ -163,7 +209,12 @@ class RangeSolver:
                     bad = self._outside([v, *others], resolved, others, text, self.pw_aff(extent))
                     bad = bad.project_out(isl.dim_type.set, 1, len(others))
                     universe = isl.Set.read_from_str(_CTX, f"{{ [{v}] }}").intersect_params(self.context)
-                    ok = universe.subtract(bad)
+                    # where a range found earlier is empty the statement does nothing and the
+                    # access bounds nothing: leave those sizes to `_extend`
+                    live = self._nonempty(others, resolved)
+                    ok = universe.intersect_params(live).subtract(bad)
+                    vacuous[v] = vacuous.get(v, self.context.subtract(live)) | \
+                        self.context.subtract(live)
                     valid[v] = valid[v] & ok if v in valid else ok
             progress = False
             for v in indices:
@@ -174,7 +225,7 @@ class RangeSolver:
                     hi = valid[v].dim_max(0).add(isl.PwAff.read_from_str(_CTX, "{ [(1)] }"))
                 except isl.Error:  # unbounded: this round's accesses do not bound v
                     continue
-                resolved[v] = self._extend(v, lo, hi, first_use.get(v))
+                resolved[v] = self._extend(v, lo, hi, first_use.get(v), vacuous.get(v))
                 progress = True
             if not progress:
                 break
@@ -186,23 +237,36 @@ class RangeSolver:
                                         f"add `where {v} in 0:{hint}`")
         return {v: resolved[v] for v in indices}
 
-    def _extend(self, v: str, lo: isl.PwAff, hi: isl.PwAff, span: Span | None) -> Bounds:
+    def _extend(self, v: str, lo: isl.PwAff, hi: isl.PwAff, span: Span | None,
+                vacuous: isl.Set | None = None) -> Bounds:
         """Bounds defined for every size of the context.
 
         Where no value of ``v`` is valid, isl leaves the bounds undefined. One-piece bounds
-        extended to those sizes give an empty range there, which is exact; otherwise the
-        sizes where the bounds are defined become part of the context.
+        extended to those sizes give an empty range there, which is exact; so do they where
+        ``vacuous`` (sizes for which another index of the statement has an empty range, so
+        the statement does nothing); otherwise the sizes where the bounds are defined become
+        part of the context.
         """
         dom = lo.domain() & hi.domain()
         rest = self.context.subtract(dom)
         if rest.is_empty():
             return lo, hi
         lo1, hi1 = _one_piece(lo), _one_piece(hi)
+        if vacuous is not None:
+            rest = rest.subtract(vacuous)
         if lo1 is not None and hi1 is not None and (lo1.lt_set(hi1) & rest).is_empty():
             return lo1, hi1
         self.require(dom, span, f"index {v} has an empty range for every size",
                      f"check the accesses that use {v}, or add `where {v} in lo:hi`")
         return lo, hi
+
+    def _nonempty(self, names: Sequence[str], ranges: Mapping[str, Bounds]) -> isl.Set:
+        """The sizes of the context for which every range of ``names`` is non-empty."""
+        live = self.context
+        for w in names:
+            lo, hi = ranges[w]
+            live = live & lo.lt_set(hi)
+        return live
 
     def _hint(self, v: str, accesses: Sequence[Access], shapes: Mapping) -> str:
         for acc in accesses:
@@ -217,27 +281,163 @@ class RangeSolver:
     # ------------------------------------------------------------ bounds proof
 
     def check_bounds(self, ranges: Mapping[str, Bounds], accesses: Sequence[Access],
-                     shapes: Mapping[str, tuple[ir.SizeExpr, ...] | None]) -> None:
-        """Prove every affine read/write argument lies in its dimension over the whole box."""
+                     shapes: Mapping[str, tuple[ir.SizeExpr, ...] | None]) -> list[Precondition]:
+        """Prove every affine read/write argument lies in its dimension over the whole box.
+
+        An access in bounds only for some sizes makes those sizes a precondition: the set is
+        added to the context and returned (one `Precondition` per access that needed one).
+        An access in bounds for no size of the context is an `InferenceError`.
+        """
         names = list(ranges)
+        found: list[Precondition] = []
+        live = self._nonempty(names, ranges)
         for acc in accesses:
             shape = shapes.get(acc.tensor)
             if acc.kind == "exists" or shape is None:
                 continue
+            self.check_index_overflow(ranges, acc)
+            wrapped = self.guard_overflow(ranges, acc) if acc.guard is not None else None
+            before = self.context
+            limits = None
             for d, (arg, extent) in enumerate(zip(acc.args, shape, strict=True)):
                 text = to_isl(arg)
                 if text is None:
                     continue  # a gather: checked at run time
-                bad = self._outside(names, ranges, names, text, self.pw_aff(extent))
-                if bad.is_empty():
+                # only the indices the argument uses (and a guard's) matter, given that the
+                # box is non-empty: fewer dimensions for isl than the whole box
+                dims = names if acc.guard is not None else _index_names(arg)
+                bad = self._outside(dims, ranges, dims, text, self.pw_aff(extent), acc.guard)
+                if not bad.is_empty():
+                    bad = bad.params() & live
+                if not bad.is_empty():
+                    safe = self.context.subtract(bad)
+                    if safe.is_empty():
+                        raise self._out_of_bounds(acc, d, arg, extent, ranges)
+                    self.context = safe.coalesce()
+                if wrapped is not None:  # where the guard wraps, the access may happen anyway
+                    unguarded = self._outside(names, ranges, names, text, self.pw_aff(extent))
+                    huge = unguarded.intersect(wrapped).params()
+                    if not huge.is_empty():
+                        limits = huge if limits is None else limits.union(huge)
+            if self.context is not before:
+                found.append(Precondition(self.condition_text(self.context, before), acc.span,
+                                          acc.text))
+            if limits is not None:  # sizes near 2^31 only: a silent precondition
+                known = self.context
+                self.context = self.context.subtract(limits).coalesce()
+                if self.context.is_empty():
+                    raise self._out_of_bounds(acc, 0, acc.args[0], shape[0], ranges)
+                found.append(Precondition(self.condition_text(self.context, known), acc.span,
+                                          acc.text, warn=False))
+        return found
+
+    def condition_text(self, cond: isl.Set, known: isl.Set) -> str:
+        """``cond`` (a set on the sizes) given ``known`` and the sizes below `SIZE_LIMIT`
+        (checked at every call), as a condition on the size names."""
+        if self.sizes:
+            known = known & self.pw_condition(" and ".join(f"{s} < {SIZE_LIMIT}" for s in self.sizes))
+        text = str(cond.gist(known).coalesce().remove_redundancies())
+        body = text[text.index("{") + 1:text.rindex("}")].strip()
+        return body[1:].strip() if body.startswith(":") else body
+
+    def pw_condition(self, condition: str) -> isl.Set:
+        return isl.Set.read_from_str(_CTX, f"[{', '.join(self.sizes)}] -> {{ : {condition} }}")
+
+    def _out_of_bounds(self, acc: Access, d: int, arg: ir.Expr, extent: ir.SizeExpr,
+                       ranges: Mapping[str, Bounds]) -> InferenceError:
+        used = _index_names(arg)
+        where = ", ".join(
+            f"{v} in [{self.size_expr(ranges[v][0])}, {self.size_expr(ranges[v][1])})"
+            for v in used)
+        verb = "write" if acc.kind == "write" else "read"
+        what = (f"{acc.text} may {verb} outside {acc.tensor}'s dimension {d} "
+                f"(extent {extent})" + (f" for {where}" if where else "")
+                + " whatever the sizes")
+        fix = ("add a where clause restricting " + ", ".join(used)) if used else \
+            "check the constant index against the tensor's size"
+        return InferenceError.at(self.source, acc.span, what, fix)
+
+    # ------------------------------------------------------------ overflow proof
+
+    def _overflow(self, ranges: Mapping[str, Bounds], node: ir.Expr, bits: int,
+                  guard: str | None) -> isl.Set:
+        """Points of the box (sizes below `SIZE_LIMIT`, where ``guard`` holds) at which the
+        affine ``node`` leaves the signed ``bits``-bit range."""
+        names = list(ranges)
+        lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+        bounds: dict[str, isl.PwAff] = {}
+        conds = self._box(names, ranges, bounds)
+        conds += [f"{s} < {SIZE_LIMIT}" for s in self.sizes]
+        if guard is not None:
+            conds.append(f"({guard})")
+        conds.append(f"({to_isl(node)} < {lo} or {to_isl(node)} > {hi})")
+        return self._bind(names, " and ".join(conds), bounds)
+
+    def check_index_overflow(self, ranges: Mapping[str, Bounds], acc: Access) -> None:
+        """Prove that no intermediate of ``acc``'s affine index arithmetic (computed in int64)
+        leaves int64 for sizes below `SIZE_LIMIT`; a located `InferenceError` otherwise."""
+        for arg in acc.args:
+            if to_isl(arg) is None:
+                continue
+            for node in _arith_nodes(arg):
+                if self._overflow(ranges, node, 64, acc.guard).is_empty():
                     continue
-                used = _index_names(arg)
-                where = ", ".join(
-                    f"{v} in [{self.size_expr(ranges[v][0])}, {self.size_expr(ranges[v][1])})"
-                    for v in used)
-                verb = "write" if acc.kind == "write" else "read"
-                what = (f"{acc.text} may {verb} outside {acc.tensor}'s dimension {d} "
-                        f"(extent {extent})" + (f" for {where}" if where else ""))
-                fix = ("add a where clause restricting " + ", ".join(used)) if used else \
-                    "check the constant index against the tensor's size"
-                raise InferenceError.at(self.source, acc.span, what, fix)
+                raise InferenceError.at(
+                    self.source, node.span or acc.span,
+                    f"the int64 index arithmetic {to_isl(node)} in {acc.text} may overflow "
+                    "for some sizes below 2^31",
+                    "simplify the expression so that every intermediate stays small")
+
+    def guard_overflow(self, ranges: Mapping[str, Bounds], acc: Access) -> isl.Set | None:
+        """Points where an affine comparison of ``acc``'s guards overflows its own (value)
+        type: there the guard's isl text says nothing, so the access may happen. None: nowhere."""
+        found: isl.Set | None = None
+        for cond in acc.guard_exprs:
+            for cmp in ir.walk(cond):
+                if not (isinstance(cmp, ir.Binary) and cmp.op in _COMPARISONS):
+                    continue
+                for side in (cmp.lhs, cmp.rhs):
+                    if not side.dtype.is_int or to_isl(side) is None:
+                        continue
+                    for node in _arith_nodes(side):
+                        bad = self._overflow(ranges, node, node.dtype.bits, None)
+                        if not bad.is_empty():
+                            found = bad if found is None else found.union(bad)
+        return found
+
+    # ------------------------------------------------------------ order independence
+
+    def check_order_independent(self, ranges: Mapping[str, Bounds], accesses: Sequence[Access],
+                                tensor: str, lhs: Sequence[str], reduction: bool) -> None:
+        """A statement may read the tensor it writes only where each instance reads what it
+        writes itself: TC leaves the order of a statement's instances unspecified, so a read
+        of another instance's write (``O(i) = O(N - 1 - i)``, ``O(i) = O(i - 1) + A(i)``)
+        would give a different answer per target. A located `InferenceError` otherwise."""
+        names = list(ranges)
+        other = {v: f"{self._prefix}t{v}" for v in names}
+        for acc in accesses:
+            if acc.tensor != tensor or acc.kind == "write":
+                continue
+            texts = [to_isl(_rename(a, other)) for a in acc.args]
+            if any(t is None for t in texts):
+                raise self._order_error(acc, tensor, "reads it through a gather")
+            bounds: dict[str, isl.PwAff] = {}
+            conds = self._box(names, ranges, bounds)
+            keys = list(bounds)
+            conds += [f"{keys[2 * k]} <= {other[v]} < {keys[2 * k + 1]}"
+                      for k, v in enumerate(names)]
+            conds += [f"{w} = {t}" for w, t in zip(lhs, texts, strict=True)]
+            same = " and ".join(f"{v} = {other[v]}" for v in names) or "1 = 1"
+            conds.append(f"not ({same})")
+            clash = self._bind([*names, *other.values()], " and ".join(conds), bounds)
+            if not clash.is_empty():
+                what = ("reads values other instances of this reduction update" if reduction
+                        else "reads elements that other instances of this statement write")
+                raise self._order_error(acc, tensor, what)
+
+    def _order_error(self, acc: Access, tensor: str, what: str) -> InferenceError:
+        return InferenceError.at(
+            self.source, acc.span,
+            f"{acc.text} {what}: the order in which a statement's instances run is "
+            f"unspecified in TC, so the result would depend on it",
+            f"write the result to a new tensor instead of overwriting {tensor}")

@@ -10,7 +10,8 @@ the scop (isl options are per context, so every later phase that sets options wo
   ``S{k}_init`` over its lhs indices, ordered just before ``S{k}``;
 * arrays are named after tensors (scalars are 0-d arrays ``alpha[]``).
 
-Accesses: each `ir.Read` with affine indices is an exact read; an index that is not
+Accesses: each `ir.Read` with affine indices is an exact read (of the statement instances where
+it is evaluated: a read in an arm of ``c ? x : y`` only where the affine part of ``c`` says so); an index that is not
 quasi-affine (a gather) reads, for that tensor dimension, anywhere in the tensor's extent (a
 may-read). A reduction's update reads and writes the accumulator ``lhs(lhs indices)``; the init
 writes it.
@@ -25,7 +26,7 @@ from types import MappingProxyType
 import islpy as isl
 
 from .. import ir
-from ..affine import to_isl
+from ..affine import guarded_reads, to_isl
 from ..errors import CallError
 
 __all__ = ["Scop", "StatementInfo", "build_scop", "format_scop", "maps_of", "sets_of"]
@@ -100,12 +101,14 @@ def build_scop(fn: ir.Function, sizes: Mapping[str, int] | None = None,
         writes = writes.union(acc)
         if stmt.reduction is not None:
             reads = reads.union(acc)
-        for read in _reads_of(stmt.rhs):
+        for read, guard in guarded_reads(stmt.rhs):
             exact, maybe = builder.access(name, stmt.index_names, read)
+            where = dom if guard is None else dom.intersect(
+                builder.guard(name, stmt.index_names, guard))
             if exact is not None:
-                reads = reads.union(isl.UnionMap.from_map(exact.intersect_domain(dom)))
+                reads = reads.union(isl.UnionMap.from_map(exact.intersect_domain(where)))
             if maybe is not None:
-                may_reads = may_reads.union(isl.UnionMap.from_map(maybe.intersect_domain(dom)))
+                may_reads = may_reads.union(isl.UnionMap.from_map(maybe.intersect_domain(where)))
     domain = isl.UnionSet.empty(isl.Space.params_alloc(ctx, 0))
     domain = builder.align(domain)
     for dom in domains:
@@ -115,13 +118,6 @@ def build_scop(fn: ir.Function, sizes: Mapping[str, int] | None = None,
                 context, domain, reads.coalesce(), may_reads.coalesce(), writes.coalesce(),
                 schedule, MappingProxyType(infos),
                 MappingProxyType(dict(zip(infos, domains, strict=True))))
-
-
-def _reads_of(expr: ir.Expr):
-    """Every tensor read in ``expr``, including reads nested in gather indices."""
-    for e in ir.walk(expr):
-        if isinstance(e, ir.Read):
-            yield e
 
 
 class _Builder:
@@ -157,6 +153,11 @@ class _Builder:
         for d in range(n):
             pa = pa.set_dim_id(isl.dim_type.in_, d, on.get_dim_id(isl.dim_type.set, d))
         return pa
+
+    def guard(self, name: str, dims: tuple[str, ...], condition: str) -> isl.Set:
+        """``{ name[dims] : condition }``: where a read under a ``?:`` guard happens."""
+        text = f"{self.prefix}{{ {name}[{', '.join(dims)}] : {condition} }}"
+        return self.align(isl.Set.read_from_str(self.ctx, text))
 
     def box(self, name: str, ranges: tuple[ir.IndexRange, ...]) -> isl.Set:
         dims = ", ".join(r.name for r in ranges)

@@ -13,6 +13,7 @@ import islpy as isl
 
 from .. import ir
 from .deps import Dependences, compute_dependences
+from .promotion import Promotion
 from .scop import Scop, build_scop
 
 __all__ = ["CompileState"]
@@ -22,7 +23,10 @@ __all__ = ["CompileState"]
 class CompileState:
     """``fn`` modelled as ``scop`` with ``deps``; ``schedule`` is None until `schedule` runs.
 
-    ``sizes`` are the size values fixed so far (None: fully parametric).
+    ``sizes`` are the size values fixed so far (None: fully parametric). After a promotion
+    pass, ``schedule`` holds copy statements and barriers in extension nodes, ``base_schedule``
+    the tree of the original statements alone (where legality and coverage are proved: isl
+    computes no schedule map for trees with extensions) and ``promotion`` the buffers.
     """
 
     fn: ir.Function
@@ -30,6 +34,13 @@ class CompileState:
     deps: Dependences
     schedule: isl.Schedule | None = None
     sizes: Mapping[str, int] | None = None
+    base_schedule: isl.Schedule | None = None
+    promotion: Promotion | None = None
+
+    @property
+    def proof_schedule(self) -> isl.Schedule | None:
+        """The tree whose schedule map isl can compute: the original statements' schedule."""
+        return self.base_schedule if self.base_schedule is not None else self.schedule
 
     @classmethod
     def initial(cls, fn: ir.Function, sizes: Mapping[str, int] | None = None,

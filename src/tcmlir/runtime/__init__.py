@@ -1,6 +1,7 @@
 """Runtimes: the host (ctypes calls into JIT code) and CUDA (cuda-python driver API).
 
-`gpu_available()` never raises; it is what ``target="auto"`` consults.
+`gpu_available()` never raises. ``target="auto"`` consults `probe.probe_gpu` instead, which
+also tells "no device" from a broken CUDA install.
 """
 
 from __future__ import annotations

@@ -295,8 +295,10 @@ def stage_input(x: Any, name: str = "input", *, device: int = 0,
 class DeviceArray:
     """Device memory tcmlir allocated for an output; exposes ``__cuda_array_interface__``."""
 
-    def __init__(self, buffer: DeviceBuffer, shape: tuple[int, ...], dtype: DType):
+    def __init__(self, buffer: DeviceBuffer, shape: tuple[int, ...], dtype: DType,
+                 stream: int = 0):
         self.buffer, self.shape, self.dtype = buffer, tuple(shape), dtype
+        self.stream = int(stream)  # the stream the work writing it was queued on
 
     @property
     def ptr(self) -> int:
@@ -304,9 +306,9 @@ class DeviceArray:
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
-        # stream 1: work on it was queued on the legacy default stream
+        # the protocol spells the legacy default stream 1 (0 would mean "no stream")
         return {"shape": self.shape, "typestr": _typestr(self.dtype), "data": (self.ptr, False),
-                "strides": None, "version": 3, "stream": 1}
+                "strides": None, "version": 3, "stream": self.stream or 1}
 
     def get(self) -> np.ndarray:
         """A numpy copy (bfloat16 needs ml_dtypes)."""
@@ -409,7 +411,7 @@ class DeviceBoundCall:
 def bind_device_inputs(fn: Any, inputs: Any) -> DeviceBoundCall:
     """Check inputs (numpy, torch, CuPy, CUDA-array-interface or DLPack arrays) against ``fn``
     (an ``ir.Function``): count, rank, dtype, one device, contiguity; bind the sizes."""
-    from ..binding import bind_sizes
+    from ..binding import bind_sizes, scalar_array
     from ..signature import ArgSpec, Signature
 
     if len(inputs) != len(fn.inputs):
@@ -423,7 +425,7 @@ def bind_device_inputs(fn: Any, inputs: Any) -> DeviceBoundCall:
         if isinstance(value, (bool, int, float, np.generic)):
             if tensor.rank > 0:
                 raise CallError(f"{what} must be an array of rank {tensor.rank}, got a scalar")
-            value = np.asarray(value, dtype=tensor.dtype.numpy)
+            value = scalar_array(fn.name, tensor, value)
         view = classify(value, what)
         if view.dtype is not tensor.dtype:
             raise CallError(f"{what} must have dtype {tensor.dtype}, got {view.dtype}")

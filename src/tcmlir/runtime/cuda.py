@@ -6,8 +6,9 @@ retained primary context per device, device properties); `get_runtime` returns a
 default one. PTX goes through the driver's linker (``cuLinkCreate``/``cuLinkAddData``/
 ``cuLinkComplete``) so the cubin it produces is kept (`Module.cubin`) for the persistent cache,
 and the JIT's error log ends up in the CudaError. Launch configurations are checked against the
-device's (and the kernel's) limits before ``cuLaunchKernel``; a failed launch names the kernel,
-grid, block and the CUDA error. Memory, streams and events live in `cuda_memory`.
+device's (and the kernel's) limits (`launch_limits`) before ``cuLaunchKernel``; a failed launch
+names the kernel, grid, block and the CUDA error. Memory, streams and events live in
+`cuda_memory`; the prepared launches of compiled programs in `launch_plan`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,7 @@ from .cuda_memory import (
     DeviceBuffer,
     Event,
     KernelArgs,
+    PinnedHostBuffer,
     PrimaryContext,
     Stream,
     check,
@@ -33,6 +34,7 @@ from .cuda_memory import (
     host_bytes,
     pack_kernel_args,
 )
+from .launch_limits import LaunchLimits, _dim3, validate_launch
 
 __all__ = [
     "CudaRuntime",
@@ -51,64 +53,8 @@ __all__ = [
     "validate_launch",
 ]
 
-Dim3 = tuple[int, int, int]
 _JIT_LOG_BYTES = 1 << 16
 _DEFAULT_DYNAMIC_SHARED = 48 * 1024  # above this a kernel must opt in (cuFuncSetAttribute)
-
-
-@dataclass(frozen=True)
-class LaunchLimits:
-    """The launch limits of one device (what `validate_launch` checks against)."""
-
-    max_threads_per_block: int
-    max_block_dims: Dim3
-    max_grid_dims: Dim3
-    max_shared_per_block: int
-    max_shared_per_block_optin: int
-
-
-def _dim3(value: Sequence[int] | int, what: str) -> Dim3:
-    dims = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
-    if not 1 <= len(dims) <= 3 or not all(isinstance(d, (int, np.integer)) for d in dims):
-        raise CudaError(f"{what} must be up to three integers, got {value!r}")
-    dims = tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
-    if any(d < 1 for d in dims):
-        raise CudaError(f"{what} {dims} has a dimension below 1: every dimension must be >= 1")
-    return dims  # type: ignore[return-value]
-
-
-def validate_launch(limits: LaunchLimits, grid: Dim3, block: Dim3, shared_bytes: int = 0, *,
-                    kernel: str = "kernel", kernel_max_threads: int | None = None,
-                    static_shared_bytes: int = 0) -> None:
-    """Raise CudaError saying which limit a launch configuration breaks and what to reduce."""
-    where = f"launch of {kernel} with grid {grid}, block {block}"
-    threads = block[0] * block[1] * block[2]
-    if threads > limits.max_threads_per_block:
-        raise CudaError(
-            f"{where}: the block has {threads} threads, more than the device's limit of "
-            f"{limits.max_threads_per_block} threads per block; reduce the block size "
-            "(MappingOptions.map_to_threads)")
-    for axis, size, limit in zip("xyz", block, limits.max_block_dims, strict=True):
-        if size > limit:
-            raise CudaError(f"{where}: block dimension {axis} = {size} exceeds the device's limit "
-                            f"of {limit}; reduce the block size along {axis}")
-    for axis, size, limit in zip("xyz", grid, limits.max_grid_dims, strict=True):
-        if size > limit:
-            raise CudaError(f"{where}: grid dimension {axis} = {size} exceeds the device's limit "
-                            f"of {limit}; reduce the grid size along {axis} (map_to_blocks)")
-    if kernel_max_threads is not None and threads > kernel_max_threads:
-        raise CudaError(
-            f"{where}: this kernel can run at most {kernel_max_threads} threads per block (its "
-            f"register use), the block has {threads}; reduce the block size or the unroll factor")
-    if shared_bytes < 0:
-        raise CudaError(f"{where}: negative dynamic shared memory size {shared_bytes}")
-    total = shared_bytes + static_shared_bytes
-    if total > limits.max_shared_per_block_optin:
-        raise CudaError(
-            f"{where}: needs {total} bytes of shared memory per block ({static_shared_bytes} "
-            f"static + {shared_bytes} dynamic), the device allows at most "
-            f"{limits.max_shared_per_block_optin}; reduce the tile sizes or turn off shared "
-            "memory promotion")
 
 
 class Device:
@@ -163,6 +109,7 @@ class Function:
         self.name = name
         self.handle = handle
         self._param_sizes: tuple[int, ...] | bool | None = False  # False: not queried yet
+        self._param_count: int | bool | None = False
         self._dynamic_shared_set = _DEFAULT_DYNAMIC_SHARED
         self._attributes: dict[str, int] = {}
 
@@ -197,6 +144,28 @@ class Function:
         if self._param_sizes is False:
             self._param_sizes = self._query_param_sizes()
         return self._param_sizes  # type: ignore[return-value]
+
+    @property
+    def param_count(self) -> int | None:
+        """How many parameters the kernel takes (None where the driver cannot tell)."""
+        if self._param_count is False:
+            count = self._query_param_count()
+            if count is None:
+                sizes = self.param_sizes
+                count = None if sizes is None else len(sizes)
+            self._param_count = count
+        return self._param_count  # type: ignore[return-value]
+
+    def _query_param_count(self) -> int | None:
+        query = getattr(driver, "cuFuncGetParamCount", None)
+        if query is None:
+            return None
+        self.module.context.activate()
+        try:
+            err, n = query(self.handle)
+        except RuntimeError:  # binding present but the driver lacks the entry point
+            return None
+        return int(n) if err == driver.CUresult.CUDA_SUCCESS else None
 
     def _query_param_sizes(self) -> tuple[int, ...] | None:
         query = getattr(driver, "cuFuncGetParamInfo", None)
@@ -295,7 +264,8 @@ class CudaRuntime:
         self._count = 0
         self._contexts: dict[int, PrimaryContext] = {}
         self._devices: dict[int, Device] = {}
-        self._last_launch: dict[int, str] = {}
+        self._last_launch: dict[int, Any] = {}  # a description, or an object that describes it
+        self._pools: dict[int, Any] = {}
 
     # -- initialisation and devices -------------------------------------------------------
     def is_available(self) -> bool:
@@ -394,6 +364,19 @@ class CudaRuntime:
         buf.copy_from_host(array)
         return buf
 
+    def pool(self, device: int = 0) -> Any:
+        """The device's stream-ordered `pool.BufferPool` (temporaries and staging buffers)."""
+        with self._lock:
+            pool = self._pools.get(device)
+            if pool is None:
+                from .pool import BufferPool
+
+                pool = self._pools[device] = BufferPool(self, device)
+            return pool
+
+    def pinned(self, nbytes: int, device: int = 0) -> PinnedHostBuffer:
+        return PinnedHostBuffer(self.context(device), nbytes)
+
     def stream(self, device: int = 0) -> Stream:
         return Stream(self.context(device))
 
@@ -426,6 +409,9 @@ class CudaRuntime:
         validate_launch(self.device(ctx.ordinal).limits, grid3, block3, shared_bytes,
                         kernel=function.name, kernel_max_threads=function.max_threads_per_block,
                         static_shared_bytes=function.static_shared_bytes)
+        count = function.param_count  # cached after the first launch of the kernel
+        if count is not None and count != len(args):
+            raise CudaError(f"{what}: the kernel takes {count} arguments, {len(args)} given")
         try:
             # Only plain Python numbers need the kernel's parameter sizes to be packed; asking
             # the driver for them costs API calls (which compute-sanitizer reports as errors
@@ -451,6 +437,7 @@ class CudaRuntime:
         for ordinal in ordinals:
             self.context(ordinal)
             last = self._last_launch.get(ordinal)
+            last = last if last is None or isinstance(last, str) else str(last)
             check(driver.cuCtxSynchronize(), f"cuCtxSynchronize(device {ordinal})",
                   context=f"last launch: {last}" if last else None)
 

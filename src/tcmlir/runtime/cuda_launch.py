@@ -1,20 +1,23 @@
-"""Launching a compiled `CudaKernelImage`: inputs to the device, outputs back, kernels in order.
+"""Launching a compiled `CudaKernelImage`: the runner, its launch plans, and one-off calls.
 
 `CudaRunner` is what a cuda `tcmlir.api.Kernel` keeps in ``kernel.runner``: the image built by
 `tcmlir.codegen.nvptx.compile_cuda` and, loaded lazily on the first launch (so compiling needs
-no GPU), one CUDA module per device (``runner.cubin`` is the cubin the driver's linker made).
+no GPU), one CUDA module per device (``runner.cubin`` is the cubin the driver's linker made),
+and the `launch_plan.CudaPlan` of each (signature, input types, device) it was called with.
 
-`launch_cuda(kernel, inputs, outputs)`:
+`launch_cuda(kernel, inputs, outputs, stream=...)` is the full-binding path of a call:
 
 * inputs are bound with `runtime.arrays.bind_device_inputs` (the same checks as the host path);
   numpy inputs are copied to the device, device arrays (torch/CuPy/DLPack) are used in place;
+* the call's plan is found or made (the first call of a signature inside a CUDA graph capture
+  is refused: plans allocate when they are made, so call once before capturing);
 * outputs given with ``outputs=`` are written in place (host ones are copied in and back, since
-  ``+=`` reads them); otherwise fresh **zero-filled** outputs are allocated in the kind of the
-  inputs (numpy in -> numpy out, torch CUDA in -> torch CUDA out on the same device);
-* temporaries live in zeroed device buffers, the gather error flag in a zeroed ``i32``;
-* the kernels run in order on the legacy default stream (so torch's and CuPy's default streams
-  see the results in order); after a sequence with gathers the flag is read back and a failed
-  bounds check is a `CallError` naming the tensor, the statement and the source line;
+  ``+=`` reads them); otherwise fresh outputs are made in the kind of the inputs (numpy in ->
+  numpy out, torch CUDA in -> torch CUDA out on the same device), zero-filled unless their first
+  statement sets every element;
+* the kernels run in order on the call's stream (see `streams`); a failed gather bounds check
+  is a `CallError` naming the tensor, the statement and the source line (when it is reported
+  depends on ``TCMLIR_GATHER_CHECK``, see `launch_plan`);
 * one output comes back bare, several as a tuple in ``->`` order.
 
 `benchmark_cuda(kernel, inputs, runs)` times the whole sequence of launches with CUDA events,
@@ -32,17 +35,9 @@ import numpy as np
 
 from .. import ir as tc
 from ..errors import CallError, format_located
-from .arrays import (
-    ArrayKind,
-    DeviceArrayView,
-    DeviceOutput,
-    allocate_like_kind,
-    bind_device_inputs,
-    stage_input,
-    stage_output,
-)
+from .arrays import DeviceArray, bind_device_inputs
 from .cuda import CudaRuntime, Module, get_runtime
-from .cuda_memory import check, driver
+from .cuda_memory import DeviceBuffer, check, driver, elapsed_ms
 
 __all__ = ["CudaRunner", "benchmark_cuda", "launch_cuda"]
 
@@ -57,6 +52,7 @@ class CudaRunner:
         self._modules: dict[int, Module] = {}
         self._lock = threading.Lock()
         self._source: Any = None  # the function's Source (set by launches): located messages
+        self._plans: dict[tuple, Any] = {}
 
     def __repr__(self) -> str:
         names = ", ".join(k.name for k in self.image.kernels)
@@ -82,20 +78,41 @@ class CudaRunner:
         mod = self._modules.get(self.device) or next(iter(self._modules.values()), None)
         return None if mod is None else mod.cubin
 
-    def run(self, buffers: Sequence[Any], sizes: Sequence[int], device: int) -> None:
-        """Launch every kernel in order: ``buffers`` in `arg_order` (objects with ``.ptr``),
-        ``sizes`` in `sizes_order`; checks the gather flag afterwards when there are gathers."""
-        rt = self.runtime
-        mod = self.module(device)
-        err = rt.alloc(4, device)
-        err.memset(0)
-        args = [*buffers, *(np.int64(s) for s in sizes), err]
-        for k in self.image.kernels:
-            rt.launch(mod.function(k.name), k.grid, k.block, args)
-        if any(k.has_gathers for k in self.image.kernels):
-            code = int(err.copy_to_host(np.zeros(1, np.int32))[0])  # waits for the stream
-            if code:
-                raise self.gather_error(code)
+    def plan(self, fn: tc.Function, bound: Any, inputs: Sequence[Any], stream: Any = None) -> Any:
+        """The launch plan for these (already checked) inputs, made on first use."""
+        from ..config import get_config
+        from .launch_plan import CudaPlan
+
+        key = (bound.signature, tuple(type(x) for x in inputs), bound.kind, bound.device)
+        plan = self._plans.get(key)
+        if plan is None:
+            rt = self.runtime
+            rt.context(bound.device)
+            from .streams import memory_for
+
+            handle = (memory_for(bound.kind, rt, bound.device).current_stream() if stream is None
+                      else _stream_handle(stream))
+            if _capturing(handle):
+                raise CallError(
+                    f"{self.image.entry}: the first call for this signature is inside a CUDA "
+                    "graph capture; making its launch plan allocates device memory, which a "
+                    "capture forbids. Call it once before capturing (a warm-up, as "
+                    "torch.cuda.graph asks for anyway).")
+            plan = CudaPlan(self, fn, bound, [type(x) for x in inputs], rt, self.gather_error)
+            with self._lock:
+                plan = self._plans.setdefault(key, plan)
+        mode = get_config().gather_check
+        plan.gather_sync = mode == "sync" or (mode == "auto" and not bound.kind.on_device)
+        return plan
+
+    @property
+    def plans(self) -> list[Any]:
+        return list(self._plans.values())
+
+    def check_errors(self) -> None:
+        """Wait for the device and raise any gather failure of this kernel not reported yet."""
+        for plan in self.plans:
+            plan.check_errors()
 
     def gather_error(self, code: int) -> CallError:
         fn_name, gathers = self.image.entry, self.image.gathers
@@ -112,21 +129,22 @@ def _where(source: Any, g: Any) -> str:
     return "\n" + format_located(source, g.span, f"the gather of {g.tensor} is here")
 
 
-# ---------------------------------------------------------------- binding a call
+# ---------------------------------------------------------------- a call
 
 
-def _zero(view: DeviceArrayView) -> None:
-    if view.nbytes:
-        get_runtime().context(view.device_ordinal)
-        check(driver.cuMemsetD8(driver.CUdeviceptr(view.ptr), 0, view.nbytes),
-              f"cuMemsetD8({view.nbytes} bytes)")
+def _stream_handle(stream: Any) -> int:
+    from .streams import stream_handle
+
+    return stream_handle(stream)
 
 
-def _device_of(views: Sequence[Any], default: int) -> int:
-    for v in views:
-        if isinstance(v, DeviceArrayView):
-            return v.device_ordinal
-    return default
+def _capturing(handle: int) -> bool:
+    result = driver.cuStreamIsCapturing(handle)
+    implicit = getattr(driver.CUresult, "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT", None)
+    if implicit is not None and result[0] == implicit:
+        return True  # the legacy stream while another stream captures in global mode
+    status = check(result, "cuStreamIsCapturing", context=f"stream {handle:#x}")
+    return status != driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 
 
 def _check_compiled(kernel: Any, bound: Any) -> None:
@@ -141,109 +159,57 @@ def _check_compiled(kernel: Any, bound: Any) -> None:
                         f"called with {bound.signature.to_json()}")
 
 
-def _stage_outputs(fn: tc.Function, sizes: dict[str, int], outputs: Sequence[Any] | None,
-                   kind: ArrayKind, device: int) -> list[DeviceOutput]:
-    shapes = [tuple(s.evaluate(sizes) for s in t.shape) for t in fn.outputs]
-    if outputs is None:
-        outs = []
-        for t, shape in zip(fn.outputs, shapes, strict=True):
-            out = allocate_like_kind(kind, shape, t.dtype, device)
-            _zero(out.view)  # a fresh output starts at zero, like the other targets
-            outs.append(out)
-        return outs
+def _given_outputs(fn: tc.Function, outputs: Any) -> Sequence[Any]:
     if isinstance(outputs, (np.ndarray, str)) or not isinstance(outputs, Sequence):
         outputs = (outputs,)
     if len(outputs) != len(fn.outputs):
         names = ", ".join(t.name for t in fn.outputs)
         raise CallError(f"{fn.name} has {len(fn.outputs)} output(s) ({names}), "
                         f"{len(outputs)} given with outputs=")
-    outs = []
-    for t, shape, x in zip(fn.outputs, shapes, outputs, strict=True):
-        out = stage_output(x, f"output {t.name}", device=device)
-        if out.view.dtype is not t.dtype or tuple(out.view.shape) != shape:
-            raise CallError(f"{fn.name}: output {t.name} must be {t.dtype} of shape {shape}, got "
-                            f"{out.view.dtype} of shape {tuple(out.view.shape)}")
-        outs.append(out)
-    return outs
+    return outputs
 
 
-class _NullBuffer:
-    """The kernel argument of a temporary that lives on chip (``CudaKernelImage.on_chip``)."""
-
-    ptr = 0
-
-
-_NO_BUFFER = _NullBuffer()
-
-
-class _Staged:
-    """A bound call on the device: every tensor's view (arg order), sizes, outputs, keepalive."""
-
-    def __init__(self, kernel: Any, inputs: Sequence[Any], outputs: Sequence[Any] | None,
-                 fresh_kind: ArrayKind | None = None):
-        fn: tc.Function = kernel.function.ir
-        runner: CudaRunner = kernel.runner
-        bound = bind_device_inputs(fn, inputs)
-        _check_compiled(kernel, bound)
-        views = [bound.views[t.name] for t in fn.inputs]
-        self.device = _device_of(views, runner.device)
-        self.sizes = [bound.sizes[s] for s in fn.sizes]
-        staged: dict[str, Any] = {
-            t.name: (v if isinstance(v, DeviceArrayView) else
-                     stage_input(v.array, f"input {t.name}", device=self.device))
-            for t, v in zip(fn.inputs, views, strict=True)}
-        self.outputs = _stage_outputs(fn, bound.sizes, outputs, fresh_kind or bound.kind,
-                                      self.device)
-        for t, out in zip(fn.outputs, self.outputs, strict=True):
-            staged[t.name] = out.view
-        rt = runner.runtime
-        on_chip = set(getattr(runner.image, "on_chip", ()))
-        for t in fn.temporaries:
-            if t.name in on_chip:  # kept in shared memory/registers or recomputed: no buffer
-                staged[t.name] = _NO_BUFFER
-                continue
-            nbytes = math.prod(s.evaluate(bound.sizes) for s in t.shape) * t.dtype.itemsize
-            buf = rt.alloc(max(nbytes, 1), self.device)
-            buf.memset(0)
-            staged[t.name] = buf
-        self.buffers = [staged[name] for name in runner.image.arg_order]
-
-
-def launch_cuda(kernel: Any, inputs: Sequence[Any], outputs: Sequence[Any] | None = None) -> Any:
-    """Run a cuda `Kernel` on ``inputs`` (see the module docstring)."""
+def launch_cuda(kernel: Any, inputs: Sequence[Any], outputs: Sequence[Any] | None = None, *,
+                stream: Any = None, bound: Any = None) -> tuple[Any, Any]:
+    """Run a cuda `Kernel` on ``inputs`` (see the module docstring); returns the result and
+    the plan that ran it."""
     runner: CudaRunner = kernel.runner
-    runner._source = getattr(kernel.function.ir, "source", None)
-    staged = _Staged(kernel, inputs, outputs)
-    runner.run(staged.buffers, staged.sizes, staged.device)
-    results = tuple(out.finish() for out in staged.outputs)
-    return results[0] if len(results) == 1 else results
+    fn: tc.Function = kernel.function.ir
+    runner._source = getattr(fn, "source", None)
+    if bound is None:
+        bound = bind_device_inputs(fn, inputs)
+    _check_compiled(kernel, bound)
+    given = None if outputs is None else _given_outputs(fn, outputs)
+    plan = runner.plan(fn, bound, inputs, stream)
+    return plan.call(inputs, stream, given), plan
 
 
 def benchmark_cuda(kernel: Any, inputs: Sequence[Any], runs: int = 5) -> list[float]:
     """Seconds per run of the whole kernel sequence (CUDA events), after one warm-up run."""
     runner: CudaRunner = kernel.runner
-    runner._source = getattr(kernel.function.ir, "source", None)
-    staged = _Staged(kernel, inputs, None, fresh_kind=ArrayKind.CUDA_ARRAY)
-    runner.run(staged.buffers, staged.sizes, staged.device)  # warm-up (and the gather check)
+    fn: tc.Function = kernel.function.ir
+    runner._source = getattr(fn, "source", None)
+    bound = bind_device_inputs(fn, inputs)
+    _check_compiled(kernel, bound)
+    staged = bound.staged(runner.runtime)  # host inputs copied once, outside the timing
+    device_inputs = [DeviceArray(staged[t.name].owner, staged[t.name].shape, staged[t.name].dtype)
+                     if isinstance(staged[t.name].owner, DeviceBuffer) else inputs[i]
+                     for i, t in enumerate(fn.inputs)]
+    rebound = bind_device_inputs(fn, device_inputs)
     rt = runner.runtime
-    mod = runner.module(staged.device)
-    functions = [(mod.function(k.name), k.grid, k.block) for k in runner.image.kernels]
-    err = rt.alloc(4, staged.device)
-    err.memset(0)
-    args = [*staged.buffers, *(np.int64(s) for s in staged.sizes), err]
-    start, end = rt.event(staged.device), rt.event(staged.device)
+    outs = [DeviceArray(rt.alloc(max(1, math.prod(s.evaluate(bound.sizes) for s in t.shape))
+                                 * t.dtype.itemsize, rebound.device),
+                        tuple(s.evaluate(bound.sizes) for s in t.shape), t.dtype)
+            for t in fn.outputs]
+    plan = runner.plan(fn, rebound, device_inputs)
+    plan.call(device_inputs, 0, outs)  # warm-up
+    plan.check_errors()
+    start, end = rt.event(plan.device), rt.event(plan.device)
     times = []
     for _ in range(max(1, int(runs))):
         start.record()
-        for function, grid, block in functions:
-            rt.launch(function, grid, block, args)
+        plan.call(device_inputs, 0, outs)
         end.record()
-        times.append(_elapsed_s(start, end))
+        times.append(elapsed_ms(start, end) / 1e3)
+    plan.check_errors()
     return times
-
-
-def _elapsed_s(start: Any, end: Any) -> float:
-    from .cuda_memory import elapsed_ms
-
-    return elapsed_ms(start, end) / 1e3
-

@@ -5,8 +5,13 @@ Everything here goes through ``cuda.bindings.driver`` (``cuda.cuda`` on older cu
 the error (``cuGetErrorName`` / ``cuGetErrorString``). The classes own one driver resource each
 and are bound to a `PrimaryContext`, which they make current before every call, so they work
 from any thread: `DeviceBuffer` (device memory), `Stream`, `Event`. They are created through
-`tcmlir.runtime.cuda.CudaRuntime`, which owns the contexts. `KernelArgs` lays out kernel
+`tcmlir.runtime.cuda.CudaRuntime`, which owns the contexts. `PinnedHostBuffer` is page-locked
+host memory (what an asynchronous device-to-host read lands in). `KernelArgs` lays out kernel
 parameters in host memory the way ``cuLaunchKernel`` reads them.
+
+``ALLOC_COUNTS`` counts the driver allocations and frees made here (``cuMemAlloc``,
+``cuMemFree``, ``cuMemHostAlloc``, ``cuMemFreeHost``): a test hook, read by the tests that a
+warm call allocates nothing.
 """
 
 from __future__ import annotations
@@ -30,9 +35,11 @@ except ImportError:  # pragma: no cover - depends on the installed cuda-python
         driver = None  # type: ignore[assignment]
 
 __all__ = [
+    "ALLOC_COUNTS",
     "DeviceBuffer",
     "Event",
     "KernelArgs",
+    "PinnedHostBuffer",
     "PrimaryContext",
     "Stream",
     "check",
@@ -42,6 +49,10 @@ __all__ = [
     "host_bytes",
     "pack_kernel_args",
 ]
+
+
+ALLOC_COUNTS: dict[str, int] = {"cuMemAlloc": 0, "cuMemFree": 0, "cuMemHostAlloc": 0,
+                                 "cuMemFreeHost": 0}
 
 
 def error_text(err: Any) -> str:
@@ -149,6 +160,7 @@ class DeviceBuffer:
             context.activate()
             dptr = check(driver.cuMemAlloc(self.nbytes),
                          f"cuMemAlloc({self.nbytes} bytes on device {context.ordinal})")
+            ALLOC_COUNTS["cuMemAlloc"] += 1
             self.ptr = int(dptr)
 
     @property
@@ -228,6 +240,7 @@ class DeviceBuffer:
         ptr, self.ptr = self.ptr, 0
         if ptr:
             self.context.activate()
+            ALLOC_COUNTS["cuMemFree"] += 1
             check(driver.cuMemFree(driver.CUdeviceptr(ptr)), "cuMemFree")
 
     def __enter__(self) -> DeviceBuffer:
@@ -246,6 +259,42 @@ class DeviceBuffer:
 
     def __repr__(self) -> str:
         return f"DeviceBuffer(ptr={self.ptr:#x}, nbytes={self.nbytes}, device={self.device_ordinal})"
+
+
+class PinnedHostBuffer:
+    """``nbytes`` of page-locked host memory (``cuMemHostAlloc``); ``address`` is its address.
+
+    A device-to-host copy into it can be queued on a stream (and captured in a CUDA graph);
+    ``int32(k)`` reads the k-th 32-bit word once the copy is known to have landed.
+    """
+
+    def __init__(self, context: PrimaryContext, nbytes: int):
+        self.context = context
+        self.nbytes = max(1, int(nbytes))
+        context.activate()
+        self.address = int(check(driver.cuMemHostAlloc(self.nbytes, 0),
+                                 f"cuMemHostAlloc({self.nbytes} bytes)"))
+        ALLOC_COUNTS["cuMemHostAlloc"] += 1
+        self._words = (ctypes.c_int32 * (self.nbytes // 4)).from_address(self.address)
+
+    def int32(self, k: int = 0) -> int:
+        return int(self._words[k])
+
+    def set_int32(self, k: int, value: int) -> None:
+        self._words[k] = value
+
+    def close(self) -> None:
+        address, self.address = self.address, 0
+        if address:
+            ALLOC_COUNTS["cuMemFreeHost"] += 1
+            self.context.activate()
+            check(driver.cuMemFreeHost(address), "cuMemFreeHost")
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - never raise from a finaliser
+            pass
 
 
 class Stream:

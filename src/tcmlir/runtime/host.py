@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import ir as tc
+from ..binding import needs_zero_fill
 from ..errors import CallError, format_located
 
 __all__ = ["EntryPoint", "HostKernel"]
@@ -67,6 +68,7 @@ class HostKernel:
         self._keepalive = keepalive
         self._gathers = tuple(_gather_info(fn, g) for g in gathers)
         self._pool: ThreadPoolExecutor | None = None
+        self.plans: dict[tuple, object] = {}  # size values -> host_plan.HostPlan
         self._pool_lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -76,8 +78,9 @@ class HostKernel:
 
     # ------------------------------------------------------------ calling
 
-    def run(self, arrays: Mapping[str, np.ndarray], sizes: Mapping[str, int]) -> dict[str, np.ndarray]:
-        """Run on ``arrays`` (every input and output by name); returns the outputs (written in place)."""
+    def check_sizes(self, sizes: Mapping[str, int]) -> dict[str, int]:
+        """The size values of a call merged with those fixed at compile time (CallError on a
+        conflict or a missing size)."""
         sizes = {k: int(v) for k, v in sizes.items()}
         for k, v in self.compiled_sizes.items():
             if sizes.get(k, v) != v:
@@ -86,6 +89,11 @@ class HostKernel:
         missing = [s for s in self.fn.sizes if s not in sizes]
         if missing:
             raise CallError(f"{self.fn.name}: sizes {missing} are not bound")
+        return sizes
+
+    def run(self, arrays: Mapping[str, np.ndarray], sizes: Mapping[str, int]) -> dict[str, np.ndarray]:
+        """Run on ``arrays`` (every input and output by name); returns the outputs (written in place)."""
+        sizes = self.check_sizes(sizes)
         buffers = self._buffers(arrays, sizes)
         ptrs = (ctypes.c_void_p * max(1, len(buffers)))(*(a.ctypes.data for a in buffers))
         size_arr = (ctypes.c_int64 * max(1, len(self.fn.sizes)))(*(sizes[s] for s in self.fn.sizes))
@@ -99,7 +107,8 @@ class HostKernel:
         for t in self.fn.tensors:
             shape = tuple(s.evaluate(sizes) for s in t.shape)
             if t.role is tc.Role.TEMP:
-                out.append(np.zeros(shape, dtype=t.dtype.numpy))
+                make = np.zeros if needs_zero_fill(self.fn, t, sizes) else np.empty
+                out.append(make(shape, dtype=t.dtype.numpy))
                 continue
             if t.name not in arrays:
                 raise CallError(f"{self.fn.name}: no array given for {t.role.value} {t.name}")
@@ -125,7 +134,11 @@ class HostKernel:
 
     def _run_group(self, entry: EntryPoint, ptrs: ctypes.Array, sizes: ctypes.Array) -> None:
         chunks = self._chunks(entry, sizes)
-        errs = [ctypes.c_int32(0) for _ in chunks]
+        self._run_chunks(entry, chunks, ptrs, sizes, [ctypes.c_int32(0) for _ in chunks])
+
+    def _run_chunks(self, entry: EntryPoint, chunks: Sequence[tuple[int, int]], ptrs: ctypes.Array,
+                    sizes: ctypes.Array, errs: Sequence[ctypes.c_int32]) -> None:
+        """Run one group's chunks (on the pool when there are several); ``errs`` start at 0."""
         if len(chunks) == 1:
             entry.call(ptrs, sizes, chunks[0][0], chunks[0][1], ctypes.byref(errs[0]))
         else:

@@ -1,13 +1,15 @@
 """The autotuner: genetic search over MappingOptions (see `autotune`, `genetic`, `evaluate`).
 
 ``fn.autotune(...)`` → `autotune.autotune` (cache lookup, then `tune`); `tune` returns the whole
-`TuningResult`; the ``tcmlir tune`` and ``tcmlir cache`` commands live in `tune.cli`.
+`TuningResult`; the ``tcmlir tune`` and ``tcmlir cache`` commands live in `tune.cli`;
+`verify` checks every candidate (and cached options on first use) against a reference.
 """
 
 from .autotune import autotune, tune
 from .config import TunerConfig
 from .genetic import GeneticSearch, TuningResult
 from .space import DeviceLimits, SearchSpace, space_for
+from .verify import TuneError, WrongResultWarning
 
-__all__ = ["DeviceLimits", "GeneticSearch", "SearchSpace", "TunerConfig", "TuningResult",
-           "autotune", "space_for", "tune"]
+__all__ = ["DeviceLimits", "GeneticSearch", "SearchSpace", "TuneError", "TunerConfig",
+           "TuningResult", "WrongResultWarning", "autotune", "space_for", "tune"]

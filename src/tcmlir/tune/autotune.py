@@ -4,7 +4,10 @@ Looks the signature up in the options cache first (a hit returns without tuning 
 compiling); otherwise runs `GeneticSearch` with the evaluator of the target (in-process on
 the CPU, worker processes on GPUs), shows generation / candidates / best time on a tqdm bar,
 ends after the current generation on Ctrl-C with the best so far, and stores the best
-candidates in the cache.
+candidates in the cache. Candidates are verified against a reference computed once per run
+(`tune.verify`): a wrong one is logged, recorded as failed and never ranked, stored or
+returned. A cache hit is re-verified on these inputs the first time this process uses it; a
+row that fails is dropped and the tuning runs.
 """
 
 from __future__ import annotations
@@ -20,9 +23,18 @@ from typing import Any
 from ..errors import TCError
 from ..options import MappingOptions
 from .config import TunerConfig
-from .evaluate import HostEvaluator, WorkerPoolEvaluator
+from .evaluate import Evaluation, HostEvaluator, WorkerPoolEvaluator
 from .genetic import GeneticSearch, TuningResult
 from .space import space_for
+from .verify import (
+    REFERENCE_MAX_OPS,
+    TuneError,
+    compute_reference,
+    estimated_ops,
+    mark_verified,
+    to_host,
+    verify_for_call,
+)
 
 __all__ = ["TOP_K", "autotune", "open_cache", "tune"]
 
@@ -77,10 +89,16 @@ def autotune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
     """
     store = open_cache(cache)
     if store is not None:
-        hit = store.lookup(fn, *inputs, exact=True)
+        hit = store.lookup_record(fn, *inputs, exact=True)
         if hit is not None:
-            log.info("autotune: options for %s found in the cache", fn.entry)
-            return hit
+            found = MappingOptions.from_json(hit.options_json)
+            wrong = verify_for_call(fn, inputs, found)
+            if wrong is None:
+                log.info("autotune: options for %s found in the cache", fn.entry)
+                return found
+            store.discard(hit)
+            log.warning("autotune: the cached options for %s failed their check (%s); dropped "
+                        "them from the cache and tuning again", fn.entry, wrong)
     result = tune(fn, inputs, generations=generations, population=population, cache=store,
                   devices=devices, config=config, options=options, target=target,
                   progress=progress)
@@ -120,14 +138,34 @@ def tune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
         start.append(default)
     if options is not None:
         start.insert(0, options)
+    # the reference: once per run, by the interpreter unless the domain is too large for it
+    from ..binding import bind_host_inputs
+
+    sizes = bind_host_inputs(fn.ir, [to_host(x) for x in inputs]).sizes
+    fits = estimated_ops(fn.ir, sizes) <= REFERENCE_MAX_OPS
     if target == "cuda":
         from .space import cuda_limits
 
         space = space_for(fn.ir, target, cuda_limits((config.devices or (0,))[0]))
-        evaluator: Any = WorkerPoolEvaluator(fn, inputs, config, target="cuda")
+        reference = compute_reference(fn, inputs, target) if fits else None
+        evaluator: Any = WorkerPoolEvaluator(fn, inputs, config, target="cuda",
+                                             reference=reference)
+        reference_kind = reference.source if reference else "default kernel (in each worker)"
     else:
         space = space_for(fn.ir, target)
         evaluator = HostEvaluator(fn, inputs, target, config)
+        reference_kind = evaluator.reference.source
+    wrong: list[Evaluation] = []
+
+    def evaluate(candidates: list[MappingOptions], best: float) -> list[Evaluation]:
+        evaluations = evaluator.evaluate(candidates, best)
+        for ev in evaluations:
+            if ev.wrong:
+                wrong.append(ev)
+                log.warning("autotune %s: rejected %s: %s", fn.entry, ev.options.to_json(),
+                            ev.error)
+        return evaluations
+
     search = GeneticSearch(space, config, start)
     bar = _progress(progress, config, fn.entry)
     try:
@@ -138,19 +176,27 @@ def tune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
                     best = result.best.time_s if result.best else math.inf
                     bar.set_postfix_str(f"gen {gen + 1}/{config.generations} "
                                         f"evaluated {len(result.evaluated)} "
-                                        f"best {best * 1e3:.4f} ms")
+                                        f"wrong {len(wrong)} best {best * 1e3:.4f} ms")
 
-            result = search.run(evaluator.evaluate, on_generation, lambda: flag.stop)
+            result = search.run(evaluate, on_generation, lambda: flag.stop)
     finally:
         evaluator.close()
         if bar is not None:
             bar.close()
     result.stats = {"compiles": evaluator.compiles, "restarts": evaluator.restarts,
-                    "workers": len(getattr(evaluator, "workers", {}))}
+                    "workers": len(getattr(evaluator, "workers", {})), "wrong": len(wrong)}
+    result.reference = reference_kind
     if result.best is None:
         errors = {e.error for e in result.evaluated.values() if e.error}
-        raise TCError(f"autotune: no candidate for {fn.entry} compiled and ran; errors: "
-                      + "; ".join(sorted(errors)[:5]))
+        what = (f"compiled, ran and computed the right result ({len(wrong)} of "
+                f"{len(result.evaluated)} computed a wrong result; nothing stored)" if wrong
+                else "compiled and ran")
+        raise TuneError(f"autotune: no candidate for {fn.entry} {what}; errors: "
+                        + "; ".join(sorted(errors)[:5]))
+    signature = fn.signature(*[to_host(x) for x in inputs]).to_json()
+    for ev in result.evaluated.values():
+        if ev.ok:  # checked on these inputs: a cache hit in this process needs no re-check
+            mark_verified(fn, target, signature, ev.options)
     if result.interrupted:
         log.warning("autotune: interrupted after generation %d; keeping the best so far",
                     result.generations_run)

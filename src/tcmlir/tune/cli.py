@@ -78,7 +78,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     if naive is not None and naive.ok:
         line += f", naive {naive.time_s * 1e3:.4f} ms ({naive.time_s / best.time_s:.2f}x)"
     line += (f"; {len(result.evaluated)} candidates in {result.generations_run} generation(s)"
-             f"{' (interrupted)' if result.interrupted else ''}; stored in {store.path}")
+             f"{' (interrupted)' if result.interrupted else ''}, checked against the "
+             f"{result.reference}, {result.stats.get('wrong', 0)} rejected as wrong; "
+             f"stored in {store.path}")
     print(line, file=sys.stderr)
     return 0
 

@@ -1,6 +1,8 @@
 """Evaluating tuning candidates: in-process on the CPU, in worker processes on GPUs.
 
-The fitness of a candidate is the median of ``runs`` timed runs; a candidate whose first run
+Every candidate is first run once into poisoned outputs and compared with the tuning run's
+reference (`tune.verify`); a wrong one is recorded as failed with the reason ("wrong result:
+max rel error ... at C[4, 7]") and never timed, ranked or stored. The fitness of a candidate is the median of ``runs`` timed runs; a candidate whose first run
 is ``prune_factor`` times slower than the best so far is not timed further. On GPUs every
 device gets a worker process (it sees only its GPU through CUDA_VISIBLE_DEVICES): a kernel
 that faults or hangs kills its worker, the candidate is recorded as failed, a new worker is
@@ -8,6 +10,10 @@ started, and the tuning goes on. Workers ignore SIGINT, so Ctrl-C reaches only t
 
 Candidates are compiled without entering the function's in-memory kernel table (a tuning run
 would otherwise keep every candidate's JIT engine or CUDA module alive).
+
+The reference is computed once per tuning run: in the tuner's process by the interpreter (and
+handed to the workers in a file), or, for a domain too large for the interpreter, by the default
+options' kernel, in-process on the CPU and at start-up inside each GPU worker.
 
 Test hook (for the fault-tolerance test, harmless otherwise): ``TCMLIR_TUNE_FAULT`` =
 ``crash:FIELD=VALUE`` or ``hang:FIELD=VALUE`` (VALUE as JSON, e.g. ``crash:unroll_factor=8``)
@@ -36,10 +42,13 @@ import numpy as np
 from ..errors import CudaError, TCError
 from ..options import MappingOptions
 from .config import TunerConfig
+from .verify import Reference, compute_reference, run_checked, to_host
 
-__all__ = ["Evaluation", "HostEvaluator", "WorkerPoolEvaluator", "compile_candidate"]
+__all__ = ["WRONG_RESULT", "Evaluation", "HostEvaluator", "WorkerPoolEvaluator",
+           "compile_candidate"]
 
 FAULT_ENV = "TCMLIR_TUNE_FAULT"
+WRONG_RESULT = "wrong result"  # how the reason of a candidate that failed its check starts
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,11 @@ class Evaluation:
     @property
     def ok(self) -> bool:
         return math.isfinite(self.time_s) and self.error is None
+
+    @property
+    def wrong(self) -> bool:
+        """Whether the candidate ran but failed the check against the reference."""
+        return self.error is not None and self.error.startswith(WRONG_RESULT)
 
 
 def time_kernel(kernel: Any, inputs: Sequence[Any], runs: int, best: float,
@@ -103,10 +117,12 @@ def _fault(opts_json: str) -> str | None:
 class HostEvaluator:
     """Compiles candidates on a thread pool, then times them one after another in-process."""
 
-    def __init__(self, fn: Any, inputs: Sequence[Any], target: str, config: TunerConfig):
+    def __init__(self, fn: Any, inputs: Sequence[Any], target: str, config: TunerConfig,
+                 reference: Reference | None = None):
         self.fn, self.inputs, self.target, self.config = fn, tuple(inputs), target, config
         self.compiles = 0
         self.restarts = 0
+        self.reference = reference or compute_reference(fn, inputs, target)
 
     def _compile(self, opts: MappingOptions) -> Any:
         self.compiles += 1
@@ -119,6 +135,10 @@ class HostEvaluator:
         for opts, fut in zip(candidates, futures, strict=True):
             try:
                 kernel = fut.result()
+                wrong = run_checked(kernel, self.inputs, self.reference)
+                if wrong is not None:
+                    results.append(Evaluation(opts, math.inf, 1, error=wrong))
+                    continue
                 t, n, pruned = time_kernel(kernel, self.inputs, self.config.runs, best,
                                            self.config.prune_factor, self.config.timeout_s)
             except TCError as exc:
@@ -136,7 +156,8 @@ class HostEvaluator:
 
 
 def _worker_main(conn: Any, device: int, source: str, entry: str, inputs_path: str,
-                 config: TunerConfig, target: str = "cuda") -> None:  # pragma: no cover - child
+                 config: TunerConfig, target: str = "cuda",
+                 reference_path: str | None = None) -> None:  # pragma: no cover - child
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the tuner's to handle
     os.environ["CUDA_VISIBLE_DEVICES"] = str(device)
     try:
@@ -145,6 +166,9 @@ def _worker_main(conn: Any, device: int, source: str, entry: str, inputs_path: s
         fn = tcmlir.define(source, entry, target=target)
         with np.load(inputs_path) as data:
             inputs = [data[f"arg{i}"] for i in range(len(data.files))]
+        # None: too large for the interpreter, the default options' kernel is the reference
+        reference = (Reference.load(reference_path) if reference_path is not None
+                     else compute_reference(fn, inputs, target, max_ops=-1))
         conn.send(("ready", None))
     except BaseException:  # noqa: BLE001 - report anything to the parent
         conn.send(("fatal", traceback.format_exc()))
@@ -161,6 +185,10 @@ def _worker_main(conn: Any, device: int, source: str, entry: str, inputs_path: s
             time.sleep(1e6)
         try:
             kernel = compile_candidate(fn, inputs, MappingOptions.from_json(opts_json), target)
+            wrong = run_checked(kernel, inputs, reference)
+            if wrong is not None:
+                conn.send(("wrong", wrong))
+                continue
             t, n, pruned = time_kernel(kernel, inputs, config.runs, best, config.prune_factor,
                                        config.timeout_s)
             conn.send(("ok", (t, n, pruned)))
@@ -169,6 +197,9 @@ def _worker_main(conn: Any, device: int, source: str, entry: str, inputs_path: s
             return
         except TCError as exc:
             conn.send(("error", str(exc).splitlines()[0]))
+        except Exception as exc:  # noqa: BLE001 - a bug in checking must not kill the worker
+            first = (str(exc).splitlines() or [""])[0]
+            conn.send(("error", f"{type(exc).__name__} while checking: {first}"))
 
 
 class _Worker:
@@ -196,15 +227,21 @@ class WorkerPoolEvaluator:
     """One worker process per device; candidates go to whichever worker is free."""
 
     def __init__(self, fn: Any, inputs: Sequence[Any], config: TunerConfig,
-                 target: str = "cuda"):
+                 target: str = "cuda", reference: Reference | None = None):
+        """``reference``: the interpreter's outputs, saved for the workers; None makes each
+        worker compute the default options' kernel's outputs when it starts."""
         self.config = config
         self.compiles = 0
         self.devices = config.devices or (0,)
         self._tmp = tempfile.TemporaryDirectory(prefix="tcmlir-tune-")
         path = os.path.join(self._tmp.name, "inputs.npz")
-        np.savez(path, **{f"arg{i}": np.asarray(_to_host(x)) for i, x in enumerate(inputs)})
+        np.savez(path, **{f"arg{i}": np.asarray(to_host(x)) for i, x in enumerate(inputs)})
+        ref_path = None
+        if reference is not None:
+            ref_path = os.path.join(self._tmp.name, "reference.npz")
+            reference.save(ref_path)
         self._ctx = mp.get_context("spawn")
-        self._args = (fn.source.text, fn.entry, path, config, target)
+        self._args = (fn.source.text, fn.entry, path, config, target, ref_path)
         self.workers = {d: _Worker(self._ctx, d, self._args, 120.0) for d in self.devices}
         self.restarts = 0
 
@@ -246,6 +283,8 @@ class WorkerPoolEvaluator:
                     t, n, pruned = payload
                     best = min(best, t)
                     results[idx] = Evaluation(opts, t, n, pruned=pruned)
+                elif kind == "wrong":
+                    results[idx] = Evaluation(opts, math.inf, 1, error=payload)
                 elif kind == "error":
                     results[idx] = Evaluation(opts, math.inf, 0, error=payload)
                 else:
@@ -264,10 +303,3 @@ class WorkerPoolEvaluator:
             worker.kill()
         self._tmp.cleanup()
 
-
-def _to_host(x: Any) -> Any:
-    if hasattr(x, "detach"):  # torch
-        return x.detach().cpu().numpy()
-    if hasattr(x, "get"):  # cupy
-        return x.get()
-    return x

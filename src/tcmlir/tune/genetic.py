@@ -31,6 +31,7 @@ class TuningResult:
     generations_run: int = 0
     interrupted: bool = False
     stats: dict[str, int] = field(default_factory=dict)  # filled by `tcmlir.tune.tune`
+    reference: str = ""  # what the candidates were checked against ("interpreter", ...)
 
 
 class GeneticSearch:

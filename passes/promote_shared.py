@@ -1,0 +1,210 @@
+"""The `promote-shared` pass: reused tensor tiles of each GPU kernel copied to shared memory.
+
+For each kernel (``kernel`` mark) whose first band is the tile band ``T`` (the block-mapped
+members and the sequential tile loops, e.g. a matmul's ``kt``), the promotion node is ``N``, the
+child of ``T``: below it the threads work on one tile. For every tensor the kernel only reads
+(affine accesses, no gather in the kernel) and re-reads inside one tile (the access relation,
+with the prefix schedule, is not injective: two instances of one tile read one element), the
+footprint per tile (`poly.promotion.footprint`) gets a box; boxes are promoted in order of first
+access while they fit in ``max-bytes``. The tree becomes::
+
+    band T
+      extension { [p] -> cpin_<buf>[p, a] : a in footprint(p);  [p] -> sync_<k>_0[p] }
+        sequence
+          filter cpin_<buf>:  filter (linear index mod threads = thread id): band [a]
+          ...                 (one child per promoted tensor)
+          filter sync_<k>_0                         barrier: the tile is in shared memory
+          filter <original statements>:  N ...      reads of <tensor> go to the buffer
+          filter sync_<k>_1                         barrier: the tile may be overwritten
+
+(the last barrier comes from a second graft). Copies read exactly the footprint, never outside
+the tensor, consecutive threads reading consecutive elements. The buffer's storage order puts
+the dimension of largest extent innermost (a matmul's A tile is stored transposed), padded by
+16 bytes against bank conflicts while keeping rows 16-byte aligned. The copy mapping is proved
+to run each element on exactly one thread, and every buffer access to stay in the box.
+
+Kernels with a ``reduction`` mark (`map-reduction`), without a band, or with gathers are left
+alone. Legality of the original statements is proved on ``CompileState.base_schedule`` (the
+tree before the first graft), since isl computes no schedule map for trees with extensions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import islpy as isl
+
+from ..codegen.exprs import memory_type
+from ..poly.gpu_mapping import THREAD_PARAMS, first_band_below, kernel_marks
+from ..poly.promotion import (
+    Buffer,
+    Promotion,
+    compute_box,
+    copy_extension,
+    copy_band,
+    copy_parts,
+    footprint,
+    graft,
+    prove_copy_mapping,
+    sync_extension,
+    thread_copy_filter,
+)
+from ..poly.scop import maps_of
+from ..poly.state import CompileState
+from ..poly.tree import node_at, path_of
+from .base import Pass, register
+
+__all__ = ["PromoteShared", "band_of_copy", "has_reduction_mark"]
+
+
+def has_reduction_mark(node: isl.ScheduleNode) -> bool:
+    hit: list[bool] = []
+
+    def visit(n: isl.ScheduleNode) -> bool:
+        if n.get_type() == isl.schedule_node_type.mark and n.mark_get_id().get_name().startswith("reduction"):
+            hit.append(True)
+        return True
+
+    node.foreach_descendant_top_down(visit)
+    return bool(hit)
+
+
+def band_of_copy(copy_set: isl.Set, n_prefix: int, rank: int) -> isl.MultiUnionPwAff:
+    """The band ``[a_0, ..., a_{rank-1}]`` over a copy statement's element dimensions."""
+    _, ma_a = copy_parts(copy_set.get_space(), n_prefix, rank)
+    ma_a = ma_a.reset_tuple_id(isl.dim_type.out)
+    mpa = isl.MultiPwAff.from_multi_aff(ma_a).intersect_domain(copy_set)
+    return isl.MultiUnionPwAff.from_multi_pw_aff(mpa)
+
+
+_SIZES = {"i8": 1, "i16": 2, "half": 2, "i32": 4, "float": 4, "i64": 8, "double": 8, "i1": 1}
+
+
+@register
+@dataclass(frozen=True)
+class PromoteShared(Pass):
+    """Copy each GPU kernel's reused read-only tiles to shared memory (see the module
+    docstring); ``max_bytes`` bounds the shared memory per kernel (static shared memory,
+    at most 48 KiB), ``unroll_copies`` asks isl to unroll the copy loops."""
+
+    name = "promote-shared"
+    requires_schedule = True
+    max_bytes: int = 48 * 1024
+    unroll_copies: bool = False
+
+    def __post_init__(self):
+        if not 0 < self.max_bytes <= 48 * 1024:
+            raise ValueError(f"promote-shared: max-bytes must be in (0, 49152], got {self.max_bytes}")
+
+    def run(self, state: CompileState) -> CompileState:
+        schedule = state.schedule
+        assert schedule is not None
+        base = state.base_schedule or schedule
+        scop, fn = state.scop, state.fn
+        promotion = state.promotion or Promotion()
+        made: list[Buffer] = []
+        marks = kernel_marks(base)
+        for k in reversed(range(len(marks))):
+            path, km = marks[k]
+            kernel = node_at(base, path)
+            tile = first_band_below(kernel.child(0))
+            if tile is None or has_reduction_mark(kernel) or tile.n_children() != 1:
+                continue
+            node = tile.child(0)
+            dom = node.get_domain()
+            if not scop.may_reads.intersect_domain(dom).is_empty():
+                continue
+            prefix = node.get_prefix_schedule_union_map()
+            n_prefix = tile.band_n_member() + _outer_members(tile)
+            reads = scop.reads.intersect_domain(dom)
+            written = {m.get_tuple_name(isl.dim_type.out) for m in maps_of(scop.writes.intersect_domain(dom))}
+            tagged = prefix.range_product(reads)
+            budget = self.max_bytes
+            bufs: list[Buffer] = []
+            for t in fn.tensors:
+                if t.name in written:
+                    continue
+                acc = [m for m in maps_of(tagged) if m.get_tuple_name(isl.dim_type.out) is None
+                       and _range_tensor(m) == t.name]
+                if not acc or all(m.is_injective() for m in acc):
+                    continue  # not re-read inside a tile
+                fp = footprint(prefix, reads, t.name)
+                if fp is None:
+                    continue
+                box = compute_box(fp)
+                if box is None or len(box.extent) == 0:
+                    continue
+                rank = len(box.extent)
+                order = tuple(sorted(range(rank), key=lambda d: (box.extent[d], d)))
+                if rank == 1:
+                    order = (0,)
+                esize = _SIZES.get(str(memory_type(t.dtype)), 4)
+                pad = max(1, 16 // esize) if rank > 1 else 0
+                storage = (*tuple(box.extent[d] for d in order[:-1]), _round_up(box.extent[order[-1]], max(1, 16 // esize)) + pad)
+                slots = 1
+                for e in storage:
+                    slots *= e
+                if slots * esize > budget:
+                    continue
+                budget -= slots * esize
+                bufs.append(Buffer(f"{t.name}_sh{k}", t.name, "shared", k, box, order, storage,
+                                   dom, prefix, n_prefix, True, False))
+            if not bufs:
+                continue
+            schedule = _graft_shared(schedule, path_of(node), bufs, fp_of={
+                b.name: footprint(prefix, reads, b.tensor) for b in bufs}, km_block=km.block, k=k,
+                unroll=self.unroll_copies, n_prefix=n_prefix)
+            made.extend(bufs)
+        if not made:
+            return state
+        return dataclasses.replace(state, schedule=schedule, base_schedule=base,
+                                   promotion=promotion.with_buffers(made))
+
+
+def _outer_members(band: isl.ScheduleNode) -> int:
+    """Band members above ``band`` (0 for a kernel's first band)."""
+    n, node = 0, band
+    while node.has_parent():
+        node = node.parent()
+        if node.get_type() == isl.schedule_node_type.band:
+            n += node.band_n_member()
+    return n
+
+
+def _range_tensor(tagged: isl.Map) -> str | None:
+    """Tensor name of a map ``S[...] -> [[p] -> T[a]]``."""
+    rng = tagged.range()
+    if not rng.is_wrapping():
+        return None
+    return rng.unwrap().get_tuple_name(isl.dim_type.out)
+
+
+def _round_up(v: int, m: int) -> int:
+    return (v + m - 1) // m * m
+
+
+def _graft_shared(schedule: isl.Schedule, path: tuple[int, ...], bufs: list[Buffer],
+                  fp_of: dict[str, isl.Map], km_block: tuple[int, int, int], k: int,
+                  unroll: bool, n_prefix: int) -> isl.Schedule:
+    node = node_at(schedule, path)
+    parts = []
+    ext = None
+    for buf in bufs:
+        e = copy_extension(fp_of[buf.name], f"cpin_{buf.name}")
+        copy_set = e.range()
+        filt = thread_copy_filter(copy_set, buf, n_prefix, km_block)
+        prove_copy_mapping(copy_set, filt, THREAD_PARAMS)
+        parts.append((isl.UnionSet.from_set(copy_set), isl.UnionSet.from_set(filt),
+                      copy_band(copy_set, buf, n_prefix), unroll))
+        ext = isl.UnionMap.from_map(e) if ext is None else ext.union(isl.UnionMap.from_map(e))
+    prefix_set = isl.Set.from_union_set(bufs[0].prefix.range())
+    s0 = sync_extension(prefix_set, f"sync_{k}_0")
+    s1 = sync_extension(prefix_set, f"sync_{k}_1")
+    assert ext is not None
+    ext = ext.union(isl.UnionMap.from_map(s0))
+    parts.append((isl.UnionSet.from_set(s0.range()), None, None, False))
+    node = graft(node, ext, parts, before=True)
+    node = graft(node, isl.UnionMap.from_map(s1),
+                 [(isl.UnionSet.from_set(s1.range()), None, None, False)], before=False)
+    return node.get_schedule()

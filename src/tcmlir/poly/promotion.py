@@ -1,0 +1,443 @@
+"""Promotion of tensor footprints to shared memory and registers, computed with isl.
+
+The promotion passes (`passes/promote_shared.py`, `passes/promote_private.py`) decide *what*
+to promote; this module holds the isl machinery they share and the record the code generator
+reads (`Promotion`):
+
+* a **footprint** of tensor ``T`` at a schedule node ``N``: the map from the prefix schedule
+  at ``N`` (the values of the loops above it, with the block/thread parameters) to the elements
+  of ``T`` accessed by the instances below ``N`` (`footprint`);
+* its **box**: per tensor dimension a lower bound ``lo_d(prefix)`` (isl ``dim_min``), a stride
+  ``s_d`` (isl stride detection) and a constant extent: the element ``a`` lives in the buffer at
+  ``(a_d - lo_d) / s_d`` (`Box`);
+* a **buffer**: the box stored in shared memory (padded innermost storage dimension against bank
+  conflicts) or in registers (private to one thread);
+* **copy statements** ``cpin_<buf>[p..., a...]`` / ``cpout_<buf>[p..., a...]`` over exactly
+  the footprint (never outside the tensor), and **barriers** ``sync_<k>_<i>[p...]``, grafted
+  into the schedule tree as isl extension nodes, so the tree still prints in isl syntax and
+  re-parses.
+
+isl cannot compute the schedule map of a tree with extension nodes, so the state keeps the tree
+as it was before the first graft in ``CompileState.base_schedule``: legality and the coverage of
+the original statements are proved on it (the grafts change no original statement's schedule),
+and each graft is proved on its own here (`prove_buffer_accesses`, `prove_copy_mapping`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import islpy as isl
+
+from .. import ir
+from ..affine import to_isl
+from .gpu_mapping import THREAD_PARAMS
+from .scop import maps_of, sets_of
+
+__all__ = [
+    "COPY_STMT", "SYNC_STMT", "Box", "Buffer", "Promotion", "access_map", "compute_box",
+    "copy_extension", "footprint", "graft", "local_index", "prefix_pma", "prove_buffer_accesses",
+    "prove_copy_mapping", "statement_accesses", "sync_extension",
+]
+
+COPY_STMT = re.compile(r"^cp(in|out)_(\w+)$")
+SYNC_STMT = re.compile(r"^sync_\d+_\d+$")
+_STMT = re.compile(r"^S(\d+)(_init)?$")
+
+
+@dataclass(frozen=True)
+class Box:
+    """Per tensor dimension: lower bound (a function of the prefix), stride and extent."""
+
+    lo: tuple[isl.PwAff, ...]       # on the prefix space
+    stride: tuple[int, ...]
+    extent: tuple[int, ...]         # number of buffer slots along each dimension
+
+    @property
+    def volume(self) -> int:
+        v = 1
+        for e in self.extent:
+            v *= e
+        return v
+
+
+@dataclass(frozen=True, eq=False)
+class Buffer:
+    """A promoted footprint: ``space`` is ``"shared"`` or ``"private"``.
+
+    ``order`` is the storage order of the tensor's dimensions (last = innermost) and
+    ``storage`` the extent of each storage dimension (the innermost one padded); ``scope`` the
+    instances of original statements whose accesses to ``tensor`` go to the buffer; ``prefix``
+    maps them (and the copy statements) to the prefix schedule at the promotion node.
+    """
+
+    name: str
+    tensor: str
+    space: str
+    kernel: int
+    box: Box
+    order: tuple[int, ...]
+    storage: tuple[int, ...]
+    scope: isl.UnionSet
+    prefix: isl.UnionMap
+    n_prefix: int
+    copy_in: bool
+    copy_out: bool
+
+    @property
+    def slots(self) -> int:
+        n = 1
+        for e in self.storage:
+            n *= e
+        return n
+
+    def strides(self) -> tuple[int, ...]:
+        """Element stride of each *tensor* dimension's local index in the flat buffer."""
+        out = [0] * len(self.order)
+        step = 1
+        for pos in reversed(range(len(self.order))):
+            out[self.order[pos]] = step
+            step *= self.storage[pos]
+        return tuple(out)
+
+
+@dataclass(frozen=True, eq=False)
+class Promotion:
+    """Every buffer of a compiled function, in the order they were made."""
+
+    buffers: tuple[Buffer, ...] = field(default_factory=tuple)
+
+    def buffer(self, name: str) -> Buffer:
+        for b in self.buffers:
+            if b.name == name:
+                return b
+        raise KeyError(name)
+
+    def with_buffers(self, more: list[Buffer]) -> Promotion:
+        return Promotion((*self.buffers, *more))
+
+
+# ---------------------------------------------------------------- accesses
+
+
+def _space_params(obj) -> isl.Space:
+    return obj.get_space().params()
+
+
+def access_map(stmt_name: str, dims: tuple[str, ...], tensor: str, indices: tuple[ir.Expr, ...],
+               params: isl.Space) -> isl.Map | None:
+    """``{ S[dims] -> tensor[indices] }`` (aligned to ``params``); None for a gather."""
+    exprs = [to_isl(e) for e in indices]
+    if any(e is None for e in exprs):
+        return None
+    names = [params.get_dim_name(isl.dim_type.param, i) for i in range(params.dim(isl.dim_type.param))]
+    text = (f"[{', '.join(names)}] -> {{ {stmt_name}[{', '.join(dims)}] -> "
+            f"{tensor}[{', '.join(f'({e})' for e in exprs)}] }}")
+    return isl.Map.read_from_str(params.get_ctx(), text).align_params(params)
+
+
+def statement_accesses(fn: ir.Function, stmt_name: str) -> list[tuple[object, str, tuple[ir.Expr, ...]]]:
+    """(key, tensor, index expressions) of every access of an isl statement: the key is the
+    `ir.Read` for reads of the right-hand side and ``"lhs"`` for the accumulator/written
+    element. Reads nested in gather indices are included (their tensors are never promoted)."""
+    m = _STMT.match(stmt_name)
+    assert m, stmt_name
+    st = fn.statements[int(m.group(1))]
+    lhs = tuple(ir.Index(n, ir_dtype_index()) for n in st.lhs)
+    out: list[tuple[object, str, tuple[ir.Expr, ...]]] = [("lhs", st.tensor, lhs)]
+    if m.group(2) is None:
+        for e in ir.walk(st.rhs):
+            if isinstance(e, ir.Read):
+                out.append((e, e.tensor, e.indices))
+    return out
+
+
+def ir_dtype_index():
+    from ..dtypes import DType
+
+    return DType.INT32
+
+
+def footprint(prefix: isl.UnionMap, accesses: isl.UnionMap, tensor: str) -> isl.Map | None:
+    """The map prefix -> elements of ``tensor`` accessed (None: nothing accessed)."""
+    fp = prefix.reverse().apply_range(accesses)
+    found = [m for m in maps_of(fp) if m.get_tuple_name(isl.dim_type.out) == tensor]
+    if not found:
+        return None
+    assert len(found) == 1
+    return found[0].coalesce()
+
+
+def compute_box(fp: isl.Map) -> Box | None:
+    """The strided box of footprint ``fp`` (None: some extent is unbounded)."""
+    n_in = fp.dim(isl.dim_type.in_)
+    wrapped = fp.wrap()
+    lo, stride, extent = [], [], []
+    for d in range(fp.dim(isl.dim_type.out)):
+        low, high = fp.dim_min(d), fp.dim_max(d)
+        span = high.sub(low).max_val()
+        if not span.is_int():
+            return None
+        s = wrapped.get_stride_info(n_in + d).get_stride()
+        s = max(1, int(s.to_python())) if s.is_int() else 1
+        lo.append(low)
+        stride.append(s)
+        extent.append(int(span.to_python()) // s + 1)
+    return Box(tuple(lo), tuple(stride), tuple(extent))
+
+
+def prefix_pma(prefix: isl.UnionMap, space_name: str) -> isl.PwMultiAff:
+    """The prefix schedule of the statement named ``space_name`` as a function."""
+    for m in maps_of(prefix):
+        if m.get_tuple_name(isl.dim_type.in_) == space_name:
+            return isl.PwMultiAff.from_map(m)
+    raise KeyError(space_name)
+
+
+def local_index(buf: Buffer, index: isl.PwMultiAff, pre: isl.PwMultiAff) -> isl.PwMultiAff:
+    """Buffer coordinates ``(a_d - lo_d(prefix)) / s_d`` of the access ``index`` (a function
+    from a statement's instances to the tensor), ``pre`` the prefix schedule of that statement."""
+    ctx = index.get_ctx()
+    dims = []
+    for d in range(index.dim(isl.dim_type.out)):
+        a = index.get_pw_aff(d)
+        lo = buf.box.lo[d].pullback_pw_multi_aff(pre)
+        lo = lo.align_params(a.get_space().params())
+        a = a.align_params(lo.get_space().params())
+        local = a.sub(lo)
+        s = buf.box.stride[d]
+        if s > 1:
+            local = local.scale_down_val(isl.Val.int_from_si(ctx, s)).floor()
+        dims.append(local)
+    out = isl.PwMultiAff.from_pw_aff(dims[0])
+    for pa in dims[1:]:
+        out = out.flat_range_product(isl.PwMultiAff.from_pw_aff(pa))
+    return out.set_range_tuple_id(isl.Id(buf.name, context=ctx))
+
+
+# ---------------------------------------------------------------- copy and sync statements
+
+
+def copy_extension(fp: isl.Map, name: str) -> isl.Map:
+    """The extension relation of a copy statement over exactly the footprint ``fp``."""
+    return fp.domain_map().reverse().flatten_range().set_tuple_name(isl.dim_type.out, name)
+
+
+def sync_extension(prefix_range: isl.Set, name: str) -> isl.Map:
+    """``{ [p] -> name[p] }`` for every prefix value ``p`` of ``prefix_range``."""
+    ident = isl.Map.identity(prefix_range.get_space().map_from_set()).intersect_domain(prefix_range)
+    return ident.set_tuple_name(isl.dim_type.out, name)
+
+
+def copy_parts(copy_space: isl.Space, n_prefix: int, rank: int) -> tuple[isl.MultiAff, isl.MultiAff]:
+    """(copy[p, a] -> [p], copy[p, a] -> T[a]) projections of a copy statement."""
+    ls = isl.LocalSpace.from_space(copy_space)
+    ma_p = isl.MultiAff.zero(_proj_space(copy_space, n_prefix))
+    for i in range(n_prefix):
+        ma_p = ma_p.set_aff(i, isl.Aff.var_on_domain(ls, isl.dim_type.set, i))
+    ma_a = isl.MultiAff.zero(_proj_space(copy_space, rank))
+    for i in range(rank):
+        ma_a = ma_a.set_aff(i, isl.Aff.var_on_domain(ls, isl.dim_type.set, n_prefix + i))
+    return ma_p, ma_a
+
+
+def _proj_space(domain: isl.Space, n_out: int) -> isl.Space:
+    out = isl.Space.set_alloc(domain.get_ctx(), 0, n_out).align_params(domain)
+    return domain.map_from_domain_and_range(out)
+
+
+def copy_linear_index(copy_set: isl.Set, buf: Buffer, n_prefix: int) -> isl.PwAff:
+    """The row-major (tensor order) linear local index of a copy statement's element."""
+    space = copy_set.get_space()
+    ls = isl.LocalSpace.from_space(space)
+    ma_p, _ = copy_parts(space, n_prefix, len(buf.box.extent))
+    linear = None
+    for d in range(len(buf.box.extent)):
+        a = isl.PwAff.from_aff(isl.Aff.var_on_domain(ls, isl.dim_type.set, n_prefix + d))
+        lo = buf.box.lo[d].pullback_multi_aff(ma_p).align_params(a.get_space().params())
+        a = a.align_params(lo.get_space().params())
+        local = a.sub(lo)
+        if buf.box.stride[d] > 1:
+            local = local.scale_down_val(isl.Val.int_from_si(space.get_ctx(), buf.box.stride[d])).floor()
+        linear = local if linear is None else linear.scale_val(
+            isl.Val.int_from_si(space.get_ctx(), buf.box.extent[d])).add(local)
+    assert linear is not None
+    return linear.intersect_domain(copy_set.align_params(linear.get_space().params()))
+
+
+def copy_band(copy_set: isl.Set, buf: Buffer, n_prefix: int) -> isl.MultiUnionPwAff:
+    """The one-member band of a shared copy: its linear local index. (A band over the element
+    coordinates, under the modulo thread filter, made isl 2026.2's AST generator drop
+    instances: ``{ B[r, c] : (128r + c - t) mod 256 = 0 }`` scheduled by ``[r, c]`` came out as
+    one call per thread instead of four; the linear band gives the strided loop.)"""
+    linear = copy_linear_index(copy_set, buf, n_prefix)
+    return isl.MultiUnionPwAff.from_multi_pw_aff(isl.MultiPwAff.from_pw_aff(linear))
+
+
+def thread_copy_filter(copy_set: isl.Set, buf: Buffer, n_prefix: int,
+                       block: tuple[int, int, int]) -> isl.Set:
+    """Instances of a shared copy statement that thread ``(_tx, _ty, _tz)`` runs: the linear
+    local index modulo the block's thread count equals the linear thread id, so consecutive
+    threads copy consecutive elements (coalesced)."""
+    space = copy_set.get_space()
+    linear = copy_linear_index(copy_set, buf, n_prefix)
+    total = block[0] * block[1] * block[2]
+    ctx = space.get_ctx()
+    tid = None
+    step = 1
+    for name, ext in zip(THREAD_PARAMS, block, strict=True):
+        pos = linear.get_space().find_dim_by_name(isl.dim_type.param, name)
+        if ext == 1 or pos < 0:
+            step *= ext
+            continue
+        p = isl.PwAff.from_aff(isl.Aff.var_on_domain(
+            isl.LocalSpace.from_space(linear.get_domain_space()), isl.dim_type.param, pos))
+        p = p.scale_val(isl.Val.int_from_si(ctx, step))
+        tid = p if tid is None else tid.add(p)
+        step *= ext
+    lhs = linear.mod_val(isl.Val.int_from_si(ctx, total))
+    if tid is None:
+        tid = isl.PwAff.zero_on_domain(isl.LocalSpace.from_space(linear.get_domain_space()))
+    out = lhs.eq_set(tid).intersect(copy_set.align_params(lhs.get_space().params()))
+    for name, ext in zip(THREAD_PARAMS, block, strict=True):  # the block's thread ranges
+        pos = out.find_dim_by_name(isl.dim_type.param, name)
+        if pos >= 0:
+            out = out.lower_bound_val(isl.dim_type.param, pos, isl.Val.zero(ctx))
+            out = out.upper_bound_val(isl.dim_type.param, pos, isl.Val.int_from_si(ctx, ext - 1))
+    return out
+
+
+def graft(node: isl.ScheduleNode, extension: isl.UnionMap, parts: list[tuple[isl.UnionSet, isl.UnionSet | None, isl.MultiUnionPwAff | None, bool]],
+          *, before: bool) -> isl.ScheduleNode:
+    """Graft, before (or after) ``node``, an extension introducing the statements of
+    ``extension``; below it a sequence with one child per part: (statements, optional thread
+    filter, optional band schedule, unroll the band). Returns ``node`` at its new position."""
+    g = isl.ScheduleNode.from_extension(extension).child(0)
+    filters = isl.UnionSetList.alloc(node.get_ctx(), len(parts))
+    for stmts, _, _, _ in parts:
+        filters = filters.add(stmts)
+    many = len(parts) > 1
+    if many:
+        g = g.insert_sequence(filters)
+    for i, (stmts, thread_filter, band, unroll) in enumerate(parts):
+        child = g.child(i).child(0) if many else g.insert_filter(stmts).child(0)
+        if thread_filter is not None:
+            child = child.insert_filter(thread_filter).child(0)
+        if band is not None:
+            child = child.insert_partial_schedule(band)
+            if unroll:
+                for m in range(child.band_n_member()):
+                    child = child.band_member_set_ast_loop_type(m, isl.ast_loop_type.unroll)
+        g = child
+        stop = isl.schedule_node_type.sequence if many else isl.schedule_node_type.extension
+        while g.get_type() != stop:
+            g = g.parent()
+    g = g.get_schedule().get_root()
+    return node.graft_before(g) if before else node.graft_after(g)
+
+
+# ---------------------------------------------------------------- proofs
+
+
+def prove_buffer_accesses(buf: Buffer, accesses: isl.UnionMap) -> None:
+    """Every access of ``accesses`` (instance -> buffer coordinates) lies inside the buffer."""
+    for m in maps_of(accesses):
+        rng = m.range()
+        for d, extent in enumerate(buf.box.extent):
+            bad_lo = rng.lower_bound_val(isl.dim_type.set, d, isl.Val.int_from_si(rng.get_ctx(), 0))
+            bad = rng.subtract(bad_lo.upper_bound_val(isl.dim_type.set, d,
+                                                      isl.Val.int_from_si(rng.get_ctx(), extent - 1)))
+            if not bad.is_empty():
+                raise AssertionError(f"buffer {buf.name}: an access of {m.get_tuple_name(isl.dim_type.in_)} "
+                                     f"leaves the box {buf.box.extent} along dimension {d}: {bad}")
+
+
+def prove_copy_mapping(copy_set: isl.Set, mapped: isl.Set, params: tuple[str, ...]) -> None:
+    """Each copy instance of ``copy_set`` runs on exactly one thread (``mapped`` is the copy set
+    with the thread condition; the thread parameters range over the block)."""
+    rel = isl.Map.from_domain(mapped)
+    for p in params:
+        pos = rel.find_dim_by_name(isl.dim_type.param, p)
+        if pos >= 0:
+            rel = rel.move_dims(isl.dim_type.out, rel.dim(isl.dim_type.out), isl.dim_type.param, pos, 1)
+    dom = rel.domain()
+    want = copy_set
+    for p in params:
+        pos = want.find_dim_by_name(isl.dim_type.param, p)
+        if pos >= 0:
+            want = want.project_out(isl.dim_type.param, pos, 1)
+    want, dom = want.align_params(dom.get_space().params()), dom.align_params(want.get_space().params())
+    if not dom.is_equal(want) or not rel.is_single_valued():
+        raise AssertionError(f"copy mapping of {copy_set.get_tuple_name()} is not one thread per "
+                             f"element: {mapped}")
+
+
+def union_of(sets: list[isl.Set]) -> isl.UnionSet:
+    out = isl.UnionSet.from_set(sets[0])
+    for s in sets[1:]:
+        out = out.union(isl.UnionSet.from_set(s))
+    return out
+
+
+def statement_names(uset: isl.UnionSet) -> list[str]:
+    return [s.get_tuple_name() for s in sets_of(uset)]
+
+
+# ---------------------------------------------------------------- the AST: buffer accesses
+
+
+@dataclass(frozen=True)
+class CopyAccess:
+    """What a copy statement instance does: ``tensor[global] -> buffer[local]`` (or back)."""
+
+    buffer: str
+    copy_in: bool
+    global_index: tuple[isl.AstExpr, ...]
+    local_index: tuple[isl.AstExpr, ...]
+
+
+def _access_args(expr: isl.AstExpr) -> tuple[isl.AstExpr, ...]:
+    return tuple(expr.get_op_arg(i) for i in range(1, expr.get_op_n_arg()))
+
+
+def annotate_user_node(promotion: Promotion, fn: ir.Function, node: isl.AstNode,
+                       build: isl.AstBuild) -> dict | CopyAccess | None:
+    """The buffer accesses of one user node of the AST, as isl AST expressions in the loop
+    iterators: for a statement ``S{k}``, ``{key: (buffer, local index)}`` for each access
+    (`statement_accesses` keys) that goes to a buffer; for a copy statement, a `CopyAccess`."""
+    sched = isl.Map.from_union_map(build.get_schedule())
+    name = sched.get_tuple_name(isl.dim_type.in_)
+    iters = isl.PwMultiAff.from_map(sched.reverse())
+    inst = sched.domain()
+    m = COPY_STMT.match(name)
+    if m is not None:
+        buf = promotion.buffer(m.group(2))
+        ma_p, ma_a = copy_parts(inst.get_space(), buf.n_prefix, len(buf.box.extent))
+        ga = isl.PwMultiAff.from_multi_aff(ma_a).set_range_tuple_id(
+            isl.Id(buf.tensor, context=inst.get_ctx()))
+        la = local_index(buf, ga, isl.PwMultiAff.from_multi_aff(ma_p))
+        g = build.access_from_pw_multi_aff(ga.pullback_pw_multi_aff(iters))
+        loc = build.access_from_pw_multi_aff(la.pullback_pw_multi_aff(iters))
+        return CopyAccess(buf.name, m.group(1) == "in", _access_args(g), _access_args(loc))
+    if not _STMT.match(name):
+        return None
+    out: dict = {}
+    params = inst.get_space().params()
+    dims = fn.statements[int(_STMT.match(name).group(1))]
+    dims = dims.lhs if name.endswith("_init") else dims.index_names
+    for buf in promotion.buffers:
+        scope = buf.scope.align_params(params)
+        if isl.UnionSet.from_set(inst).align_params(scope.get_space()).intersect(scope).is_empty():
+            continue
+        pre = prefix_pma(buf.prefix, name)
+        for key, tensor, indices in statement_accesses(fn, name):
+            if tensor != buf.tensor or key in out:
+                continue
+            amap = access_map(name, tuple(dims), tensor, tuple(indices), buf.scope.get_space().params())
+            if amap is None:
+                continue
+            la = local_index(buf, isl.PwMultiAff.from_map(amap.intersect_domain(inst.align_params(amap.get_space().params()))), pre)
+            loc = build.access_from_pw_multi_aff(la.pullback_pw_multi_aff(iters))
+            out[key] = (buf.name, _access_args(loc))
+    return out or None

@@ -1,0 +1,103 @@
+"""A prepared host call (``target="cpu"``): made once per (kernel, signature).
+
+Place: `tcmlir.api.TCFunction.__call__` → `HostPlan.call` → the JIT entry points of a
+`HostKernel`. Everything `HostKernel.run` works out on every call depends only on the
+signature — each tensor's shape, the size array, the chunks each group's parallel loop is cut
+into, which fresh buffers must start at zero — so a plan computes it once. A call then only
+takes the inputs' addresses, allocates outputs and temporaries (``np.empty`` where the first
+statement sets every element, else ``np.zeros``), rewrites the pointer array and calls the
+groups. The caller guarantees the inputs match the plan's signature (`signature.call_key`
+selects the plan; a key is only registered after a full check of the same key).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import ir as tc
+from ..binding import needs_zero_fill
+from .host import HostKernel
+
+__all__ = ["HostPlan", "host_plan"]
+
+
+_char_at = ctypes.c_char.from_buffer
+
+
+def _address(a: np.ndarray) -> int:
+    """The data address of a C-contiguous array (through the buffer protocol, which is cheaper
+    than ``a.ctypes.data``; read-only arrays refuse a writable view and take the slow way)."""
+    try:
+        return ctypes.addressof(_char_at(a))
+    except (TypeError, ValueError, BufferError):
+        return a.ctypes.data
+
+
+class HostPlan:
+    """One signature's call of a `HostKernel`; ``call(inputs)`` returns the outputs."""
+
+    def __init__(self, kernel: HostKernel, fn: tc.Function, sizes: Mapping[str, int]):
+        self.kernel = kernel
+        sizes = kernel.check_sizes(sizes)
+        self.sizes = dict(sizes)
+        tensors = fn.tensors
+        index = {t.name: k for k, t in enumerate(tensors)}
+        self._inputs = tuple((index[t.name], t.dtype.numpy) for t in fn.inputs)
+        shape = {t.name: tuple(e.evaluate(sizes) for e in t.shape) for t in tensors}
+        self._fresh = tuple(
+            (index[t.name], shape[t.name], t.dtype.numpy,
+             np.zeros if needs_zero_fill(fn, t, sizes) else np.empty)
+            for t in (*fn.outputs, *fn.temporaries))
+        self._n_outputs = len(fn.outputs)
+        self._n_tensors = len(tensors)
+        self._size_array = (ctypes.c_int64 * max(1, len(fn.sizes)))(*(sizes[s] for s in fn.sizes))
+        self._groups = tuple((entry, tuple(kernel._chunks(entry, self._size_array)))
+                             for entry in kernel.entries)
+        self._pointers = (ctypes.c_void_p * max(1, self._n_tensors))()
+        self._errors = [[ctypes.c_int32(0) for _ in chunks] for _, chunks in self._groups]
+        self._lock = threading.Lock()
+
+    def call(self, inputs: Sequence[Any]) -> Any:
+        """Run on ``inputs`` (numpy arrays of the plan's signature, or scalars for rank-0 ones)."""
+        keep = []  # converted scalars: alive until the kernel returns
+        fresh = []
+        if self._lock.acquire(blocking=False):
+            pointers, errors, owned = self._pointers, self._errors, True
+        else:  # another thread runs this plan: use private arrays
+            pointers = (ctypes.c_void_p * max(1, self._n_tensors))()
+            errors = [[ctypes.c_int32(0) for _ in chunks] for _, chunks in self._groups]
+            owned = False
+        try:
+            for (k, dtype), x in zip(self._inputs, inputs, strict=True):
+                if type(x) is not np.ndarray:
+                    x = np.asarray(x, dtype=dtype)
+                    keep.append(x)
+                pointers[k] = _address(x)
+            for k, shape, dtype, make in self._fresh:
+                a = make(shape, dtype)
+                fresh.append(a)
+                pointers[k] = _address(a)
+            for (entry, chunks), errs in zip(self._groups, errors, strict=True):
+                for e in errs:
+                    e.value = 0
+                self.kernel._run_chunks(entry, chunks, pointers, self._size_array, errs)
+        finally:
+            if owned:
+                self._lock.release()
+        if self._n_outputs == 1:
+            return fresh[0]
+        return tuple(fresh[: self._n_outputs])
+
+
+def host_plan(kernel: HostKernel, fn: tc.Function, sizes: Mapping[str, int]) -> HostPlan:
+    """The kernel's plan for these size values, made on first use (kept on the kernel)."""
+    key = tuple(sorted(sizes.items()))
+    plan = kernel.plans.get(key)
+    if plan is None:
+        plan = kernel.plans.setdefault(key, HostPlan(kernel, fn, sizes))
+    return plan

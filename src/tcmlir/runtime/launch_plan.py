@@ -1,0 +1,398 @@
+"""A prepared CUDA launch: made once per (kernel, signature, input types, device).
+
+Place: `tcmlir.api.TCFunction.__call__` → `CudaPlan.call` → one ``cuLaunchKernel`` per kernel
+of the program, back to back on one stream with no host round trip. Made by
+`cuda_launch.CudaRunner.plan` on the first call of a signature, which also checks the inputs.
+
+Done once, when the plan is made: the module is loaded, every kernel's launch configuration is
+validated against the device's and the kernel's limits and its parameter count checked, the
+parameter block (`ParamBlock`: tensor pointers, the i64 sizes, the error flag's pointer) is
+packed with the sizes and the flag, output shapes and which fresh buffers must start at zero
+(`binding.needs_zero_fill`) are worked out, and the error flag is allocated and zeroed.
+
+Per call: read the stream (``stream=``, else the inputs' library's current stream, see
+`streams`), write the input, output and temporary pointers into the block, queue zero fills
+(``cuMemsetD32Async``) where needed and the launches. Outputs and temporaries come from torch's
+caching allocator for torch inputs, CuPy's pool for CuPy, else the runtime's stream-ordered
+`pool.BufferPool`; numpy inputs are copied in on the stream and outputs copied back, then the
+stream is synchronised (the only synchronisation, besides a synchronous gather read).
+
+The gather error flag is sticky: kernels set it on a failed bounds check and only reporting
+resets it, so no failure is lost however calls interleave. Read with the call (``sync``) it
+is copied to pinned memory and the stream synchronised; read ``async`` (the default for device
+arrays, see ``TCMLIR_GATHER_CHECK``) the copy and an event are queued and the next call of the
+plan, or `check_errors`, reports it. Inside a CUDA graph capture nothing is read (no host work
+may happen there): replays set the flag, and a later call or `check_errors` reports it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import ir as tc
+from ..binding import needs_zero_fill
+from ..errors import CallError, CudaError
+from .arrays import ArrayKind, DeviceArray, DeviceArrayView, classify
+from .cuda_memory import check, driver, error_text
+from .launch_limits import validate_launch
+from .streams import DriverMemory, memory_for, stream_handle
+
+__all__ = ["CudaPlan", "ParamBlock"]
+
+_TORCH_PTR, _CUPY_PTR, _SCALAR, _HOST, _ANY = range(5)
+_SCALAR_TYPES = (bool, int, float)
+
+
+class ParamBlock:
+    """``kernelParams`` for the tcmlir CUDA ABI, where every parameter is 8 bytes (tensor
+    pointers, i64 sizes, the error flag's pointer): ``values[k]`` is parameter k's slot and
+    ``address`` the ``void*[n]`` array of slot addresses that ``cuLaunchKernel`` reads."""
+
+    def __init__(self, count: int):
+        self.count = count
+        self.values = (ctypes.c_uint64 * max(1, count))()
+        base = ctypes.addressof(self.values)
+        self._pointers = (ctypes.c_void_p * max(1, count))(*(base + 8 * k for k in range(count)))
+        self.address = ctypes.addressof(self._pointers) if count else 0
+
+    def slots(self) -> list[int]:
+        """The parameter values as the driver will read them (through the pointer array)."""
+        pointers = (ctypes.c_void_p * self.count).from_address(self.address)
+        return [ctypes.c_uint64.from_address(p).value for p in pointers]
+
+
+def _input_code(cls: type, view: Any) -> int:
+    if isinstance(view, DeviceArrayView):
+        if view.kind is ArrayKind.TORCH_CUDA:
+            return _TORCH_PTR
+        return _CUPY_PTR if view.kind is ArrayKind.CUPY else _ANY
+    if cls in _SCALAR_TYPES or issubclass(cls, np.generic):
+        return _SCALAR
+    return _HOST if cls is np.ndarray else _ANY
+
+
+class CudaPlan:
+    """One signature's launch of a compiled program; ``call(inputs, stream)`` returns outputs."""
+
+    def __init__(self, runner: Any, fn: tc.Function, bound: Any, input_types: Sequence[type],
+                 runtime: Any, gather_error: Callable[[int], CallError]):
+        image = runner.image
+        self.entry = image.entry
+        self.device = device = bound.device
+        self.kind = bound.kind
+        self.runtime = runtime
+        self._gather_error = gather_error
+        module = runner.module(device)
+        self.context = module.context
+        limits = runtime.device(device).limits
+        n_tensors, n_sizes = len(image.arg_order), len(image.sizes_order)
+        count = n_tensors + n_sizes + 1
+        kernels = []
+        for k in image.kernels:
+            f = module.function(k.name)
+            validate_launch(limits, k.grid, k.block, 0, kernel=k.name,
+                            kernel_max_threads=f.max_threads_per_block,
+                            static_shared_bytes=f.static_shared_bytes)
+            takes = f.param_count
+            if takes is not None and takes != count:
+                raise CudaError(f"kernel {k.name} takes {takes} parameters, the tcmlir ABI passes "
+                                f"{count} ({n_tensors} tensors, {n_sizes} sizes, the error flag)")
+            kernels.append((f.handle, *k.grid, *k.block))
+        self._kernels = tuple(kernels)
+        self._launch_info = tuple((k.name, k.grid, k.block) for k in image.kernels)
+        self.block = ParamBlock(count)
+        for j, name in enumerate(image.sizes_order):
+            self.block.values[n_tensors + j] = int(bound.sizes[name])
+        slot = {name: k for k, name in enumerate(image.arg_order)}
+        self.memory = memory_for(self.kind, runtime, device)
+        lib_dtype = getattr(self.memory, "dtype", lambda d: None)  # torch's / CuPy's dtype
+        sizes = bound.sizes
+        self._inputs = tuple(
+            (slot[t.name], _input_code(cls, bound.views[t.name]), t.dtype, lib_dtype(t.dtype),
+             f"{fn.name}: input {t.name}")
+            for t, cls in zip(fn.inputs, input_types, strict=True))
+        self._output_names = tuple(t.name for t in fn.outputs)
+        self._outputs = tuple(
+            (slot[t.name], shape, math.prod(shape) * t.dtype.itemsize, t.dtype, lib_dtype(t.dtype),
+             needs_zero_fill(fn, t, sizes))
+            for t, shape in ((t, tuple(e.evaluate(sizes) for e in t.shape)) for t in fn.outputs))
+        # temporaries kept on chip or recomputed (codegen.gpu_rows) get no buffer: their
+        # parameter slot stays a null pointer the kernel never dereferences
+        on_chip = set(getattr(image, "on_chip", ()))
+        self._temps = tuple(
+            (slot[t.name], max(1, math.prod(e.evaluate(sizes) for e in t.shape) * t.dtype.itemsize),
+             needs_zero_fill(fn, t, sizes)) for t in fn.temporaries if t.name not in on_chip)
+        self._host_outputs = self.kind in (ArrayKind.NUMPY, ArrayKind.TORCH_CPU)
+        self._pool = runtime.pool(device)
+        self.gathers = any(k.has_gathers for k in image.kernels)
+        self.gather_sync = self._host_outputs
+        self._err = runtime.alloc(4, device)
+        self._err.memset(0)  # once; afterwards only reporting a failure resets it
+        # the memset is queued on the legacy stream, which a non-blocking stream (torch's)
+        # does not wait for: let it finish before any launch can set the flag
+        check(driver.cuCtxSynchronize(), "cuCtxSynchronize", context="zeroing a gather flag")
+        self.block.values[count - 1] = self._err.ptr
+        self._pinned = self._event = None
+        self._pending = False
+        if self.gathers:
+            self._pinned = runtime.pinned(4, device)
+            self._pinned.set_int32(0, 0)
+            flags = driver.CUevent_flags.CU_EVENT_DISABLE_TIMING.value
+            self._event = check(driver.cuEventCreate(flags), "cuEventCreate")
+        codes = [code for _, code, _, _, _ in self._inputs]
+        self._copies_in = any(code == _HOST or (code == _SCALAR and self.memory.pooled)
+                              for code in codes)
+        self._watch_capture = (self.gathers or isinstance(self.memory, DriverMemory)
+                               or self._copies_in or _ANY in codes)
+        self._lock = threading.Lock()
+        self.last_stream: int | None = None  # test hook: the stream of the latest launch
+        self._success = driver.CUresult.CUDA_SUCCESS
+        self._launch = driver.cuLaunchKernel
+        self._memset32 = driver.cuMemsetD32Async
+        self._memset8 = driver.cuMemsetD8Async
+
+    def __repr__(self) -> str:
+        names = ", ".join(name for name, _, _ in self._launch_info)
+        return f"<CudaPlan {self.entry} [{names}] device {self.device} {self.kind.value}>"
+
+    def __str__(self) -> str:
+        name, grid, block = self._launch_info[-1]
+        return f"kernel {name} with grid {grid}, block {block} on stream {self.last_stream:#x}"
+
+    # ------------------------------------------------------------ calling
+
+    def call(self, inputs: Sequence[Any], stream: Any = None,
+             outputs: Sequence[Any] | None = None) -> Any:
+        """Launch on ``inputs`` (of the plan's signature and input types); ``outputs``: arrays
+        to write instead of fresh ones (checked here)."""
+        memory = self.memory
+        if stream is None:
+            return self._call(inputs, memory.current_stream(), outputs)
+        handle = stream_handle(stream)
+        switch = getattr(memory, "on_stream", None)
+        context = switch(handle, stream) if switch is not None else None
+        if context is None:
+            return self._call(inputs, handle, outputs)
+        with context:  # torch/CuPy allocate (and fill scalars) on the launch stream
+            return self._call(inputs, handle, outputs)
+
+    def is_capturing(self, handle: int) -> bool:
+        status = check(driver.cuStreamIsCapturing(handle), "cuStreamIsCapturing",
+                       context=f"stream {handle:#x}")
+        return status != driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
+
+    def _call(self, inputs: Sequence[Any], handle: int, given: Sequence[Any] | None) -> Any:
+        capturing = (self._watch_capture or given is not None) and self.is_capturing(handle)
+        if capturing and (self._host_outputs or self._copies_in
+                          or (given is None and self.memory.pooled)):
+            raise CallError(
+                f"{self.entry}: cannot be captured in a CUDA graph with "
+                f"{self.kind.value} arrays: "
+                + ("host arrays are copied in (and read back) synchronously"
+                   if self._host_outputs or self._copies_in
+                   else "its outputs would be allocated with cuMemAlloc; pass outputs=")
+                + " (or call it with torch tensors, whose allocator is capture-aware)")
+        if self._pending and not capturing:
+            self._poll()
+        memory = self.memory
+        pooled: list[Any] = []  # pool buffers, given back after the launches
+        keep: list[Any] = []    # objects that must outlive the call's host-side work
+        copies_back: list[tuple[int, int, int]] = []
+        self.context.activate()
+        with self._lock:
+            values = self.block.values
+            for (k, code, dtype, lib_dtype, what), x in zip(self._inputs, inputs, strict=True):
+                if code == _TORCH_PTR:
+                    values[k] = x.data_ptr()
+                elif code == _CUPY_PTR:
+                    values[k] = x.data.ptr
+                elif code == _SCALAR and not memory.pooled:
+                    values[k], owner = memory.scalar(x, lib_dtype)
+                    keep.append(owner)
+                else:
+                    values[k] = self._stage(x, code, dtype, what, handle, pooled, keep)
+            results = []
+            for i, (k, shape, nbytes, dtype, lib_dtype, zero) in enumerate(self._outputs):
+                if given is not None:
+                    values[k] = self._given_output(i, given[i], handle, pooled, keep, copies_back)
+                    results.append(given[i])
+                    continue
+                if not memory.pooled:
+                    ptr, result = memory.empty(shape, lib_dtype)
+                elif self._host_outputs:
+                    buf = self._pool.acquire(nbytes, handle)
+                    pooled.append(buf)
+                    ptr, result = buf.ptr, self._host_result(shape, dtype)
+                    address = (result.ctypes.data if isinstance(result, np.ndarray)
+                               else result.data_ptr())
+                    copies_back.append((address, ptr, nbytes))
+                else:  # the caller owns it: its own allocation, tagged with the stream
+                    buf = self.runtime.alloc(nbytes, self.device)
+                    ptr, result = buf.ptr, DeviceArray(buf, shape, dtype, stream=handle)
+                values[k] = ptr
+                results.append(result)
+                if zero:
+                    self._zero(ptr, nbytes, handle)
+            for k, nbytes, zero in self._temps:
+                ptr, owner = memory.scratch(nbytes, handle)
+                (pooled if memory.pooled else keep).append(owner)
+                values[k] = ptr
+                if zero:
+                    self._zero(ptr, nbytes, handle)
+            self._enqueue(handle)
+        self.runtime._last_launch[self.device] = self
+        if self.gathers and not capturing:
+            self._queue_flag_read(handle)
+        if copies_back:
+            self._copy_back(copies_back, handle)
+        for buf in pooled:
+            if capturing:  # the graph keeps using it: never hand it out again
+                self._pool.retire(buf)
+            else:
+                self._pool.release(buf, handle)
+        if self.gathers and not capturing and (self.gather_sync or copies_back):
+            if not copies_back:
+                self._synchronize(handle)
+            self._report(self._pinned.int32(0))
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def _enqueue(self, handle: int) -> None:
+        launch, address, ok = self._launch, self.block.address, self._success
+        for i, (f, gx, gy, gz, bx, by, bz) in enumerate(self._kernels):
+            err = launch(f, gx, gy, gz, bx, by, bz, 0, handle, address, 0)[0]
+            if err != ok:
+                name, grid, block = self._launch_info[i]
+                raise CudaError(f"CUDA driver call cuLaunchKernel failed: {error_text(err)} "
+                                f"(kernel {name} with grid {grid}, block {block}, stream "
+                                f"{handle:#x})")
+        self.last_stream = handle
+
+    def _zero(self, ptr: int, nbytes: int, handle: int) -> None:
+        if nbytes % 4 == 0:
+            err = self._memset32(ptr, 0, nbytes // 4, handle)[0]
+        else:
+            err = self._memset8(ptr, 0, nbytes, handle)[0]
+        if err != self._success:
+            raise CudaError(f"CUDA driver call cuMemsetD32Async({nbytes} bytes) failed: "
+                            f"{error_text(err)} (zero-filling a buffer of {self.entry})")
+
+    def _stage(self, x: Any, code: int, dtype: Any, what: str, handle: int, pooled: list[Any],
+               keep: list[Any]) -> int:
+        """A device pointer for an input that is not a torch/CuPy device array."""
+        if code == _ANY:
+            view = classify(x, what, runtime=self.runtime)
+            if isinstance(view, DeviceArrayView):
+                if view.device_ordinal != self.device:
+                    raise CallError(f"{what} is on CUDA device {view.device_ordinal}, the kernel "
+                                    f"runs on device {self.device}")
+                keep.append(view.owner)
+                return view.ptr
+            host = view.array
+        else:
+            host = x if type(x) is np.ndarray else np.asarray(x, dtype=dtype.numpy)
+        if not host.flags.c_contiguous:
+            host = np.ascontiguousarray(host).reshape(host.shape)
+        buf = self._pool.acquire(host.nbytes, handle)
+        pooled.append(buf)
+        # From pageable memory the driver stages the bytes before returning, so ``host`` may go.
+        check(driver.cuMemcpyHtoDAsync(buf.ptr, host.ctypes.data, host.nbytes, handle),
+              f"cuMemcpyHtoDAsync({host.nbytes} bytes)", context=what)
+        return buf.ptr
+
+    def _host_result(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        if self.kind is ArrayKind.TORCH_CPU:
+            import torch
+
+            return torch.empty(shape, dtype=getattr(torch, dtype.value))
+        return np.empty(shape, dtype.numpy)
+
+    def _given_output(self, i: int, x: Any, handle: int, pooled: list[Any], keep: list[Any],
+                      copies_back: list[tuple[int, int, int]]) -> int:
+        """The device pointer of a user-given output: its own memory, or (host arrays) a
+        staging buffer holding a copy of it (``+=`` reads it), copied back after the launch."""
+        _, shape, _, dtype, _, _ = self._outputs[i]
+        what = f"{self.entry}: output {self._output_names[i]}"
+        view = classify(x, what, runtime=self.runtime)
+        if view.dtype is not dtype or tuple(view.shape) != shape:
+            raise CallError(f"{what} must be {dtype} of shape {shape}, got {view.dtype} of "
+                            f"shape {tuple(view.shape)}")
+        if isinstance(view, DeviceArrayView):
+            if view.device_ordinal != self.device:
+                raise CallError(f"{what} is on CUDA device {view.device_ordinal}, the kernel "
+                                f"runs on device {self.device}")
+            keep.append(view.owner)
+            return view.ptr
+        host = view.array
+        if not host.flags.c_contiguous or not host.flags.writeable:
+            raise CallError(f"{what}: an output array must be C-contiguous and writeable "
+                            "(use np.empty or np.ascontiguousarray)")
+        ptr = self._stage(host, _HOST, dtype, what, handle, pooled, keep)
+        copies_back.append((host.ctypes.data, ptr, host.nbytes))
+        keep.append(host)
+        return ptr
+
+    def _copy_back(self, copies: list[tuple[int, int, int]], handle: int) -> None:
+        for host, ptr, nbytes in copies:
+            check(driver.cuMemcpyDtoHAsync(host, ptr, nbytes, handle),
+                  f"cuMemcpyDtoHAsync({nbytes} bytes)", context=f"output of {self.entry}")
+        self._synchronize(handle)
+
+    def _synchronize(self, handle: int) -> None:
+        check(driver.cuStreamSynchronize(handle), "cuStreamSynchronize",
+              context=f"after {self}")
+
+    # ------------------------------------------------------------ the gather flag
+
+    def _queue_flag_read(self, handle: int) -> None:
+        check(driver.cuMemcpyDtoHAsync(self._pinned.address, self._err.ptr, 4, handle),
+              "cuMemcpyDtoHAsync(gather flag)", context=self.entry)
+        if not (self.gather_sync or self._host_outputs):
+            check(driver.cuEventRecord(self._event, handle), "cuEventRecord", context=self.entry)
+            self._pending = True
+
+    def _poll(self) -> None:
+        """Report a failure of an earlier call whose flag read has landed (never waits)."""
+        result = driver.cuEventQuery(self._event)
+        if result[0] == driver.CUresult.CUDA_ERROR_NOT_READY:
+            return
+        check(result, "cuEventQuery", context=f"gather flag of {self.entry}")
+        self._pending = False
+        self._report(self._pinned.int32(0), earlier=True)
+
+    def _report(self, code: int, earlier: bool = False) -> None:
+        if not code:
+            return
+        self._pinned.set_int32(0, 0)
+        self.context.activate()  # reset, and wait for it: later launches on any stream see 0
+        check(driver.cuMemsetD32(self._err.ptr, 0, 1), "cuMemsetD32(gather flag)")
+        check(driver.cuCtxSynchronize(), "cuCtxSynchronize", context="resetting a gather flag")
+        error = self._gather_error(code)
+        if earlier:
+            error = CallError(f"{error} [reported late: an earlier call, or a CUDA graph replay, of "
+                              f"{self.entry} failed; set TCMLIR_GATHER_CHECK=sync to raise from "
+                              "the failing call]")
+        raise error
+
+    def check_errors(self) -> None:
+        """Wait for the device, then raise any gather failure not reported yet."""
+        self.context.activate()
+        check(driver.cuCtxSynchronize(), "cuCtxSynchronize", context=f"last launch: {self}"
+              if self.last_stream is not None else None)
+        if not self.gathers:
+            return
+        check(driver.cuMemcpyDtoH(self._pinned.address, self._err.ptr, 4),
+              "cuMemcpyDtoH(gather flag)")
+        self._pending = False
+        self._report(self._pinned.int32(0), earlier=True)
+
+    def close(self) -> None:
+        event, self._event = self._event, None
+        if event is not None:
+            self.context.activate()
+            check(driver.cuEventDestroy(event), "cuEventDestroy")
