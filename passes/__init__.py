@@ -8,7 +8,8 @@
 Passes (see each file): ``schedule{fusion=max|preserve3coincident|min,skew=false,
 positive-orthant=true}``, ``tile{sizes=...}``, ``specialize{N=...}``, ``verify``,
 ``mark-parallel`` and ``vectorize`` (host), ``map-to-blocks{grid=...}``,
-``map-to-threads{block=...}`` and ``map-reduction{threads=...}`` (GPU), ``unroll{factor=4}``.
+``map-to-threads{block=...}`` and ``map-reduction{threads=...}`` (GPU), ``inline-temporaries``
+and ``map-rows{threads=...,grid=...}`` (GPU: a row program as one kernel), ``unroll{factor=4}``.
 A researcher adds a pass by adding a file here (a frozen dataclass with ``@register``, see
 `base.py`) and importing it below.
 
@@ -23,7 +24,12 @@ How mappings are recorded in the tree, so that it prints in isl syntax and re-pa
   below the mark pin band members to them (``v mod B = _tx``), which gives strided loops
   (`tcmlir.poly.gpu_mapping`, where the coverage proof lives too);
 * ``reduction S<k> threads=B`` above the band whose member is split over ``B`` threads and
-  combined per block (warp shuffles, shared memory) by the NVPTX backend (``map-reduction``).
+  combined per block (warp shuffles, shared memory) by the NVPTX backend (``map-reduction``);
+* ``rows threads=B local=t1,t2`` above the grid-strided row loop of a row kernel (``map-rows``):
+  the NVPTX backend puts a block barrier after each phase of the row body and keeps the
+  ``local`` temporaries in shared memory; ``reduction S<k> threads=B atomic`` (blocks fold
+  their totals atomically: full reductions) and ``accumulate S<k> atomic`` (each thread folds
+  its own total: column reductions), also from ``map-rows``.
 
 Backends read marks with `tcmlir.poly.tree.mark_name`; the isl AST builder prints them as
 comments and hands them to the code generator as mark nodes.
@@ -32,7 +38,9 @@ comments and hands them to the code generator as mark nodes.
 from __future__ import annotations
 
 from . import (  # noqa: F401  (registration)
+    inline_temporaries,
     map_reductions,
+    map_rows,
     map_to_blocks,
     map_to_threads,
     mark_parallel,

@@ -57,7 +57,7 @@ from .base import Pass, register
 
 __all__ = ["REDUCTION_MARK", "MapReduction", "parse_reduction_mark", "reduction_mark_name"]
 
-REDUCTION_MARK = re.compile(r"^reduction S(\d+) threads=(\d+)$")
+REDUCTION_MARK = re.compile(r"^reduction S(\d+) threads=(\d+)(?: atomic)?$")
 _BAND = isl.schedule_node_type.band
 _FILTER = isl.schedule_node_type.filter
 _DTYPES = (DType.FLOAT32, DType.FLOAT64, DType.INT32, DType.INT64, DType.UINT32, DType.UINT64)

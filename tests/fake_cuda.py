@@ -390,10 +390,24 @@ def simulate_with_host(driver: FakeDriver, image: Any, host_kernel: Any) -> None
     n_tensors, n_sizes = len(image.arg_order), len(image.sizes_order)
     last = image.kernels[-1].name
 
+    fn = host_kernel.function.ir
+    on_chip = set(getattr(image, "on_chip", ()))
+
     def run(name: str, slots: list[int]) -> None:
         if name != last:
             return
-        ptrs = (ctypes.c_void_p * max(1, n_tensors))(*slots[:n_tensors])
+        tensors = list(slots[:n_tensors])
+        scratch = []  # temporaries the device keeps on chip get no buffer; the host needs one
+        values = dict(zip(image.sizes_order, slots[n_tensors:n_tensors + n_sizes], strict=True))
+        for k, tname in enumerate(image.arg_order):
+            if tname in on_chip and not tensors[k]:
+                t = fn.tensor(tname)
+                count = 1
+                for e in t.shape:
+                    count *= e.evaluate({**values, **dict(image.sizes)})
+                scratch.append(np.zeros(max(1, count * t.dtype.itemsize), np.uint8))
+                tensors[k] = scratch[-1].ctypes.data
+        ptrs = (ctypes.c_void_p * max(1, n_tensors))(*tensors)
         sizes = (ctypes.c_int64 * max(1, n_sizes))(*slots[n_tensors:n_tensors + n_sizes])
         for entry in host_kernel.runner.entries:
             err = ctypes.c_int32(0)

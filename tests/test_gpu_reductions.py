@@ -51,7 +51,7 @@ def _compile(src: str, *inputs, options=None) -> tc.Kernel:
 ])
 def test_reduction_mapped_ptx(name, src, shape, threads):
     x = np.zeros(shape, np.int32 if "int32" in src else np.float32)
-    kernel = _compile(src, x)
+    kernel = _compile(src, x, options=tc.MappingOptions.naive())  # map-reduction, not map-rows
     assert f"reduction S0 threads={threads}" in kernel.schedule
     assert f"block={threads},1,1" in kernel.schedule
     ptx = _ptx(kernel)

@@ -506,6 +506,12 @@ def test_torch_kind_temporaries_and_scalars_come_from_torch(monkeypatch, rng):
     torch.allocations.clear()
     np.testing.assert_allclose(fn(x).array, _softmax(x.array), rtol=1e-5)
     assert driver.names().count("cuMemAlloc") == before
+    # the default (map-rows) kernel keeps softmax's temporaries on chip: only the output
+    assert sorted(a[2] for a in torch.allocations) == ["float32"]
+    naive = tc.MappingOptions.naive()  # one kernel per statement: temporaries in global memory
+    np.testing.assert_allclose(fn(x, options=naive).array, _softmax(x.array), rtol=1e-5)
+    torch.allocations.clear()
+    np.testing.assert_allclose(fn(x, options=naive).array, _softmax(x.array), rtol=1e-5)
     assert sorted(a[2] for a in torch.allocations) == ["float32", "uint8", "uint8", "uint8"]
     scale = "def sc(float(N) x, float a) -> (z) { z(i) += a * x(i) }"
     v = FakeTensor(rng.standard_normal(9).astype(np.float32))

@@ -1,4 +1,4 @@
-"""GPU benchmark: tcmlir (naive and hand-picked options) beside PyTorch eager, in one run.
+"""GPU benchmark: tcmlir (naive, default and hand-picked options) beside PyTorch eager, in one run.
 
     python tools/bench.py [--quick] [--only NAME,...] [--json OUT.json]
 
@@ -59,6 +59,20 @@ def cases(quick: bool) -> list[Case]:
         Case("row sum 32768x4096", "def rowsum(float(N, D) X) -> (S) { S(n) +=! X(n, d) }",
              lambda t: (t.randn(R, D, device="cuda"),), lambda t, x: x.sum(dim=1),
              1.0 * R * D, 4.0 * R * D, lambda: MO.naive().tile(1).map_to_threads(256).map_to_blocks(R)),
+        Case("layernorm 32768x4096", """def layernorm(float(N, D) X) -> (O) {
+                mean(n) +=! X(n, d) / D
+                c(n, d) = X(n, d) - mean(n)
+                var(n) +=! c(n, d) * c(n, d) / D
+                O(n, d) = c(n, d) * rsqrt(var(n) + 1e-5)
+            }""", lambda t: (t.randn(R, D, device="cuda"),),
+             lambda t, x: t.nn.functional.layer_norm(x, (x.shape[1],), eps=1e-5), 8.0 * R * D,
+             4.0 * 2 * R * D, lambda: MO().map_rows(1024)),
+        Case("full sum 2^28", "def full(float(N) X) -> (s) { s +=! X(i) }",
+             lambda t: (t.randn((1 << 28) // s, device="cuda"),), lambda t, x: x.sum(),
+             float((1 << 28) // s), 4.0 * ((1 << 28) // s), lambda: MO().map_rows(1024)),
+        Case("column sum 4096x32768", "def colsum(float(N, D) X) -> (S) { S(d) +=! X(n, d) }",
+             lambda t: (t.randn(4096 // s, 32768, device="cuda"),), lambda t, x: x.sum(dim=0),
+             4096.0 * 32768 / s, 4.0 * 4096 * 32768 / s, lambda: MO().map_rows(256)),
         Case("transpose 8192^2", "def tr(float(N, M) A) -> (B) { B(m, n) = A(n, m) }",
              lambda t: (t.randn(T, T, device="cuda"),), lambda t, a: a.t().contiguous(),
              0.0, 8.0 * T * T, lambda: MO.naive().tile(32, 32).map_to_threads(32, 32)
@@ -118,7 +132,9 @@ def main(argv: list[str] | None = None) -> int:
         step(f"{case.name}: torch timed")
         fn = tc.define(case.tc, target="cuda")
         row = {"case": case.name, "torch_ms": t_torch * 1e3, "ceiling_ms": ceiling * 1e3}
-        for label, opts in (("naive", tc.MappingOptions.naive()), ("tuned", case.tuned())):
+        # default: what a call without options gets (MappingOptions.default_for)
+        for label, opts in (("naive", tc.MappingOptions.naive()), ("default", None),
+                            ("tuned", case.tuned())):
             try:
                 kernel = fn.compile(*inputs, options=opts)
                 step(f"{case.name}: {label} compiled")
@@ -142,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _format_row(r: dict) -> str:
     parts = [f"{r['case']:<28} torch {r['torch_ms']:8.3f} ms ({r['ceiling_ms'] / r['torch_ms']:5.0%} of ceiling)"]
-    for label in ("naive", "tuned"):
+    for label in ("naive", "default", "tuned"):
         t = r.get(f"{label}_ms")
         if t is None:
             parts.append(f"{label}: FAILED {r.get(f'{label}_error', '')}")

@@ -3,8 +3,9 @@
     compute-sanitizer --tool memcheck --error-exitcode 1 python tools/sanitize_corpus.py
     compute-sanitizer --tool racecheck --error-exitcode 1 python tools/sanitize_corpus.py --tag reduction
 
-Each program runs at its first corpus size under the naive options and a block that does not
-divide the problem; results are compared with the numpy reference so a sanitizer-clean run is
+Each program runs at its first corpus size under the naive options, a block that does not
+divide the problem and the default options (and, for the row programs `map-rows` maps, 64
+threads per row over 3 blocks); results are compared with the numpy reference so a sanitizer-clean run is
 also a correct one. Prints one line per program and a summary; exits 1 on any mismatch.
 """
 
@@ -28,9 +29,12 @@ def main(argv: list[str] | None = None) -> int:
     from corpus.programs import CASES
 
     import tcmlir as tc
+    from tcmlir.gpu_defaults import reduction_defaults
 
     option_sets = {"naive": tc.MappingOptions.naive(),
-                   "odd-block": tc.MappingOptions.naive().map_to_threads(7, 5).map_to_blocks(3, 2)}
+                   "odd-block": tc.MappingOptions.naive().map_to_threads(7, 5).map_to_blocks(3, 2),
+                   "default": None}  # MappingOptions.default_for: map-rows for row programs
+    rows_small = tc.MappingOptions().map_rows(64).map_to_blocks(3)  # rows wrap the grid
     failures = 0
     for case in CASES:
         if args.tag and args.tag not in case.tags:
@@ -42,7 +46,10 @@ def main(argv: list[str] | None = None) -> int:
         inputs = case.make_inputs(rng, **sizes)
         expected = run_program(tc.define(case.source, case.entry, target="numpy"), inputs)
         fn = tc.define(case.source, case.entry, target="cuda")
-        for label, opts in option_sets.items():
+        sets = dict(option_sets)
+        if reduction_defaults(fn.ir) is not None:
+            sets["rows-64x3"] = rows_small
+        for label, opts in sets.items():
             try:
                 got = run_program(fn, inputs, options=opts)
                 assert_outputs_close(got, expected, rtol=case.rtol, context=f"{case.name} {label}")

@@ -58,7 +58,7 @@ def _pipeline_text(args: argparse.Namespace) -> str:
         return args.pipeline or DEFAULT_PIPELINE
     from .options import MappingOptions
 
-    return MappingOptions.from_json(args.options).to_pipeline("cpu")
+    return MappingOptions.from_json(args.options).to_pipeline(args.target)
 
 
 def dump(text: str, filename: str, entry: str | None, stage: str = "all",
@@ -134,6 +134,8 @@ def _arg_parser() -> argparse.ArgumentParser:
     group = p.add_mutually_exclusive_group()
     group.add_argument("--pipeline", help=f"pass pipeline (default: {DEFAULT_PIPELINE})")
     group.add_argument("--options", help="MappingOptions as JSON (compiled to a pipeline)")
+    p.add_argument("--target", choices=("cpu", "cuda"), default="cpu",
+                   help="the target whose pipeline --options compiles to (default: cpu)")
     p.add_argument("--print-after-all", action="store_true",
                    help="print the schedule tree after each pass (stderr)")
     p.add_argument("--time-passes", action="store_true", help="time each pass (stderr)")

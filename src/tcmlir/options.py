@@ -65,6 +65,8 @@ class MappingOptions:
     parametric: bool = False                     # sizes as kernel arguments: one kernel, every size
     register_tile: tuple[int, ...] = ()          # outputs per thread along the point band (GPU)
     double_buffer: bool = False                  # shared copies one tile ahead (cp.async), GPU
+    row_block: int = 0                           # cuda: >0 maps a row program to one kernel
+                                                 # (map-rows), this many threads per row; 0 off
 
     def __post_init__(self) -> None:
         if self.fusion not in FUSION_STRATEGIES:
@@ -81,7 +83,7 @@ class MappingOptions:
         for name in ("unroll_factor",):
             if getattr(self, name) < 1:
                 raise OptionsError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("shared_depth", "private_depth", "max_shared_memory", "threads"):
+        for name in ("shared_depth", "private_depth", "max_shared_memory", "threads", "row_block"):
             if getattr(self, name) < 0:
                 raise OptionsError(f"{name} must be >= 0, got {getattr(self, name)}")
 
@@ -121,10 +123,18 @@ class MappingOptions:
         15.5 ms fused and untiled, 42.6 ms naive). On the GPU, a contraction (one statement
         with two lhs indices and one reduction index: matmul, its transposed forms, fc) gets
         128×128×8 tiles, 8×8 outputs per thread in registers (16×16 threads) and its operand
-        tiles in shared memory (`cuda_contraction`); everything else the naive options."""
+        tiles in shared memory (`cuda_contraction`); row programs (softmax, layernorm, row,
+        column and full reductions: bandwidth-bound) get `gpu_defaults.reduction_defaults`
+        first (one kernel, a block per row); everything else the naive options."""
         statements = getattr(fn, "ir", fn).statements
         if target == "cpu" and max((len(s.ranges) for s in statements), default=0) < 3:
             return cls(fusion="max")
+        if target == "cuda":
+            from .gpu_defaults import reduction_defaults
+
+            rows = reduction_defaults(getattr(fn, "ir", fn))
+            if rows is not None:
+                return rows
         if target == "cuda" and _is_contraction(statements):
             return cls.cuda_contraction()
         return cls.naive()
@@ -199,6 +209,11 @@ class MappingOptions:
     def with_parametric(self, parametric: bool = True) -> MappingOptions:
         return self._with(parametric=bool(parametric))
 
+    def map_rows(self, threads: int) -> MappingOptions:
+        """cuda: a row program as one kernel, ``threads`` per row (`passes/map_rows.py`);
+        ``grid[0]`` caps the blocks; 0 turns it off."""
+        return self._with(row_block=int(threads))
+
     # ------------------------------------------------------------ serialisation
 
     def to_dict(self) -> dict[str, Any]:
@@ -267,6 +282,17 @@ class MappingOptions:
             f"schedule{{fusion={self.fusion},skew={str(self.allow_skewing).lower()},"
             f"positive-orthant={str(self.positive_orthant).lower()}}}",
         ]
+        if target == "cuda" and self.row_block:
+            # one kernel for the whole row program: pointwise temporaries recomputed, a block
+            # per row, phases separated by barriers (passes/inline_temporaries, map_rows)
+            steps.insert(0, "inline-temporaries")
+            steps.append(f"map-rows{{threads={self.row_block},grid={self.grid[0]}}}")
+            if self.use_shared_memory or self.use_private_memory:
+                raise OptionsError("row_block (map-rows) keeps rows on chip itself and does not "
+                                   "combine with use_shared_memory/use_private_memory")
+            if self.unroll_factor > 1:
+                steps.append(f"unroll{{factor={self.unroll_factor}}}")
+            return ",".join(steps)
         tiles = self.tile_sizes
         if target == "cuda" and not any(tiles):
             tiles = tuple(reversed(self.block))  # threads need a point band to map onto

@@ -114,6 +114,10 @@ class ExprEmitter:
 
     def address(self, tensor: str, offset: ir.Value) -> ir.Value:
         t = self.ctx.fn.tensor(tensor)
+        local = getattr(self.ctx, "local_slot", None)  # a row's element kept on chip (gpu_rows)
+        slot = local(tensor) if local is not None else None
+        if slot is not None:
+            return slot
         return self.b.gep(self.ctx.pointer(tensor), [offset], inbounds=True,
                           source_etype=memory_type(t.dtype))
 

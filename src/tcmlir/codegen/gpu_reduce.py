@@ -15,6 +15,11 @@ and, at the mark, all instances of ``S<k>`` below it write one lhs element. Lowe
    values and, when some thread ran an instance, does ``lhs = op(lhs, total)``; a second barrier
    so that the shared slots may be reused and later statements of the kernel see the lhs.
 
+With ``atomic`` (``reduction S<k> threads=B atomic``, `passes/map_full_reduction.py`: blocks
+share the lhs element) thread 0 folds by a compare-and-swap loop on the element's bits
+(32/64-bit types only): the order of the blocks' folds, and so a float sum's rounding, varies
+from run to run.
+
 Blocks of fewer than 32 threads (B a power of two) shuffle within the partial warp, with the
 member mask ``(1 << B) - 1``. Operators and NaN rules are those of `exprs.ExprEmitter.arith`.
 """
@@ -133,8 +138,34 @@ def _if(b: ir.IRBuilder, cond: ir.Value, name: str):
     return done
 
 
-def combine(walker: GroupWalker, scope: ReductionScope) -> None:
-    """Combine the block's accumulators and fold the total into the lhs (thread 0)."""
+def _atomic_fold(em: ExprEmitter, tensor: str, off: ir.Value, total: ir.Value, op: str, dt,
+                 st) -> None:
+    """``lhs = op(lhs, total)`` as a compare-and-swap loop: blocks fold into one element."""
+    b = em.b
+    ptr = em.address(tensor, off)
+    ty = total.type
+    bits = ir.IntType(64 if ty in (I64,) or isinstance(ty, ir.DoubleType) else 32)
+    as_bits = (lambda v: v) if isinstance(ty, ir.IntType) else (lambda v: b.bitcast(v, bits))
+    from_bits = (lambda v: v) if isinstance(ty, ir.IntType) else (lambda v: b.bitcast(v, ty))
+    first = as_bits(b.load(ptr, typ=ty))
+    head = b.block
+    loop = b.append_basic_block("red.cas")
+    done = b.append_basic_block("red.cas.end")
+    b.branch(loop)
+    b.position_at_end(loop)
+    seen = b.phi(bits)
+    seen.add_incoming(first, head)
+    new = as_bits(em.arith(op, from_bits(seen), total, dt, st))
+    res = b.cmpxchg(ptr, seen, new, "monotonic", "monotonic")
+    now, ok = b.extract_value(res, 0), b.extract_value(res, 1)
+    seen.add_incoming(now, b.block)
+    b.cbranch(ok, done, loop)
+    b.position_at_end(done)
+
+
+def combine(walker: GroupWalker, scope: ReductionScope, atomic: bool = False) -> None:
+    """Combine the block's accumulators and fold the total into the lhs (thread 0; with
+    ``atomic``, by compare-and-swap, since other blocks fold into the same element)."""
     b = walker.builder
     st = walker.fn.statements[scope.statement]
     dt = walker.fn.tensor(st.tensor).dtype.compute
@@ -175,7 +206,10 @@ def combine(walker: GroupWalker, scope: ReductionScope) -> None:
             off = _smax(b, off, b.load(b.gep(offs, [zero, slot], inbounds=True)))
     ran = b.icmp_signed(">=", off, ir.Constant(I64, 0))
     inner = _if(b, ran, "red.store")
-    em.store(st.tensor, off, em.arith(op, em.load(st.tensor, off), acc, dt, st))
+    if atomic:
+        _atomic_fold(em, st.tensor, off, acc, op, dt, st)
+    else:
+        em.store(st.tensor, off, em.arith(op, em.load(st.tensor, off), acc, dt, st))
     b.branch(inner)
     b.position_at_end(inner)
     b.branch(done)
@@ -197,14 +231,14 @@ class ReducingWalker(GroupWalker):
         super().__init__(*args, **kwargs)
         self.scopes: list[ReductionScope] = []
 
-    def reduce(self, statement: int, threads: int, child: isl.AstNode) -> None:
+    def reduce(self, statement: int, threads: int, child: isl.AstNode, atomic: bool = False) -> None:
         if self.scopes:
             raise CodegenError(f"reduction mark of S{statement} inside another reduction mark")
         scope = enter(self, statement, threads)
         self.scopes.append(scope)
         self.node(child)
         self.scopes.pop()
-        combine(self, scope)
+        combine(self, scope, atomic)
 
     def user(self, node: isl.AstNode) -> None:
         call = node.user_get_expr()

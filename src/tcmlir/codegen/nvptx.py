@@ -44,6 +44,7 @@ from .. import ir as tc
 from ..errors import CodegenError
 from ..poly.promotion import SYNC_STMT
 from .exprs import I32, I64, ExprEmitter, const, memory_type
+from .gpu_rows import on_chip_tensors
 from .lower import PTR, GatherSite, GroupWalker, Lowerer
 from .target import Target, declare
 
@@ -90,6 +91,7 @@ class CudaKernelImage:
     sizes_order: tuple[str, ...]
     gathers: tuple[GatherSite, ...] = ()
     sizes: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    on_chip: tuple[str, ...] = ()  # temporaries without a global buffer (codegen.gpu_rows)
 
     @property
     def uses_libdevice(self) -> bool:
@@ -108,10 +110,11 @@ def parse_kernel_mark(name: str) -> tuple[tuple[int, int, int], tuple[int, int, 
     return grid, block  # type: ignore[return-value]
 
 
-def _reduction_mark(name: str) -> tuple[int, int] | None:
-    """(statement, threads) of a ``reduction S<k> threads=B`` mark (passes/map_reductions)."""
-    m = re.match(r"^reduction S(\d+) threads=(\d+)$", name.strip())
-    return (int(m.group(1)), int(m.group(2))) if m else None
+def _reduction_mark(name: str) -> tuple[int, int, bool] | None:
+    """(statement, threads, atomic) of a ``reduction S<k> threads=B[ atomic]`` mark
+    (passes/map_reductions, passes/map_full_reduction)."""
+    m = re.match(r"^reduction S(\d+) threads=(\d+)( atomic)?$", name.strip())
+    return (int(m.group(1)), int(m.group(2)), m.group(3) is not None) if m else None
 
 
 # ---------------------------------------------------------------- the target strategy
@@ -215,13 +218,20 @@ class NvptxTarget(Target):
     def mark(self, walker: GroupWalker, name: str, child: isl.AstNode) -> None:
         if parse_kernel_mark(name) is not None:
             raise CodegenError(f"kernel mark {name!r} nested in another kernel")
+        if name.startswith(("rows ", "accumulate ")):
+            from .gpu_rows import RowWalker
+
+            if not isinstance(walker, RowWalker):
+                raise CodegenError(f"mark {name!r} outside a kernel")
+            walker.row_mark(name, child)
+            return
         red = _reduction_mark(name)
         if red is not None:
             from .gpu_reduce import ReducingWalker
 
             if not isinstance(walker, ReducingWalker):
                 raise CodegenError(f"mark {name!r} outside a kernel")
-            walker.reduce(*red, child)
+            walker.reduce(red[0], red[1], child, atomic=red[2])
             return
         walker.node(child)
 
@@ -298,9 +308,9 @@ class _KernelLowerer(Lowerer):
 
     def kernel_body(self, name: str, node: isl.AstNode, guards: Sequence[Guard]) -> ir.Function:
         body = self.new_body(name)
-        from .gpu_reduce import ReducingWalker
+        from .gpu_rows import RowWalker
 
-        walker = ReducingWalker(self, body, parallel=False)
+        walker = RowWalker(self, body, parallel=False)
         b = walker.builder
         for cond, taken in guards:
             c = walker.expr(cond)
@@ -311,6 +321,7 @@ class _KernelLowerer(Lowerer):
             b.position_at_end(inside)
         walker.node(node)
         walker.finish()
+        self.local_tensors = getattr(self, "local_tensors", set()) | walker.local_seen
         return body
 
     def kernel_entry(self, name: str, body: ir.Function) -> None:
@@ -447,7 +458,8 @@ def compile_cuda_from_ast(fn: tc.Function, ast: isl.AstNode, sizes: Mapping[str,
         if ptx_cache is not None:
             ptx_cache.store(ptx)
     return CudaKernelImage(fn.name, arch, ptx, text, launches, tuple(t.name for t in fn.tensors),
-                           tuple(fn.sizes), tuple(lowerer.gathers), MappingProxyType(sizes))
+                           tuple(fn.sizes), tuple(lowerer.gathers), MappingProxyType(sizes),
+                           on_chip_tensors(fn, getattr(lowerer, "local_tensors", set())))
 
 
 def compile_cuda(state: CompileState | Any, arch: str = "sm_90",

@@ -122,9 +122,12 @@ class CudaPlan:
             (slot[t.name], shape, math.prod(shape) * t.dtype.itemsize, t.dtype, lib_dtype(t.dtype),
              needs_zero_fill(fn, t, sizes))
             for t, shape in ((t, tuple(e.evaluate(sizes) for e in t.shape)) for t in fn.outputs))
+        # temporaries kept on chip or recomputed (codegen.gpu_rows) get no buffer: their
+        # parameter slot stays a null pointer the kernel never dereferences
+        on_chip = set(getattr(image, "on_chip", ()))
         self._temps = tuple(
             (slot[t.name], max(1, math.prod(e.evaluate(sizes) for e in t.shape) * t.dtype.itemsize),
-             needs_zero_fill(fn, t, sizes)) for t in fn.temporaries)
+             needs_zero_fill(fn, t, sizes)) for t in fn.temporaries if t.name not in on_chip)
         self._host_outputs = self.kind in (ArrayKind.NUMPY, ArrayKind.TORCH_CPU)
         self._pool = runtime.pool(device)
         self.gathers = any(k.has_gathers for k in image.kernels)

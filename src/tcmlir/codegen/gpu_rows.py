@@ -1,0 +1,223 @@
+"""Row kernels on NVPTX: what a ``rows threads=B local=...`` mark (`passes/map_rows.py`) becomes.
+
+Below the mark lies the grid-strided row loop (or, with one row per block, its body alone);
+the body is a sequence of phases, one per statement. Lowering:
+
+* each ``local`` tensor (a temporary of which a row touches only its own element, e.g.
+  softmax's ``mx(n)``) lives in a one-element static shared array (address space 3): its
+  statements' loads and stores go there (`exprs.ExprEmitter.address` asks `local_slot`), so
+  it never exists in global memory;
+* after each phase of the body a block barrier (``llvm.nvvm.barrier0``), except after a
+  ``reduction`` mark, whose combine already ends with one (and between the pieces isl makes of
+  one phase, e.g. a statement's initialisation and its combine): the phase's writes (global and
+  shared) are then visible to every thread of the block, and the barrier at the end of the
+  body keeps the next row's writes of the shared slots after this row's reads.
+
+Barriers must be reached by every thread of the block: `map-rows` proves with isl that every
+``_tx`` has instances below the mark and below each reduction mark at every row; here each
+barrier additionally checks that no enclosing ``if`` or loop reads a thread index, and each
+phase that it runs only one statement (a `CodegenError` otherwise, never a kernel that hangs or
+races). `on_chip_tensors` names the temporaries
+that need no global buffer (local ones, and those no statement touches any more, after
+`inline-temporaries`).
+
+An ``accumulate S<k> atomic`` mark (`passes/map_columns.py`) keeps one accumulator per thread
+and folds it into its lhs element atomically, without barriers.
+"""
+
+from __future__ import annotations
+
+import re
+
+import islpy as isl
+from llvmlite import ir
+
+from .. import ir as tc
+from ..errors import CodegenError
+from .exprs import _COMBINE, ExprEmitter, memory_type
+from .gpu_reduce import ReducingWalker, _atomic_fold, _barrier, _if, _shared, enter
+from .lower import _STMT, _id_names
+
+__all__ = ["RowWalker", "on_chip_tensors", "parse_rows_mark"]
+
+_THREADS = {"_tx", "_ty", "_tz"}
+
+
+def parse_rows_mark(name: str) -> tuple[int, tuple[str, ...]] | None:
+    """(threads, local tensors) of a ``rows threads=B local=a,b`` mark name, else None."""
+    text = name.strip()
+    if not text.startswith("rows threads="):
+        return None
+    head, _, local = text.partition(" local=")
+    try:
+        threads = int(head.removeprefix("rows threads="))
+    except ValueError:
+        raise CodegenError(f"bad rows mark {name!r}") from None
+    return threads, tuple(t for t in local.split(",") if t)
+
+
+def _reads(e: tc.Expr) -> set[str]:
+    return {x.tensor for x in tc.walk(e) if isinstance(x, tc.Read)}
+
+
+def on_chip_tensors(fn: tc.Function, local: set[str]) -> tuple[str, ...]:
+    """Temporaries of ``fn`` that need no global buffer: ``local`` ones and untouched ones."""
+    touched = {st.tensor for st in fn.statements}
+    for st in fn.statements:
+        touched |= _reads(st.rhs)
+    return tuple(t.name for t in fn.temporaries if t.name in local or t.name not in touched)
+
+
+def _flat(node: isl.AstNode) -> list[isl.AstNode]:
+    """The nodes of ``node`` with nested blocks expanded (isl groups a sequence's children
+    into blocks of blocks as it likes; the phases are the leaves of that nesting)."""
+    if node.get_type() != isl.ast_node_type.block:
+        return [node]
+    kids = node.block_get_children()
+    return [x for i in range(kids.n_ast_node()) for x in _flat(kids.get_at(i))]
+
+
+def _statements(node: isl.AstNode) -> set[int]:
+    """The statement numbers (``S<k>`` and ``S<k>_init``) called in ``node``'s subtree."""
+    found: set[int] = set()
+
+    def visit(n: isl.AstNode) -> bool:
+        if n.get_type() == isl.ast_node_type.user:
+            m = _STMT.match(n.user_get_expr().get_op_arg(0).get_id().get_name())
+            if m:
+                found.add(int(m.group(1)))
+        return True
+
+    node.foreach_descendant_top_down(visit)
+    return found
+
+
+def _is_reduction_mark(node: isl.AstNode) -> bool:
+    return (node.get_type() == isl.ast_node_type.mark
+            and node.mark_get_id().get_name().startswith("reduction "))
+
+
+class RowWalker(ReducingWalker):
+    """The kernel walk with ``rows`` marks (and reduction marks, inherited)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.local: dict[str, ir.Value] = {}
+        self.local_seen: set[str] = set()
+        self.thread_guards = 0      # enclosing ifs/loops that read a thread index
+        self._row_body_next = False
+        self._in_rows = False
+
+    # ---- what ExprEmitter asks
+
+    def local_slot(self, tensor: str) -> ir.Value | None:
+        return self.local.get(tensor)
+
+    # ---- the marks
+
+    def row_mark(self, name: str, child: isl.AstNode) -> None:
+        m = re.match(r"^accumulate S(\d+) atomic$", name.strip())
+        if m is not None:
+            self.accumulate_private(int(m.group(1)), child)
+        else:
+            self.rows(name, child)
+
+    def accumulate_private(self, statement: int, child: isl.AstNode) -> None:
+        """``accumulate S<k> atomic``: every thread sums its instances of ``S<k>`` below the
+        mark (one lhs element per thread) in a register, then folds it into the element
+        atomically (other blocks fold into it too). No barrier: threads do not combine."""
+        if self.scopes:
+            raise CodegenError(f"accumulate mark of S{statement} inside a reduction mark")
+        scope = enter(self, statement, 1)
+        self.scopes.append(scope)
+        self.node(child)
+        self.scopes.pop()
+        b = self.builder
+        st = self.fn.statements[statement]
+        dt = self.fn.tensor(st.tensor).dtype.compute
+        acc, off = b.load(scope.acc), b.load(scope.offset)
+        done = _if(b, b.icmp_signed(">=", off, ir.Constant(ir.IntType(64), 0)), "acc.fold")
+        em = ExprEmitter(self, {}, statement)
+        if st.reduction is tc.Reduction.ADD:  # native red.global.add (f32, f64, i32, i64)
+            op = "fadd" if dt.is_float else "add"
+            b.atomic_rmw(op, em.address(st.tensor, off), acc, "monotonic")
+        else:
+            _atomic_fold(em, st.tensor, off, acc, _COMBINE[st.reduction], dt, st)
+        b.branch(done)
+        b.position_at_end(done)
+
+    def rows(self, name: str, child: isl.AstNode) -> None:
+        parsed = parse_rows_mark(name)
+        assert parsed is not None
+        if self._in_rows:
+            raise CodegenError(f"rows mark {name!r} inside another rows mark")
+        _, local = parsed
+        self.local_seen |= set(local)
+        zero = ir.Constant(ir.IntType(64), 0)
+        for t in local:
+            ty = memory_type(self.fn.tensor(t).dtype)
+            slot = _shared(self.builder.module, ty, 1, f"rows.{t}")
+            self.local[t] = slot.gep([zero, zero])
+        self._in_rows = True
+        self._row_body_next = True
+        self.node(child)
+        self._in_rows = False
+        self.local = {}
+
+    def node(self, node: isl.AstNode) -> None:
+        if not self._row_body_next:
+            super().node(node)
+            return
+        kind = node.get_type()
+        if kind in (isl.ast_node_type.for_, isl.ast_node_type.if_):
+            if kind == isl.ast_node_type.if_ and node.if_has_else_node():
+                raise CodegenError("rows mark: an if with an else around the row loop")
+            super().node(node)  # the loop (or uniform guard) around the row body
+            return
+        self._row_body_next = False
+        self.row_body(node)
+
+    def row_body(self, node: isl.AstNode) -> None:
+        phases = _flat(node)
+        touched = [_statements(p) for p in phases]
+        for i, phase in enumerate(phases):
+            if len(touched[i]) > 1:  # isl split the row loop: phases would share a barrier interval
+                raise CodegenError(f"internal: one phase of a row body runs statements "
+                                   f"{sorted(touched[i])}; map-rows gives each its own phase")
+            self.node(phase)
+            # pieces of one statement's phase (its init, then its combine; or unrolled copies)
+            # need no barrier between them: map-rows proved its instances in a row independent
+            # (other than through its reduction, whose fold thread 0 does after its own init)
+            same_next = i + 1 < len(phases) and touched[i + 1] == touched[i]
+            if not _is_reduction_mark(phase) and not same_next:
+                self.barrier()
+
+    def barrier(self) -> None:
+        if self.thread_guards:
+            raise CodegenError("internal: a block barrier under a condition that reads the thread "
+                               "index (not every thread would reach it)")
+        _barrier(self.builder)
+
+    # ---- guards
+
+    def _guarded(self, names: set[str], lower, node: isl.AstNode) -> None:
+        inc = 1 if names & _THREADS else 0
+        self.thread_guards += inc
+        try:
+            lower(node)
+        finally:
+            self.thread_guards -= inc
+
+    def loop(self, node: isl.AstNode) -> None:
+        names = (_id_names(node.for_get_init()) | _id_names(node.for_get_cond())
+                 | _id_names(node.for_get_inc()))
+        self._guarded(names, super().loop, node)
+
+    def branch(self, node: isl.AstNode) -> None:
+        self._guarded(_id_names(node.if_get_cond()), super().branch, node)
+
+    def reduce(self, statement: int, threads: int, child: isl.AstNode, atomic: bool = False) -> None:
+        if self._in_rows and self.thread_guards:  # (map-reduction's trees may have benign ones)
+            raise CodegenError(f"internal: the combine of S{statement} lies under a condition "
+                               "that reads the thread index (not every thread would reach it)")
+        super().reduce(statement, threads, child, atomic)

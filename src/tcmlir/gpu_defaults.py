@@ -1,0 +1,91 @@
+"""The cuda defaults for bandwidth-bound reductions: which untuned calls get `map-rows`.
+
+`MappingOptions.default_for(fn, "cuda")` asks `reduction_defaults(fn)` first. A *row program*
+(`passes.map_rows.row_program_problem` is None: every statement starts with the same row
+indices) that is bandwidth-bound — every tensor read either carries all of the statement's row
+indices or none of them and no reduction index (a per-row operand, or a small vector such as
+a bias; a matmul's ``A(i, k)`` carries only some of ``C(i, j)``'s rows and is refused; a tensor
+the program writes is read only at the row's own indices, so rows are independent; a read that
+involves a reduction index has one as its last index, so a row is reduced along contiguous
+memory — a pooling window or a column reduction is refused) — and
+that has at least one reduction gets one kernel, a block of `ROW_THREADS` threads per row,
+and `SM_COUNT` × `BLOCKS_PER_SM` blocks that stride over the rows (more, up to 32 per SM, when
+short rows get fewer threads per block) (softmax, layernorm, row
+sums, normalisations). Everything else keeps the naive options.
+
+`SM_COUNT` is the H200's (132): the defaults are chosen without a device (the options are
+part of the compile-cache key, so they must not depend on which GPU happens to be visible);
+on a device with other SM counts the grid-stride loop stays correct and the tuner searches
+the grid. A full reduction into a scalar (``s +=! A(i)``, 32/64-bit types) gets the same
+options: `map-rows` then spreads it over every block, which fold their totals atomically
+(`passes/map_full_reduction.py`; float sums are not bitwise deterministic run to run); so does
+a column reduction (``S(d) +=! X(n, d)``: a thread per column, the reduced dimension split
+over ``blockIdx.y``, atomic folds; `passes/map_columns.py`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import ir as tc
+
+__all__ = ["BLOCKS_PER_SM", "ROW_THREADS", "SM_COUNT", "is_bandwidth_bound_rows",
+           "reduction_defaults"]
+
+SM_COUNT = 132          # NVIDIA H200 (sm_90)
+ROW_THREADS = 512       # threads per row: 16 warps; 4 blocks (2048 threads) per SM
+BLOCKS_PER_SM = 2048 // ROW_THREADS
+
+
+def _reads(e: tc.Expr) -> list[tc.Read]:
+    return [x for x in tc.walk(e) if isinstance(x, tc.Read)]
+
+
+def is_bandwidth_bound_rows(fn: tc.Function) -> bool:
+    """True for a row program with a reduction whose reads have no reuse across rows."""
+    from .passes.map_rows import row_program_problem, row_rank
+
+    if row_program_problem(fn) is not None:
+        return False
+    if not any(st.reduction is not None and st.reduction_indices for st in fn.statements):
+        return False
+    r = row_rank(fn)
+    written = {st.tensor for st in fn.statements}
+    for st in fn.statements:
+        rows = st.index_names[:r]
+        reduced = set(st.reduction_indices)
+        for rd in _reads(st.rhs):
+            if rd.tensor in written:  # only at the row's own elements: rows stay independent
+                lead = rd.indices[:r]
+                if len(lead) < r or any(not isinstance(i, tc.Index) or i.name != n
+                                        for i, n in zip(lead, rows, strict=True)):
+                    return False
+                continue
+            used = {x.name for i in rd.indices for x in tc.walk(i) if isinstance(x, tc.Index)}
+            if used & reduced:  # the row is reduced along contiguous memory (not a pooling window)
+                last = rd.indices[-1]
+                if not isinstance(last, tc.Index) or last.name not in reduced:
+                    return False
+            if set(rows) <= used:
+                continue
+            if used & set(rows) or used & reduced:
+                return False
+    return True
+
+
+def reduction_defaults(fn: Any) -> Any:
+    """The default cuda `MappingOptions` for ``fn`` (an `ir.Function`) when it is a
+    bandwidth-bound row program (see the module docstring), else None."""
+    from .options import MappingOptions
+    from .passes.map_columns import column_problem
+    from .passes.map_full_reduction import full_reduction_problem
+    from .passes.map_rows import row_rank
+
+    if not isinstance(fn, tc.Function) or not fn.statements:
+        return None
+    full = row_rank(fn) == 0 and full_reduction_problem(fn) is None
+    if not full and column_problem(fn) is not None and not is_bandwidth_bound_rows(fn):
+        return None
+    # the grid is a cap: map-rows takes fewer blocks for few rows, and as many as the SMs
+    # hold (up to 32 each) when short rows get small blocks
+    return MappingOptions(fusion="max", row_block=ROW_THREADS, grid=(SM_COUNT * 32,))

@@ -1,0 +1,380 @@
+"""Row programs as one GPU kernel (`inline-temporaries`, `map-rows`, `codegen.gpu_rows`).
+
+Without a GPU: the inlining keeps the reference semantics; the default cuda options of the
+benchmark's softmax, layernorm and row sum give one ``.entry`` that ptxas accepts, with the
+per-row temporaries in shared memory and no global buffer for any temporary; the block size
+adapts to short rows (proved: every thread reaches every barrier); non-row programs keep the
+naive options; options round-trip. With a GPU (``gpu`` mark): every operator x dtype on rows
+of 1, 31, 33, 1000, 4097 and 10^6 elements, a single row, one column, the corpus row programs.
+"""
+
+from __future__ import annotations
+
+import islpy as isl
+import numpy as np
+import pytest
+from corpus import assert_outputs_close, run_program
+from corpus.programs import CASES, case_by_name
+from tcmlir.passes.inline_temporaries import inline_temporaries
+
+import tcmlir as tc
+from tcmlir import reference
+from tcmlir.codegen.ptx_tools import find_ptxas, ptxas_check
+from tcmlir.errors import OptionsError, PipelineError
+from tcmlir.gpu_defaults import reduction_defaults
+
+SOFTMAX = """def softmax(float(N, D) X) -> (O) {
+    mx(n) max=! X(n, d)
+    e(n, d) = exp(X(n, d) - mx(n))
+    s(n) +=! e(n, d)
+    O(n, d) = e(n, d) / s(n)
+}"""
+LAYERNORM = case_by_name("layernorm").source
+ROWSUM = "def rowsum(float(N, D) X) -> (S) { S(n) +=! X(n, d) }"
+ROWRED = "def f({t}(N, D) X) -> (S) {{ S(n) {op}=! X(n, d) }}"
+OPS = ("+", "*", "min", "max")
+try:
+    from ml_dtypes import bfloat16 as _BF16
+except ImportError:  # pragma: no cover - ml_dtypes is optional
+    _BF16 = None
+DTYPES = {"float": np.float32, "double": np.float64, "int32": np.int32, "int64": np.int64,
+          "float16": np.float16, "bfloat16": _BF16, "int8": np.int8}
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch):
+    monkeypatch.setenv("TCMLIR_ALWAYS_COMPILE", "1")
+
+
+def _inputs(src: str, shape, dtype=np.float32):
+    x = np.zeros(shape, dtype)
+    return (x, np.float32(1e-5)) if "eps" in src else (x,)
+
+
+def _compile(src: str, *inputs, options=None) -> tc.Kernel:
+    return tc.define(src).compile(*inputs, target="cuda", arch="sm_90", options=options)
+
+
+def _checked_ptx(kernel: tc.Kernel) -> str:
+    if find_ptxas() is not None:
+        ptxas_check(kernel.ptx, "sm_90")
+    return kernel.ptx
+
+
+# ---------------------------------------------------------------- inline-temporaries
+
+
+@pytest.mark.parametrize("name", ["softmax_temporaries", "layernorm"])
+def test_inlining_keeps_the_reference_semantics(name, rng):
+    case = case_by_name(name)
+    fn = tc.define(case.source, name=case.entry).ir
+    inlined = inline_temporaries(fn)
+    assert len(inlined.statements) < len(fn.statements)
+    assert inlined.tensors == fn.tensors  # the ABI does not change
+    for sizes in case.sizes:
+        inputs = case.make_inputs(rng, **sizes)
+        named = {t.name: np.asarray(x) for t, x in zip(fn.inputs, inputs, strict=True)}
+        want = reference.run(fn, named, sizes)
+        got = reference.run(inlined, named, sizes)
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+
+
+def test_softmax_inlined_text():
+    text = str(inline_temporaries(tc.define(SOFTMAX).ir))
+    assert "e(n, d) =" not in text and "e(n, d))" not in text
+    assert "s(n) +=! exp((X(n, d) - mx(n)))" in text
+
+
+@pytest.mark.parametrize("src", [
+    # read inside an index (a gather through the temporary)
+    "def f(int32(N) I, float(N) A) -> (O) { t(i) = I(i)\n O(i) = A(t(i)) }",
+    # its operand is written again after it: the value at the read would differ
+    "def f(float(N) A) -> (O) { u(i) = A(i)\n t(i) = u(i) * 2\n u(i) = u(i) + 1\n O(i) = t(i) + u(i) }",
+])
+def test_inlining_refuses_what_would_change_the_result(src):
+    fn = tc.define(src).ir
+    assert inline_temporaries(fn).statements[:2] == fn.statements[:2]
+
+
+# ---------------------------------------------------------------- one kernel by default
+
+
+@pytest.mark.parametrize(("src", "local"), [(SOFTMAX, ("mx", "s")), (LAYERNORM, ("mean", "var")),
+                                            (ROWSUM, ())], ids=["softmax", "layernorm", "rowsum"])
+def test_bench_row_programs_are_one_kernel(src, local):
+    fn = tc.define(src)
+    opts = tc.MappingOptions.default_for(fn.ir, "cuda")
+    assert opts.row_block == 512 and opts.grid == (4224,)  # a cap: 528 blocks of 512 are taken
+    kernel = _compile(src, *_inputs(src, (32768, 4096)))
+    assert kernel.schedule.count("kernel grid=") == 1
+    assert "kernel grid=528,1,1 block=512,1,1" in kernel.schedule
+    assert f"rows threads=512 local={','.join(local)}" in kernel.schedule
+    ptx = _checked_ptx(kernel)
+    assert ptx.count(".entry") == 1
+    assert "bar.sync" in ptx and "shfl.sync.bfly" in ptx
+    image = kernel.runner.image
+    assert set(image.on_chip) == {t.name for t in fn.ir.temporaries}  # no global temporaries
+    for t in local:
+        assert f".shared .align 8 .f32 rows_$_{t}_" in ptx  # the slot in shared memory
+    # the tree re-parses to a fixed point
+    ctx = isl.Context()
+    once = str(isl.Schedule.read_from_str(ctx, kernel.schedule))
+    assert str(isl.Schedule.read_from_str(ctx, once)) == once
+
+
+def _enclosing(lines: list[str], i: int) -> list[str]:
+    """The lines that open the blocks/loops/ifs around line i (by indentation)."""
+    out, indent = [], len(lines[i]) - len(lines[i].lstrip())
+    for line in reversed(lines[:i]):
+        ind = len(line) - len(line.lstrip())
+        if ind < indent and line.strip():
+            out.append(line)
+            indent = ind
+    return out
+
+
+@pytest.mark.parametrize(("d", "threads"), [(1, 1), (31, 16), (33, 32), (1000, 512), (4097, 512)])
+def test_block_fits_short_rows_and_barriers_are_uniform(d, threads):
+    kernel = _compile(SOFTMAX, *_inputs(SOFTMAX, (7, d)))
+    assert f"block={threads},1,1" in kernel.schedule
+    assert f"rows threads={threads} " in kernel.schedule
+    lines = kernel.loops.splitlines()
+    marks = [i for i, line in enumerate(lines) if "// reduction" in line or "// rows" in line]
+    assert len(marks) == (3 if threads > 1 else 1)
+    for i in marks:  # no thread index on any condition or loop around a combine
+        assert all("_tx" not in line for line in _enclosing(lines, i)), kernel.loops
+    ptx = _checked_ptx(kernel)
+    assert ptx.count(".entry") == 1
+    assert ("shfl.sync" in ptx) == (threads > 1)
+    if threads > 1:  # two per combine (4), at the end of the row (1)
+        assert ptx.count("bar.sync") == 5
+
+
+def test_single_row_and_one_column():
+    k = _compile(ROWSUM, np.zeros((1, 4097), np.float32))
+    assert "kernel grid=1,1,1 block=512,1,1" in k.schedule
+    k = _compile(ROWSUM, np.zeros((1000, 1), np.float32))
+    assert "block=1,1,1" in k.schedule and "reduction S" not in k.schedule
+    _checked_ptx(k)
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("t", list(DTYPES))
+def test_every_operator_and_dtype_compiles(t, op):
+    if DTYPES[t] is None:
+        pytest.skip("bfloat16 arrays need ml_dtypes")
+    src = ROWRED.format(t=t, op=op)
+    x = np.zeros((5, 1000), DTYPES[t])
+    kernel = _compile(src, x)
+    assert "rows threads=512" in kernel.schedule
+    # 8-bit values are not shuffled: that reduction runs on thread 0, the kernel stays one
+    assert ("reduction S0 threads=512" in kernel.schedule) == (t != "int8")
+    assert _checked_ptx(kernel).count(".entry") == 1
+
+
+def test_non_row_programs_keep_their_default():
+    for src in (case_by_name("matmul").source,
+                "def fc(float(B, M) I, float(N, M) W, float(N) b) -> (O) {\n"
+                " O(i, n) +=! I(i, m) * W(n, m)\n O(i, n) = fmax(O(i, n) + b(n), 0) }",
+                "def tr(float(N, M) A) -> (B) { B(m, n) = A(n, m) }",
+                "def g(float(N, D) X) -> (S, O) { S(n) +=! X(n, d)\n O(n, d) = X(n, d) / S(0) }",
+                case_by_name("maxpool").source):
+        fn = tc.define(src).ir
+        assert reduction_defaults(fn) is None, src
+        assert tc.MappingOptions.default_for(fn, "cuda").row_block == 0
+    # a bias vector (no row index) is fine
+    src = "def f(float(N, D) X, float(D) g) -> (O) { m(n) +=! X(n, d)\n O(n, d) = X(n, d) * g(d) - m(n) }"
+    assert reduction_defaults(tc.define(src).ir) is not None
+
+
+ROW_CASES = [c for c in CASES if reduction_defaults(tc.define(c.source, name=c.entry).ir) is not None]
+
+
+def test_the_corpus_has_row_programs():
+    assert {"softmax_temporaries", "layernorm"} <= {c.name for c in ROW_CASES}
+
+
+@pytest.mark.parametrize("case", ROW_CASES, ids=[c.name for c in ROW_CASES])
+def test_corpus_row_programs_compile_to_one_kernel(case, rng):
+    fn = tc.define(case.source, name=case.entry)
+    for sizes in case.sizes:
+        kernel = fn.compile(*case.make_inputs(rng, **sizes), target="cuda", arch="sm_90")
+        assert "rows threads=" in kernel.schedule
+        assert _checked_ptx(kernel).count(".entry") == 1
+
+
+FULL = "def f({t}(N) A) -> (s) {{ s {op}=! A(i) }}"
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("t", ["float", "double", "int32", "int64"])
+def test_full_reduction_spans_the_grid(t, op):
+    src = FULL.format(t=t, op=op)
+    fn = tc.define(src)
+    assert tc.MappingOptions.default_for(fn.ir, "cuda").row_block == 512
+    kernel = _compile(src, np.zeros(1 << 20, DTYPES[t]))
+    # the identity first (one thread), then every block folds its share by compare-and-swap
+    assert "kernel grid=1,1,1 block=1,1,1" in kernel.schedule
+    assert "kernel grid=528,1,1 block=512,1,1" in kernel.schedule
+    assert "reduction S0 threads=512 atomic" in kernel.schedule
+    ptx = _checked_ptx(kernel)
+    assert ptx.count(".entry") == 2 and "atom.relaxed.sys.global.cas" in ptx
+    assert "bar.sync" in ptx and "shfl.sync.bfly" in ptx
+
+
+@pytest.mark.parametrize(("n", "schedule"), [(1, "kernel grid=1,1,1 block=1,1,1"),
+                                             (5, "block=4,1,1"), (1000, "grid=1,1,1 block=512,1,1"),
+                                             (4099, "grid=8,1,1 block=512,1,1")])
+def test_short_full_reductions(n, schedule):
+    kernel = _compile(FULL.format(t="float", op="+"), np.zeros(n, np.float32))
+    assert schedule in kernel.schedule
+    _checked_ptx(kernel)
+
+
+COLUMN = "def f({t}(N, D) X) -> (S) {{ S(d) {op}=! X(n, d) }}"
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("t", ["float", "double", "int32", "int64"])
+def test_column_reduction_is_coalesced(t, op):
+    src = COLUMN.format(t=t, op=op)
+    assert tc.MappingOptions.default_for(tc.define(src).ir, "cuda").row_block == 512
+    kernel = _compile(src, np.zeros((4096, 32768), DTYPES[t]))
+    assert "kernel grid=64,1,1 block=512,1,1" in kernel.schedule      # the identity
+    assert "kernel grid=64,8,1 block=512,1,1" in kernel.schedule      # 8 chunks of rows
+    assert "accumulate S0 atomic" in kernel.schedule
+    # consecutive threads read consecutive columns of one row
+    assert "S0(512 * _bx + _tx, _by + 8 * c1)" in kernel.loops
+    ptx = _checked_ptx(kernel)
+    assert ptx.count(".entry") == 2 and "bar.sync" not in ptx
+    assert ("atom.global.add" in ptx) == (op == "+") and ("cas" in ptx) == (op != "+")
+
+
+def test_half_full_reduction_keeps_the_naive_default():
+    fn = tc.define(FULL.format(t="float16", op="+")).ir
+    assert reduction_defaults(fn) is None
+
+
+# ---------------------------------------------------------------- options and errors
+
+
+def test_row_options_round_trip_and_pipeline():
+    opts = tc.MappingOptions().map_rows(256).map_to_blocks(99)
+    assert opts.row_block == 256
+    assert tc.MappingOptions.from_json(opts.to_json()) == opts
+    pipe = opts.to_pipeline("cuda")
+    assert pipe.startswith("inline-temporaries,schedule{")
+    assert pipe.endswith("map-rows{threads=256,grid=99}")
+    assert "map-rows" not in opts.to_pipeline("cpu")
+    assert tc.MappingOptions().map_rows(0).to_pipeline("cuda") == tc.MappingOptions().to_pipeline("cuda")
+    with pytest.raises(OptionsError, match="row_block"):
+        tc.MappingOptions(row_block=-1)
+    with pytest.raises(OptionsError, match="map-rows"):
+        opts.shared_memory(True).to_pipeline("cuda")
+
+
+def test_map_rows_on_a_non_row_program_is_a_clear_error():
+    with pytest.raises(PipelineError, match="not a row program"):
+        _compile("def tr(float(N, M) A) -> (B) { B(m, n) = A(n, m) }", np.zeros((8, 4), np.float32),
+                 options=tc.MappingOptions().map_rows(128))
+
+
+def test_dump_shows_one_kernel(capsys, tmp_path):
+    from tcmlir.dump import main
+
+    path = tmp_path / "softmax.tc"
+    path.write_text(SOFTMAX)
+    opts = tc.MappingOptions.default_for(tc.define(SOFTMAX).ir, "cuda")
+    assert main([str(path), "--sizes", "N=64,D=256", "--stage", "loops", "--target", "cuda",
+                 "--options", opts.to_json()]) == 0
+    out = capsys.readouterr().out
+    assert out.count("// kernel grid=") == 1 and "// rows threads=256 local=mx,s" in out
+
+
+# ---------------------------------------------------------------- on the GPU
+
+
+def _values(rng, shape, t, op):
+    dtype = DTYPES[t]
+    if t in ("float", "double", "float16", "bfloat16"):
+        lo, hi = (0.999, 1.001) if op == "*" else (-1.0, 1.0)
+        return rng.uniform(lo, hi, size=shape).astype(dtype)
+    lo, hi = (-1, 2) if op == "*" else (-1000, 1000)
+    return rng.integers(lo, hi, size=shape).astype(dtype)
+
+
+GPU_SHAPES = [(7, 1), (300, 31), (300, 33), (64, 1000), (33, 4097), (2, 1_000_000), (1, 4097),
+              (1000, 1)]
+GPU_TYPES = ["float", "double", "int32", "int64", "float16", "bfloat16"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", GPU_SHAPES, ids=[f"{r}x{c}" for r, c in GPU_SHAPES])
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("t", GPU_TYPES)
+def test_row_reduction_on_gpu(t, op, shape, rng):
+    if DTYPES[t] is None:
+        pytest.skip("bfloat16 arrays need ml_dtypes")
+    src = ROWRED.format(t=t, op=op)
+    x = _values(rng, shape, t, op)
+    ref = run_program(tc.define(src, target="numpy"), [x])
+    rtol = {"float": 1e-3, "float16": 2e-2, "bfloat16": 2e-2, "double": 1e-9}.get(t)
+    for opts in (None, tc.MappingOptions().map_rows(32).map_to_blocks(5)):
+        got = run_program(tc.define(src, target="cuda"), [x], options=opts)
+        assert_outputs_close(got, ref, rtol, context=f"{src} {shape} {opts}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", (1, 33, 1000, 4097, 1_000_000, 1 << 24))
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("t", ["float", "double", "int32", "int64"])
+def test_full_reduction_on_gpu(t, op, n, rng):
+    src = FULL.format(t=t, op=op)
+    x = _values(rng, (n,), t, op)
+    ref = run_program(tc.define(src, target="numpy"), [x])
+    rtol = {"float": 1e-3, "double": 1e-9}.get(t)
+    for opts in (None, tc.MappingOptions().map_rows(64).map_to_blocks(7)):
+        got = run_program(tc.define(src, target="cuda"), [x], options=opts)
+        assert_outputs_close(got, ref, rtol, context=f"{src} n={n} {opts}")
+
+
+COLUMN_SHAPES = [(1, 1), (1000, 1), (1_000_000, 3), (4097, 33), (31, 1000), (2, 4097)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", COLUMN_SHAPES, ids=[f"{r}x{c}" for r, c in COLUMN_SHAPES])
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("t", ["float", "double", "int32", "int64"])
+def test_column_reduction_on_gpu(t, op, shape, rng):
+    src = COLUMN.format(t=t, op=op)
+    x = _values(rng, shape, t, op)
+    ref = run_program(tc.define(src, target="numpy"), [x])
+    rtol = {"float": 1e-3, "double": 1e-9}.get(t)
+    for opts in (None, tc.MappingOptions().map_rows(64).map_to_blocks(3)):
+        got = run_program(tc.define(src, target="cuda"), [x], options=opts)
+        assert_outputs_close(got, ref, rtol, context=f"{src} {shape} {opts}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(1, 1), (5, 31), (300, 33), (64, 4097), (2, 1_000_000)], ids=str)
+@pytest.mark.parametrize("src", [SOFTMAX, LAYERNORM], ids=["softmax", "layernorm"])
+def test_softmax_layernorm_on_gpu(src, shape, rng):
+    x = rng.uniform(-3, 3, size=shape).astype(np.float32)
+    inputs = [x, np.float32(1e-5)] if "eps" in src else [x]
+    ref = run_program(tc.define(src, target="numpy"), inputs)
+    for opts in (None, tc.MappingOptions().map_rows(1024).map_to_blocks(3)):
+        got = run_program(tc.define(src, target="cuda"), inputs, options=opts)
+        assert_outputs_close(got, ref, 2e-4, context=f"{shape} {opts}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ROW_CASES, ids=[c.name for c in ROW_CASES])
+def test_corpus_row_programs_on_gpu(case, rng):
+    for opts in (None, tc.MappingOptions().map_rows(64).map_to_blocks(2)):
+        for sizes in case.sizes:
+            inputs = case.make_inputs(rng, **sizes)
+            ref = run_program(tc.define(case.source, name=case.entry, target="numpy"), inputs)
+            got = run_program(tc.define(case.source, name=case.entry, target="cuda"), inputs,
+                              options=opts)
+            assert_outputs_close(got, ref, case.rtol, context=f"{case.name} {sizes} {opts}")
