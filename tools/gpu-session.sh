@@ -5,6 +5,8 @@
 #   tests     the GPU tests, split over 4 pytest processes that share the GPU
 #   sanitize  compute-sanitizer memcheck on the corpus and racecheck/synccheck on reductions
 #   bench     tools/bench.py (alone on the GPU, after the rest)
+#   smoke     tools/promo_smoke.py (matmul under the memory-hierarchy mappings) and
+#             tools/bench_launch.py (host time per cached call)
 #   tune      tools/tune_gpu.py (autotuning matmul and softmax on 1 and, if present, 2 GPUs)
 # Logs go to $OUT (./gpu-out when unset); a summary line per step is printed at the end.
 # TCMLIR_REQUIRE_GPU=1 is set: GPU tests fail rather than skip when the GPU is unusable, and a
@@ -23,16 +25,20 @@ summary=()
 has() { for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 pids=()
 if has tests; then
-  groups=("tests/test_gpu_corpus.py" "tests/test_gpu_reductions.py"
-          "tests/test_cuda_runtime.py tests/test_tune.py tests/test_kernel_cache.py tests/test_parametric.py"
+  # file lists, and a -k expression per group ("" = all): six pytest processes share the GPU
+  groups=("tests/test_gpu_corpus.py" "tests/test_gpu_corpus.py" "tests/test_gpu_corpus.py"
+          "tests/test_gpu_rows.py tests/test_gpu_reductions.py"
+          "tests/test_cuda_runtime.py tests/test_launch_plan.py tests/test_tune.py tests/test_tune_verify.py tests/test_kernel_cache.py tests/test_parametric.py tests/test_frontend_bugs.py tests/test_preconditions.py tests/test_cli_run.py tests/test_required_targets.py"
           "tests/test_corpus.py tests/test_random_programs.py")
+  kexprs=("not promo and not contraction and not shared" "promo or contraction" "shared" "" "" "")
   for i in "${!groups[@]}"; do
+    kargs=(); [ -n "${kexprs[$i]}" ] && kargs=(-k "${kexprs[$i]}")
     # shellcheck disable=SC2086
-    (timeout 420 python3 -m pytest -m gpu -q -p no:cacheprovider -rfEs ${groups[$i]} >"$OUT/gpu-tests-$i.log" 2>&1
+    (timeout "${TEST_LIMIT:-420}" python3 -m pytest -m gpu -q -p no:cacheprovider -rfEs "${kargs[@]}" ${groups[$i]} >"$OUT/gpu-tests-$i.log" 2>&1
      rc=$?; last=$(tail -1 "$OUT/gpu-tests-$i.log")
      if [ "$rc" -eq 0 ] && grep -Eq '^SKIPPED|[0-9]+ skipped' "$OUT/gpu-tests-$i.log"; then
        rc=1; last="$last (tests skipped: a failure; see the SKIPPED lines)"; fi
-     echo "tests[$i] ${groups[$i]}: exit $rc $last" >"$OUT/.sum-tests-$i"
+     echo "tests[$i] ${groups[$i]:0:60} ${kexprs[$i]}: exit $rc $last" >"$OUT/.sum-tests-$i"
      [ "$rc" -eq 0 ] || touch "$OUT/.tests-failed") &
     pids+=($!)
   done
@@ -50,16 +56,21 @@ fi
 for p in "${pids[@]}"; do wait "$p"; done
 if has bench; then
   : >"$OUT/bench.log"
-  for c in matmul softmax "row sum" transpose bias; do  # one process per case: a slow one can't eat the rest
+  for c in matmul softmax "row sum" layernorm "full sum" "column sum" transpose bias; do  # one process per case
     timeout 90 python3 tools/bench.py --only "$c" >>"$OUT/bench.log" 2>&1
     echo "bench $c: exit $?" >>"$OUT/.sum-bench"
   done
+fi
+if has smoke; then
+  timeout 200 python3 tools/promo_smoke.py >"$OUT/smoke.log" 2>&1; echo "smoke: exit $?" >"$OUT/.sum-smoke"
+  timeout 120 python3 tools/bench_launch.py --calls 300 >"$OUT/launch.log" 2>&1
+  echo "bench_launch: exit $?" >>"$OUT/.sum-smoke"
 fi
 if has tune; then
   timeout 500 python3 tools/tune_gpu.py --json "$OUT/tune.json" >"$OUT/tune.log" 2>&1
   echo "tune: exit $?" >"$OUT/.sum-tune"
 fi
 cat "$OUT"/.sum-* 2>/dev/null; rm -f "$OUT"/.sum-*
-tail -n 40 "$OUT"/bench.log "$OUT"/tune.log 2>/dev/null
+tail -n 40 "$OUT"/bench.log "$OUT"/smoke.log "$OUT"/launch.log "$OUT"/tune.log 2>/dev/null
 if [ -e "$OUT/.tests-failed" ]; then rm -f "$OUT/.tests-failed"; exit 1; fi
 exit 0

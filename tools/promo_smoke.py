@@ -25,12 +25,14 @@ def variants():
     return {
         "default": MO.default_for(tc.define(MM), "cuda"),
         "128x128x8 r8x8": base,
-        "128x128x16 r8x8": base.tile(128, 128, 16),
-        "64x64x8 r4x4": base.tile(64, 64, 8).register_tiling(4, 4),
+        "128x128x8 r8x8 db": base.double_buffering(),
         "128x64x8 r8x4": base.tile(128, 64, 8).register_tiling(8, 4),
-        "256x64x8 r8x8": base.tile(256, 64, 8),
-        "64x256x8 r8x8": base.tile(64, 256, 8),
-        "128x128x8 r8x8 no-shared": base.shared_memory(False),
+        "128x64x8 r8x4 db": base.tile(128, 64, 8).register_tiling(8, 4).double_buffering(),
+        "128x64x16 r8x4 db": base.tile(128, 64, 16).register_tiling(8, 4).double_buffering(),
+        "64x128x8 r4x8 db": base.tile(64, 128, 8).register_tiling(4, 8).double_buffering(),
+        "64x256x8 r8x8 db": base.tile(64, 256, 8).double_buffering(),
+        "128x128x8 r8x4 db": base.tile(128, 128, 8).register_tiling(8, 4).double_buffering(),
+        "64x64x8 r4x4 db": base.tile(64, 64, 8).register_tiling(4, 4).double_buffering(),
         "naive+shared": MO.naive().shared_memory(True),
     }
 
