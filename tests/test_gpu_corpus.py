@@ -43,7 +43,9 @@ OPTION_SETS = {
     "shared-naive": tc.MappingOptions.naive().shared_memory(True),
     "shared-block7x5-grid3x2": tc.MappingOptions.naive().map_to_threads(7, 5).map_to_blocks(3, 2)
     .shared_memory(True),
-    "promo-256x64x8-r8x8": tc.MappingOptions.cuda_contraction().tile(256, 64, 8),
+    "promo-256x64x8-r8x8": tc.MappingOptions.cuda_contraction().tile(256, 64, 8).register_tiling(8, 8),
+    "promo-16x16x8-r2x2-single": tc.MappingOptions.cuda_contraction().tile(16, 16, 8)
+    .register_tiling(2, 2).double_buffering(False),
 }
 
 PARAMS = [

@@ -31,9 +31,13 @@ from tcmlir.simulate import SimulationError, simulate_call
 MO = tc.MappingOptions
 MM = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
 
+SINGLE_128 = (MO.cuda_contraction().tile(128, 128, 8).register_tiling(8, 8).double_buffering(False)
+              .map_to_blocks(2, 2))
 SIM_SETS = {
     "tile16x16x8-r2x2": MO.cuda_contraction().tile(16, 16, 8).register_tiling(2, 2).map_to_blocks(3, 3),
     "tile8x16x4-r4x2": MO.cuda_contraction().tile(8, 16, 4).register_tiling(4, 2).map_to_blocks(2, 3),
+    "tile16x8x4-r2x2-double": MO.cuda_contraction().tile(16, 8, 4).register_tiling(2, 2)
+    .double_buffering().map_to_blocks(2, 2),
     "naive8x8x4-shared": MO.naive().tile(8, 8, 4).map_to_threads(4, 4).map_to_blocks(2, 2)
     .shared_memory(True),
     "block5x3-shared": MO.naive().tile(8, 8, 8).map_to_threads(5, 3).map_to_blocks(2, 2)
@@ -71,8 +75,7 @@ def test_matmul_awkward_sizes_on_the_simulator(shape, rng):
     fn = tc.define(MM, target="numpy")
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
-    opts = (MO.cuda_contraction().map_to_blocks(2, 2) if shape == (8, 16, 128)
-            else SIM_SETS["tile16x16x8-r2x2"])
+    opts = (SINGLE_128 if shape == (8, 16, 128) else SIM_SETS["tile16x16x8-r2x2"])
     (c,) = simulate_call(fn.ir, [a, b], opts)
     assert_outputs_close((c,), ((a.astype(np.float64) @ b).astype(np.float32),), 1e-5)
 
@@ -85,9 +88,10 @@ def _buffers(source: str, sizes: dict, opts) -> list:
 def test_contraction_promotes_both_operands_and_the_accumulator():
     bufs = {b.name: b for b in _buffers(MM, {"M": 200, "K": 100, "N": 256}, MO.cuda_contraction())}
     assert set(bufs) == {"A_sh0", "B_sh0", "C_reg0"}
-    assert bufs["A_sh0"].box.extent == (128, 8) and bufs["A_sh0"].order == (1, 0)  # stored k-major
-    assert bufs["B_sh0"].storage == (8, 132)  # padded innermost dimension
-    assert bufs["C_reg0"].box.extent == (8, 8) and not bufs["C_reg0"].copy_in
+    assert bufs["A_sh0"].box.extent == (128, 16) and bufs["A_sh0"].order == (1, 0)  # k-major
+    assert bufs["B_sh0"].storage == (16, 68)  # padded innermost dimension
+    assert bufs["A_sh0"].stages == bufs["B_sh0"].stages == 2  # double-buffered
+    assert bufs["C_reg0"].box.extent == (8, 4) and not bufs["C_reg0"].copy_in
     assert bufs["C_reg0"].fill == 0  # S0_init runs on the registers before the loop
 
 
@@ -102,7 +106,7 @@ def test_planted_copy_schedule_bug_is_caught(monkeypatch, rng):
     a = rng.standard_normal((8, 16)).astype(np.float32)
     b = rng.standard_normal((16, 128)).astype(np.float32)
     with pytest.raises(SimulationError, match="before anything wrote it"):
-        simulate_call(fn.ir, [a, b], MO.cuda_contraction().map_to_blocks(2, 2))
+        simulate_call(fn.ir, [a, b], SINGLE_128)
 
 
 def test_planted_missing_barrier_is_a_race(monkeypatch, rng):
@@ -118,15 +122,18 @@ def test_planted_missing_barrier_is_a_race(monkeypatch, rng):
         simulate_call(fn.ir, [a, b], SIM_SETS["tile16x16x8-r2x2"])
 
 
-def test_promoted_tree_reparses_and_copies_cover_the_footprints():
+@pytest.mark.parametrize("double", [False, True], ids=["single", "double-buffered"])
+def test_promoted_tree_reparses_and_copies_cover_the_footprints(double):
     fn = tc.define(MM)
-    state = compiler.lower(fn.ir, {"M": 200, "K": 100, "N": 130}, MO.cuda_contraction(), "cuda")
+    opts = MO.cuda_contraction().double_buffering(double)
+    state = compiler.lower(fn.ir, {"M": 200, "K": 100, "N": 130}, opts, "cuda")
     text = str(state.schedule)
-    assert "extension" in text and "cpin_A_sh0" in text and "sync_0_1" in text
+    assert "extension" in text and "cpin_A_sh0" in text
+    assert ("cpnext_A_sh0" in text and "wait_0_0" in text) if double else "sync_0_0" in text
     again = dataclasses.replace(state, schedule=isl.Schedule.read_from_str(state.ctx, text))
     assert format_loops(build_ast(again)) == format_loops(build_ast(state))
-    # the copy-in instances of each shared buffer, per prefix, read exactly what the kernel
-    # reads of that tensor under the same prefix
+    # the copy-in instances of each shared buffer (the first tile's, and the next tile's
+    # issued one iteration early), per tile, are exactly what the kernel reads of the tensor
     ext = []
 
     def visit(node):
@@ -138,15 +145,31 @@ def test_promoted_tree_reparses_and_copies_cover_the_footprints():
     for buf in state.promotion.buffers:
         if buf.space != "shared":
             continue
-        copies = [m for e in ext for m in maps_of(e)
-                  if m.get_tuple_name(isl.dim_type.out) == f"cpin_{buf.name}"]
-        assert len(copies) == 1
-        got = copies[0].range().reset_tuple_id()                  # cpin[p, a] -> (p, a)
+        copied = None
+        for kind in ("cpin", "cpnext"):
+            for m in (m for e in ext for m in maps_of(e)
+                      if m.get_tuple_name(isl.dim_type.out) == f"{kind}_{buf.name}"):
+                got = m.range().reset_tuple_id()                     # (p, a)
+                if kind == "cpnext":                                 # issued at tile p - 1
+                    got = got.apply(_shift_map(got, buf.n_prefix - 1, state.ctx))
+                copied = got if copied is None else copied.union(got)
         read = buf.prefix.reverse().apply_range(state.scop.reads.intersect_domain(buf.scope))
         want = next(m for m in maps_of(read) if m.get_tuple_name(isl.dim_type.out) == buf.tensor)
         want = want.wrap().flatten().reset_tuple_id()             # [p] -> T[a]  as (p, a)
-        want, got = want.align_params(got.get_space().params()), got.align_params(want.get_space().params())
-        assert got.is_equal(want), buf.name
+        want = want.align_params(copied.get_space().params())
+        copied = copied.align_params(want.get_space().params())
+        assert copied.is_equal(want), buf.name
+
+
+def _shift_map(s: isl.Set, dim: int, ctx: isl.Context) -> isl.Map:
+    """``{ [x] -> [x + e_dim] }`` over the space of ``s``."""
+    n = s.dim(isl.dim_type.set)
+    params = s.get_space().params()
+    pn = ", ".join(params.get_dim_name(isl.dim_type.param, i)
+                   for i in range(params.dim(isl.dim_type.param)))
+    names = ", ".join(f"x{i}" for i in range(n))
+    shifted = ", ".join(f"x{i} + 1" if i == dim else f"x{i}" for i in range(n))
+    return isl.Map.read_from_str(ctx, f"[{pn}] -> {{ [{names}] -> [{shifted}] }}")
 
 
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas is not installed")
@@ -179,7 +202,7 @@ def test_default_matmul_kernel_resources(tmp_path):
     kernel = fn.compile(a, a, target="cuda", arch="sm_90")
     assert kernel.options == MO.cuda_contraction()
     ptx = kernel.ptx
-    assert "ld.shared.v4" in ptx and "fma.rn.f32" in ptx and "ld.global.nc" in ptx
+    assert "ld.shared.v4" in ptx and "fma.rn.f32" in ptx and "cp.async.ca.shared.global" in ptx
     assert ".local" not in ptx
     path = tmp_path / "mm.ptx"
     path.write_text(ptx)

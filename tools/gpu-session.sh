@@ -44,12 +44,12 @@ if has tests; then
   done
 fi
 if has sanitize; then
-  (timeout 400 compute-sanitizer --tool memcheck --error-exitcode 1 python3 tools/sanitize_corpus.py \
+  (timeout "${SAN_LIMIT:-400}" compute-sanitizer --tool memcheck --error-exitcode 1 python3 tools/sanitize_corpus.py \
      >"$OUT/memcheck.log" 2>&1; echo "memcheck corpus: exit $? $(grep -c ' ok$' "$OUT/memcheck.log") ok runs, $(tail -1 "$OUT/memcheck.log")" >"$OUT/.sum-mem") &
   pids+=($!)
-  (timeout 400 compute-sanitizer --tool racecheck --error-exitcode 1 python3 tools/sanitize_corpus.py --tag reduction \
+  (timeout "${SAN_LIMIT:-400}" compute-sanitizer --tool racecheck --error-exitcode 1 python3 tools/sanitize_corpus.py --tag reduction \
      >"$OUT/racecheck.log" 2>&1; echo "racecheck reductions: exit $? $(tail -1 "$OUT/racecheck.log")" >"$OUT/.sum-race"
-   timeout 200 compute-sanitizer --tool synccheck --error-exitcode 1 python3 tools/sanitize_corpus.py --tag reduction \
+   timeout "${SAN_LIMIT:-200}" compute-sanitizer --tool synccheck --error-exitcode 1 python3 tools/sanitize_corpus.py --tag reduction \
      >"$OUT/synccheck.log" 2>&1; echo "synccheck reductions: exit $? $(tail -1 "$OUT/synccheck.log")" >"$OUT/.sum-sync") &
   pids+=($!)
 fi

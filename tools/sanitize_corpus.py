@@ -33,7 +33,10 @@ def main(argv: list[str] | None = None) -> int:
 
     option_sets = {"naive": tc.MappingOptions.naive(),
                    "odd-block": tc.MappingOptions.naive().map_to_threads(7, 5).map_to_blocks(3, 2),
-                   "default": None}  # MappingOptions.default_for: map-rows for row programs
+                   "default": None,  # MappingOptions.default_for: map-rows for row programs
+                   # shared/register promotion with small tiles, so tiles and blocks repeat
+                   "promo-small": tc.MappingOptions.cuda_contraction().tile(16, 16, 8)
+                   .register_tiling(2, 2).map_to_blocks(3, 3)}
     rows_small = tc.MappingOptions().map_rows(64).map_to_blocks(3)  # rows wrap the grid
     failures = 0
     for case in CASES:

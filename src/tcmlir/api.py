@@ -170,7 +170,10 @@ class TCFunction:
                 hit = self._plans.get(key)
                 if hit is not None and hit[0] == hot_path_token():
                     return hit[1](inputs, stream)
-        kernel, bound = self._compile(inputs, options, None, None)
+        # inside a capture, nothing may compile (module loads, allocations would invalidate
+        # the caller's capture): a kernel not compiled yet is refused before any driver call
+        kernel, bound = self._compile(inputs, options, None, None,
+                                      compile_missing=not _capturing_torch(inputs, stream))
         return self._launch(kernel, inputs, outputs, bound, stream=stream,
                             remember=options is None and self.options_factory is None)
 
@@ -189,7 +192,7 @@ class TCFunction:
         return self._compile(inputs, options, target, arch)[0]
 
     def _compile(self, inputs: Sequence[Any], options: MappingOptions | None, target: str | None,
-                 arch: str | None) -> tuple[Kernel, Any]:
+                 arch: str | None, *, compile_missing: bool = True) -> tuple[Kernel, Any]:
         """The kernel and the bound inputs (a call binds once for compiling and launching)."""
         _check_target(target)
         target = resolve_target(target or self.target)
@@ -206,6 +209,12 @@ class TCFunction:
         config = get_config()
         with self._lock:
             kernel = None if config.always_compile else self._kernels.get(key)
+            if kernel is None and not compile_missing:
+                raise CallError(
+                    f"{self.entry}: the first call for this signature is inside a CUDA graph "
+                    "capture; compiling it and making its launch plan load a module and allocate "
+                    "device memory, which a capture forbids. Call it once before capturing (a "
+                    "warm-up, as torch.cuda.graph asks for anyway).")
             if kernel is None:
                 from .compiler import compile_kernel
 
@@ -319,3 +328,17 @@ def _dump(kernel: Kernel, stages: frozenset[str]) -> None:
     for stage in ("ir", "schedule", "loops", "llvm", "ptx"):
         if stage in stages and texts[stage]:
             print(f"== {kernel.function.entry}: {stage} ==\n{texts[stage]}", file=sys.stderr)
+
+
+def _capturing_torch(inputs: Sequence[Any], stream: Any) -> bool:
+    """Whether torch's current stream is capturing a CUDA graph (host-side query, no driver
+    call), for a call on torch CUDA tensors without an explicit stream."""
+    if stream is not None or not inputs:
+        return False
+    torch = sys.modules.get("torch")
+    tensor = getattr(torch, "Tensor", None)
+    if tensor is None or not any(isinstance(x, tensor) and getattr(x, "is_cuda", False)
+                                 for x in inputs):
+        return False
+    capturing = getattr(getattr(torch, "cuda", None), "is_current_stream_capturing", None)
+    return bool(capturing()) if capturing is not None else False

@@ -42,7 +42,7 @@ __all__ = ["SimulationError", "simulate_cuda"]
 
 _T = isl.ast_expr_op_type
 _STMT = re.compile(r"^S(\d+)(_init)?$")
-_REDUCTION_MARK = re.compile(r"^reduction S(\d+) threads=(\d+)$")
+_REDUCTION_MARK = re.compile(r"^reduction S(\d+) threads=(\d+)( atomic)?$")
 _NODE = isl.ast_node_type
 
 
