@@ -30,7 +30,7 @@ class Case:
     torch_fn: Any  # (torch, *inputs) -> output
     flops: float
     bytes: float
-    tuned: Any  # MappingOptions factory (hand-picked)
+    tuned: Any  # MappingOptions factory (hand-picked), or None
 
 
 def cases(quick: bool) -> list[Case]:
@@ -47,6 +47,26 @@ def cases(quick: bool) -> list[Case]:
              lambda t: (t.randn(M, K, device="cuda"), t.randn(K, N, device="cuda")),
              lambda t, a, b: a @ b, 2.0 * M * N * K, 4.0 * (M * K + K * N + M * N),
              lambda: MO.naive().tile(32, 32, 32).map_to_threads(32, 32).map_to_blocks(128, 128)),
+        Case("tmm 128x1024x1024", "def tmm(float(M,K) A, float(N,K) B) -> (C) { C(m,n) +=! A(m,k) * B(n,k) }",
+             lambda t: (t.randn(128, 1024, device="cuda"), t.randn(1024, 1024, device="cuda")),
+             lambda t, a, b: a @ b.t(), 2.0 * 128 * 1024 * 1024, 4.0 * (128 * 1024 * 2 + 1024 * 1024),
+             None),
+        Case("tbmm 500x26x26x72", """def tbmm(float(B,N,K) X, float(B,M,K) Y) -> (Z) {
+                Z(b,n,m) +=! X(b,n,k) * Y(b,m,k)
+            }""", lambda t: (t.randn(500, 26, 72, device="cuda"), t.randn(500, 26, 72, device="cuda")),
+             lambda t, x, y: t.bmm(x, y.transpose(1, 2)), 2.0 * 500 * 26 * 26 * 72,
+             4.0 * 500 * (2 * 26 * 72 + 26 * 26), None),
+        Case("grouped conv 32x32x16 16^2 3x3", """def gconv(float(N,G,C,H,W) I, float(G,F,C,KH,KW) W1) -> (O) {
+                O(n,g,f,h,w) +=! I(n,g,c,h+kh,w+kw) * W1(g,f,c,kh,kw)
+            }""", lambda t: (t.randn(32, 32, 16, 16, 16, device="cuda"),
+                             t.randn(32, 16, 16, 3, 3, device="cuda")),
+             lambda t, i, w: t.nn.functional.conv2d(i.reshape(32, 512, 16, 16), w.reshape(512, 16, 3, 3),
+                                                    groups=32).reshape(32, 32, 16, 14, 14),
+             2.0 * 32 * 32 * 16 * 14 * 14 * 16 * 9, 4.0 * (32 * 512 * 256 + 512 * 144 + 32 * 512 * 196),
+             None),
+        Case("elementwise chain 2^28", "def chain(float(N) X) -> (O) { O(i) = ((X(i) * 2 + 1) * X(i) - 3) * 0.5 }",
+             lambda t: (t.randn((1 << 28) // s, device="cuda"),),
+             lambda t, x: ((x * 2 + 1) * x - 3) * 0.5, 5.0 * (1 << 28) / s, 8.0 * (1 << 28) / s, None),
         Case("softmax 32768x4096", """def softmax(float(N, D) X) -> (O) {
                 mx(n) max=! X(n, d)
                 e(n, d) = exp(X(n, d) - mx(n))
@@ -108,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="smaller sizes")
     ap.add_argument("--only", default="", help="comma list of case-name prefixes")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     args = ap.parse_args(argv)
     import torch
 
@@ -133,8 +154,18 @@ def main(argv: list[str] | None = None) -> int:
         fn = tc.define(case.tc, target="cuda")
         row = {"case": case.name, "torch_ms": t_torch * 1e3, "ceiling_ms": ceiling * 1e3}
         # default: what a call without options gets (MappingOptions.default_for)
-        for label, opts in (("naive", tc.MappingOptions.naive()), ("default", None),
-                            ("tuned", case.tuned())):
+        if not args.no_compile:
+            try:
+                compiled = torch.compile(lambda *a, case=case: case.torch_fn(torch, *a))
+                compiled(*inputs)
+                row["compile_ms"] = time_cuda(torch, lambda c=compiled, x=inputs: c(*x)) * 1e3
+                step(f"{case.name}: torch.compile timed")
+            except Exception as exc:  # noqa: BLE001 - report, go on with the row
+                row["compile_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:80]}"
+        labelled = [("naive", tc.MappingOptions.naive()), ("default", None)]
+        if case.tuned is not None:
+            labelled.append(("tuned", case.tuned()))
+        for label, opts in labelled:
             try:
                 kernel = fn.compile(*inputs, options=opts)
                 step(f"{case.name}: {label} compiled")
@@ -158,12 +189,17 @@ def main(argv: list[str] | None = None) -> int:
 
 def _format_row(r: dict) -> str:
     parts = [f"{r['case']:<28} torch {r['torch_ms']:8.3f} ms ({r['ceiling_ms'] / r['torch_ms']:5.0%} of ceiling)"]
+    if "compile_ms" in r:
+        parts.append(f"torch.compile {r['compile_ms']:8.3f} ms ({r['ceiling_ms'] / r['compile_ms']:5.0%})")
     for label in ("naive", "default", "tuned"):
+        if f"{label}_ms" not in r:
+            continue
         t = r.get(f"{label}_ms")
         if t is None:
             parts.append(f"{label}: FAILED {r.get(f'{label}_error', '')}")
         else:
-            parts.append(f"{label} {t:9.3f} ms = {r['torch_ms'] / t:6.2f}x torch, "
+            vs_compile = f", {r['compile_ms'] / t:5.2f}x compile" if "compile_ms" in r else ""
+            parts.append(f"{label} {t:9.3f} ms = {r['torch_ms'] / t:6.2f}x torch{vs_compile}, "
                          f"{r['ceiling_ms'] / t:5.0%} of ceiling, err {r[f'{label}_err']:.1e}")
     return " | ".join(parts)
 

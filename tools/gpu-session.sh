@@ -56,7 +56,7 @@ fi
 for p in "${pids[@]}"; do wait "$p"; done
 if has bench; then
   : >"$OUT/bench.log"
-  for c in matmul softmax "row sum" layernorm "full sum" "column sum" transpose bias; do  # one process per case
+  for c in matmul tmm tbmm "grouped conv" "elementwise chain" softmax "row sum" layernorm "full sum" "column sum" transpose bias; do  # one process per case
     timeout 90 python3 tools/bench.py --only "$c" >>"$OUT/bench.log" 2>&1
     echo "bench $c: exit $?" >>"$OUT/.sum-bench"
   done
