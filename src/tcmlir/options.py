@@ -136,7 +136,10 @@ class MappingOptions:
             if rows is not None:
                 return rows
         if target == "cuda" and _is_contraction(statements):
-            return cls.cuda_contraction()
+            # an epilogue (fc's bias + relu) fused into the contraction's band would run under
+            # a guard inside the k loop (measured 10x slower): give it its own kernel
+            return cls.cuda_contraction().outer_schedule_fusion_strategy(
+                "min" if len(statements) > 1 else "preserve3coincident")
         return cls.naive()
 
     @classmethod
