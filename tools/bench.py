@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     import tcmlir as tc
 
     torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False  # fp32 convolutions too (cuDNN defaults to TF32)
     rows = []
     t0 = time.perf_counter()
 
