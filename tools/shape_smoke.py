@@ -73,18 +73,10 @@ def variants(name: str):
 
 
 def time_cuda(torch, fn, runs=20):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(runs):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        ts.append(s.elapsed_time(e) / 1e3)
-    return statistics.median(ts)
+    """CUDA-event median (bench.py's timer: warm-up, then ``runs`` timed calls)."""
+    from bench import time_cuda as timer  # tools/ is this script's directory
+
+    return timer(torch, fn, runs=runs)
 
 
 def main() -> int:
