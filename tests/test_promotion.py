@@ -227,3 +227,19 @@ def test_no_promotion_without_reuse():
     """An elementwise kernel reads each element once: nothing to promote."""
     assert _buffers("def f(float(N, M) A) -> (B) { B(n, m) = A(n, m) * 2 }", {"N": 64, "M": 64},
                     MO.naive().shared_memory(True)) == []
+
+
+@pytest.mark.parametrize("name", ["elementwise_chain", "unary_builtins", "stencil_offsets"])
+def test_elementwise_default_on_the_simulator(name, rng):
+    """The cuda default of 1-D elementwise programs (`gpu_defaults.elementwise_defaults`:
+    tiles over blocks, a grid-stride loop), shrunk so that tiles, threads and the grid wrap."""
+    from tcmlir.gpu_defaults import elementwise_defaults
+
+    case = case_by_name(name)
+    fn = tc.define(case.source, name=case.entry, target="numpy")
+    opts = elementwise_defaults(fn.ir)
+    assert opts is not None and opts == MO.default_for(fn, "cuda")
+    for sizes in case.sizes:
+        inputs = case.make_inputs(rng, **sizes)
+        got = simulate_call(fn.ir, list(inputs), opts.tile(16).map_to_threads(4).map_to_blocks(3))
+        assert_outputs_close(got, case.expected(*[np.copy(x) for x in inputs]), case.rtol)

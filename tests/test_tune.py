@@ -316,3 +316,18 @@ def test_corrupted_tuned_row_is_dropped_and_rebuilt(tmp_path):
     assert cache.counters.corrupt_dropped >= 1
     fn.autotune(a, b, config=cfg, cache=cache, progress=False)  # tunes again, stores again
     assert tc.OptionsCache(db).lookup(fn, a, b) is not None
+
+
+def test_cuda_space_searches_map_rows_only_for_row_programs():
+    from tcmlir.tune.space import space_for
+
+    softmax = tc.define("""def softmax(float(N, D) X) -> (O) {
+        mx(n) max=! X(n, d)
+        e(n, d) = exp(X(n, d) - mx(n))
+        s(n) +=! e(n, d)
+        O(n, d) = e(n, d) / s(n)
+    }""")
+    assert "row_block" in space_for(softmax.ir, "cuda").fields
+    assert "row_block" not in space_for(tc.define(MATMUL).ir, "cuda").fields
+    space = space_for(softmax.ir, "cuda")
+    assert "promotion" in space.why_invalid(MappingOptions().map_rows(256).shared_memory(True))

@@ -1,4 +1,5 @@
-"""The cuda defaults for bandwidth-bound reductions: which untuned calls get `map-rows`.
+"""The cuda defaults for bandwidth-bound programs: which untuned calls get `map-rows`, and the
+mapping of 1-D elementwise programs (`elementwise_defaults`, at the end).
 
 `MappingOptions.default_for(fn, "cuda")` asks `reduction_defaults(fn)` first. A *row program*
 (`passes.map_rows.row_program_problem` is None: every statement starts with the same row
@@ -29,7 +30,8 @@ from typing import Any
 
 from . import ir as tc
 
-__all__ = ["BLOCKS_PER_SM", "ROW_THREADS", "SM_COUNT", "is_bandwidth_bound_rows",
+__all__ = ["BLOCKS_PER_SM", "ELEMENTWISE_BLOCKS", "ELEMENTWISE_THREADS", "ELEMENTWISE_TILE",
+           "ROW_THREADS", "SM_COUNT", "elementwise_defaults", "is_bandwidth_bound_rows",
            "reduction_defaults"]
 
 SM_COUNT = 132          # NVIDIA H200 (sm_90)
@@ -89,3 +91,24 @@ def reduction_defaults(fn: Any) -> Any:
     # the grid is a cap: map-rows takes fewer blocks for few rows, and as many as the SMs
     # hold (up to 32 each) when short rows get small blocks
     return MappingOptions(fusion="max", row_block=ROW_THREADS, grid=(SM_COUNT * 32,))
+
+
+ELEMENTWISE_TILE = 2048     # elements per block and grid-stride step of a 1-D elementwise kernel
+ELEMENTWISE_THREADS = 256   # threads per block: each thread handles 8 elements, 256 apart
+ELEMENTWISE_BLOCKS = SM_COUNT * 8
+
+
+def elementwise_defaults(fn: Any) -> Any:
+    """Options for a 1-D elementwise program (every statement has one index and no
+    reduction: an activation chain), else None: fused into one kernel, `ELEMENTWISE_TILE`
+    elements per block, `ELEMENTWISE_THREADS` threads reading consecutive elements (coalesced),
+    `ELEMENTWISE_BLOCKS` blocks striding over the tiles (the naive options give each block
+    32 threads)."""
+    from .options import MappingOptions
+
+    statements = fn.statements
+    if not statements or any(len(s.index_names) != 1 or s.reduction is not None
+                             for s in statements):
+        return None
+    return MappingOptions(fusion="max", tile_sizes=(ELEMENTWISE_TILE,),
+                          block=(ELEMENTWISE_THREADS,), grid=(ELEMENTWISE_BLOCKS,))

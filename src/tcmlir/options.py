@@ -130,11 +130,14 @@ class MappingOptions:
         if target == "cpu" and max((len(s.ranges) for s in statements), default=0) < 3:
             return cls(fusion="max")
         if target == "cuda":
-            from .gpu_defaults import reduction_defaults
+            from .gpu_defaults import elementwise_defaults, reduction_defaults
 
             rows = reduction_defaults(getattr(fn, "ir", fn))
             if rows is not None:
                 return rows
+            flat = elementwise_defaults(getattr(fn, "ir", fn))
+            if flat is not None:
+                return flat
         if target == "cuda" and _is_contraction(statements):
             return cls.cuda_contraction()
         if target == "cuda" and _is_convolution(statements):

@@ -2,7 +2,9 @@
 
 The space depends on the target: only the fields the backend honours vary, so no evaluation
 is spent on knobs that change nothing. On the CPU: fusion, tiling, unrolling, threads. On CUDA: fusion,
-tiling, block, grid, unrolling, register tiles and shared/private promotion. Candidates that
+tiling, block, grid, unrolling, register tiles and shared/private promotion, and for row
+programs (softmax, layernorm, reductions: `gpu_defaults.reduction_defaults`) the one-kernel
+``row_block``. Candidates that
 break a device limit (threads per block, block and grid dimensions, shared memory), whose
 register tile does not divide their tiles or needs too many registers are filtered before
 compiling (`SearchSpace.why_invalid`, the reason recorded); the limits default to those of
@@ -53,13 +55,16 @@ class SearchSpace:
     depth: int  # number of loops of the deepest statement: how many tile sizes matter
     cores: int
     limits: DeviceLimits = DeviceLimits()
+    rows: bool = False  # a row program (`gpu_defaults.reduction_defaults`): search map-rows too
 
     def _draw(self, rng: random.Random, field: str) -> Any:
         return _FIELDS[field](self, rng)
 
     @property
     def fields(self) -> tuple[str, ...]:
-        return CUDA_FIELDS if self.target == "cuda" else CPU_FIELDS
+        if self.target != "cuda":
+            return CPU_FIELDS
+        return (*CUDA_FIELDS, "row_block") if self.rows else CUDA_FIELDS
 
     def why_invalid(self, opts: MappingOptions) -> str | None:
         """None if ``opts`` fits the device, else the limit it breaks."""
@@ -86,6 +91,8 @@ class SearchSpace:
         for axis, (g, top) in enumerate(zip(opts.grid, lim.max_grid, strict=False)):
             if g > top:
                 return f"grid dimension {'xyz'[axis]} = {g} > {top}"
+        if opts.row_block and (opts.use_shared_memory or opts.use_private_memory):
+            return "map-rows (row_block) does not combine with shared/private promotion"
         if opts.use_shared_memory and opts.max_shared_memory > lim.max_shared_bytes:
             return (f"shared memory request {opts.max_shared_memory} B > "
                     f"{lim.max_shared_bytes} B per block")
@@ -141,6 +148,8 @@ def _register_tile(space: SearchSpace, rng: random.Random) -> tuple[int, ...]:
 
 
 _FIELDS: dict[str, Callable[[SearchSpace, random.Random], Any]] = {
+    # a row program's one-kernel mapping (map-rows): 0 leaves it off
+    "row_block": lambda s, r: r.choice((0, 128, 256, 512, 1024)),
     "register_tile": _register_tile,
     "use_shared_memory": lambda s, r: r.random() < 0.6,
     "use_private_memory": lambda s, r: r.random() < 0.6,
@@ -154,9 +163,12 @@ _FIELDS: dict[str, Callable[[SearchSpace, random.Random], Any]] = {
 
 
 def space_for(fn: ir.Function, target: str, limits: DeviceLimits | None = None) -> SearchSpace:
+    from ..gpu_defaults import reduction_defaults
+
     depth = max((len(s.ranges) for s in fn.statements), default=1)
+    rows = target == "cuda" and reduction_defaults(fn) is not None
     return SearchSpace(target=target, depth=max(1, depth), cores=os.cpu_count() or 1,
-                       limits=limits or DeviceLimits())
+                       limits=limits or DeviceLimits(), rows=rows)
 
 
 def cuda_limits(device: int = 0) -> DeviceLimits:
