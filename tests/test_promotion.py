@@ -229,7 +229,7 @@ def test_no_promotion_without_reuse():
                     MO.naive().shared_memory(True)) == []
 
 
-@pytest.mark.parametrize("name", ["elementwise_chain", "unary_builtins", "stencil_offsets"])
+@pytest.mark.parametrize("name", ["relu_ternary", "unary_builtins", "stencil_offsets"])
 def test_elementwise_default_on_the_simulator(name, rng):
     """The cuda default of 1-D elementwise programs (`gpu_defaults.elementwise_defaults`:
     tiles over blocks, a grid-stride loop), shrunk so that tiles, threads and the grid wrap."""
