@@ -137,3 +137,20 @@ def test_golden(tc_file, capsys, entry, stage):
         if not UPDATE:
             pytest.skip(f"wrote missing golden file {path.name}")
     assert out == path.read_text(), f"{path.name} changed (TCMLIR_UPDATE_GOLDEN=1 to accept)"
+
+
+def test_dump_cuda_default_shows_the_promoted_buffers_and_copies():
+    """--target cuda alone dumps what a cuda call runs: for matmul, its promotion."""
+    import contextlib
+    import io
+
+    from tcmlir.dump import main as dump_main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        matmul = str(Path(__file__).resolve().parents[1] / "examples" / "matmul.tc")
+        assert dump_main([matmul, "--sizes", "M=64,N=64,K=64", "--target", "cuda",
+                          "--stage", "all"]) == 0
+    text = out.getvalue()
+    assert "== buffers ==" in text and "A_sh0: shared copy of A" in text
+    assert "cpnext_A_sh0" in text and "wait_0_0" in text and "C_reg0" in text

@@ -27,7 +27,7 @@ from .errors import OptionsError, PipelineError, Source, TCError
 
 __all__ = ["DEFAULT_PIPELINE", "STAGES", "dump", "main"]
 
-STAGES = ("ast", "ir", "scop", "deps", "schedule", "loops")
+STAGES = ("ast", "ir", "scop", "deps", "schedule", "buffers", "loops")
 DEFAULT_PIPELINE = "schedule{fusion=max}"
 
 
@@ -53,8 +53,12 @@ def _parse_sizes(text: str) -> dict[str, int]:
     return sizes
 
 
-def _pipeline_text(args: argparse.Namespace) -> str:
+def _pipeline_text(args: argparse.Namespace) -> str | None:
+    """The pipeline to run; None: what a call on ``--target cuda`` would run (its default
+    options, chosen per definition in `dump`)."""
     if args.options is None:
+        if args.pipeline is None and args.target == "cuda":
+            return None
         return args.pipeline or DEFAULT_PIPELINE
     from .options import MappingOptions
 
@@ -62,7 +66,7 @@ def _pipeline_text(args: argparse.Namespace) -> str:
 
 
 def dump(text: str, filename: str, entry: str | None, stage: str = "all",
-         sizes: dict[str, int] | None = None, pipeline: str = DEFAULT_PIPELINE,
+         sizes: dict[str, int] | None = None, pipeline: str | None = DEFAULT_PIPELINE,
          print_after_all: bool = False, time_passes: bool = False, err=None) -> str:
     """The text of ``stage`` (or of every stage) for definition ``entry`` of ``text``."""
     from .lang.parser import parse_program
@@ -85,7 +89,7 @@ def dump(text: str, filename: str, entry: str | None, stage: str = "all",
     fn = check_program(program, entry, source=source)
     if "ir" in stages:
         out["ir"] = str(fn).rstrip()
-    if not set(stages) & {"scop", "deps", "schedule", "loops"}:
+    if not set(stages) & {"scop", "deps", "schedule", "buffers", "loops"}:
         return _join(out, stage)
 
     from .passes import PassManager, parse_pipeline
@@ -98,13 +102,17 @@ def dump(text: str, filename: str, entry: str | None, stage: str = "all",
     if unknown:
         raise OptionsError(f"--sizes: {', '.join(unknown)} is not a size of {fn.name} "
                            f"(its sizes: {', '.join(fn.sizes) or 'none'})")
+    if pipeline is None:  # a cuda call's default options
+        from .options import MappingOptions
+
+        pipeline = MappingOptions.default_for(fn, "cuda").to_pipeline("cuda")
     passes = parse_pipeline(pipeline)
     state = CompileState.initial(fn, sizes)
     if "scop" in stages:
         out["scop"] = format_scop(state.scop)
     if "deps" in stages:
         out["deps"] = format_dependences(state.deps, state.scop.context)
-    if {"schedule", "loops"} & set(stages):
+    if {"schedule", "buffers", "loops"} & set(stages):
         manager = PassManager(passes, print_after_all=print_after_all, time_passes=time_passes,
                               out=err)
         state = manager.run(state)
@@ -113,9 +121,30 @@ def dump(text: str, filename: str, entry: str | None, stage: str = "all",
                                 "start it with `schedule`")
         if "schedule" in stages:
             out["schedule"] = str(state.schedule)
+        if "buffers" in stages:  # with "all", only where promotion made buffers
+            listed = _format_promotion(state)
+            if listed or stage == "buffers":
+                out["buffers"] = listed or "(no promoted buffers)"
         if "loops" in stages:
             out["loops"] = format_loops(build_ast(state)).rstrip()
     return _join(out, stage)
+
+
+def _format_promotion(state) -> str:
+    """The buffers of promotion passes, one line each (after the tree), or nothing."""
+    promotion = getattr(state, "promotion", None)
+    if promotion is None or not promotion.buffers:
+        return ""
+    lines = []
+    for b in promotion.buffers:
+        box = " x ".join(f"{e}" + (f"/{s}" if s > 1 else "") for e, s in
+                         zip(b.box.extent, b.box.stride, strict=True))
+        how = "copied in" if b.copy_in else (f"filled with S{b.fill}'s identity"
+                                             if b.fill is not None else "not copied in")
+        lines.append(f"{b.name}: {b.space} copy of {b.tensor} in kernel {b.kernel}, box {box}, "
+                     f"storage {list(b.storage)} (dims {list(b.order)}), {b.stages} stage(s), "
+                     f"{how}{', copied out' if b.copy_out else ''}")
+    return "\n".join(lines)
 
 
 def _join(out: dict[str, str], stage: str) -> str:
@@ -135,7 +164,8 @@ def _arg_parser() -> argparse.ArgumentParser:
     group.add_argument("--pipeline", help=f"pass pipeline (default: {DEFAULT_PIPELINE})")
     group.add_argument("--options", help="MappingOptions as JSON (compiled to a pipeline)")
     p.add_argument("--target", choices=("cpu", "cuda"), default="cpu",
-                   help="the target whose pipeline --options compiles to (default: cpu)")
+                   help="the target whose pipeline --options compiles to (default: cpu); "
+                        "--target cuda alone shows what a cuda call runs (its default options)")
     p.add_argument("--print-after-all", action="store_true",
                    help="print the schedule tree after each pass (stderr)")
     p.add_argument("--time-passes", action="store_true", help="time each pass (stderr)")
