@@ -30,7 +30,15 @@ import islpy as isl
 
 from ..poly.gpu_mapping import BLOCK_PARAMS, THREAD_PARAMS, first_band_below, kernel_marks
 from ..poly.legality import member_is_parallel
-from ..poly.promotion import Buffer, Promotion, compute_box, copy_extension, footprint, graft
+from ..poly.promotion import (
+    Buffer,
+    Promotion,
+    compute_box,
+    copy_extension,
+    footprint,
+    graft,
+    prove_in_box,
+)
 from ..poly.scop import maps_of
 from ..poly.state import CompileState
 from ..poly.tree import node_at, path_of
@@ -156,6 +164,8 @@ class PromotePrivate(Pass):
                     (isl.UnionSet.from_set(e.range()), None,
                      band_of_copy(e.range(), buf.n_prefix, len(buf.box.extent)), True)], before=False)
             schedule = node.get_schedule()
+            for buf in bufs:
+                prove_in_box(buf, state.fn)
             made.extend(bufs)
         if not made:
             return state

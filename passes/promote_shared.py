@@ -48,6 +48,7 @@ from ..poly.promotion import (
     footprint,
     graft,
     prove_copy_mapping,
+    prove_in_box,
     sync_extension,
     thread_copy_filter,
 )
@@ -162,6 +163,8 @@ class PromoteShared(Pass):
             schedule = _graft_shared(schedule, path_of(node), bufs, fp_of={
                 b.name: footprint(prefix, reads, b.tensor) for b in bufs}, km_block=km.block, k=k,
                 unroll=self.unroll_copies, n_prefix=n_prefix)
+            for buf in bufs:
+                prove_in_box(buf, fn)
             made.extend(bufs)
         if not made:
             return state

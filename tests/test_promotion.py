@@ -243,3 +243,20 @@ def test_elementwise_default_on_the_simulator(name, rng):
         inputs = case.make_inputs(rng, **sizes)
         got = simulate_call(fn.ir, list(inputs), opts.tile(16).map_to_threads(4).map_to_blocks(3))
         assert_outputs_close(got, case.expected(*[np.copy(x) for x in inputs]), case.rtol)
+
+
+def test_planted_box_too_small_is_refused_by_the_proof(monkeypatch):
+    """A box one slot short along a dimension: the isl proof in the pass must refuse it."""
+    import tcmlir.passes.promote_shared as ps
+
+    from tcmlir.poly.promotion import Box
+
+    real = ps.compute_box
+
+    def short(fp):
+        box = real(fp)
+        return None if box is None else Box(box.lo, box.stride, (box.extent[0] - 1, *box.extent[1:]))
+
+    monkeypatch.setattr(ps, "compute_box", short)
+    with pytest.raises(AssertionError, match="leaves the box"):
+        compiler.lower(tc.define(MM).ir, {"M": 64, "K": 64, "N": 64}, MO.cuda_contraction(), "cuda")

@@ -20,7 +20,7 @@ reads (`Promotion`):
 isl cannot compute the schedule map of a tree with extension nodes, so the state keeps the tree
 as it was before the first graft in ``CompileState.base_schedule``: legality and the coverage of
 the original statements are proved on it (the grafts change no original statement's schedule),
-and each graft is proved on its own here (`prove_buffer_accesses`, `prove_copy_mapping`).
+and each graft is proved on its own here (`prove_in_box`, `prove_copy_mapping`).
 """
 
 from __future__ import annotations
@@ -32,13 +32,15 @@ import islpy as isl
 
 from .. import ir
 from ..affine import to_isl
+from ..dtypes import DType
 from .gpu_mapping import THREAD_PARAMS
 from .scop import maps_of, sets_of
 
 __all__ = [
-    "COPY_STMT", "SYNC_STMT", "Box", "Buffer", "Promotion", "access_map", "compute_box",
-    "copy_extension", "footprint", "graft", "local_index", "prefix_pma", "prove_buffer_accesses",
-    "prove_copy_mapping", "statement_accesses", "sync_extension",
+    "COPY_STMT", "SYNC_STMT", "Box", "Buffer", "CopyAccess", "Promotion", "access_map",
+    "annotate_user_node", "compute_box", "copy_band", "copy_extension", "copy_parts", "footprint",
+    "graft", "local_index", "prefix_pma", "prove_copy_mapping", "prove_in_box",
+    "statement_accesses", "sync_extension", "thread_copy_filter",
 ]
 
 COPY_STMT = re.compile(r"^cp(in|out|init|next)_(\w+)$")
@@ -135,10 +137,6 @@ class Promotion:
 # ---------------------------------------------------------------- accesses
 
 
-def _space_params(obj) -> isl.Space:
-    return obj.get_space().params()
-
-
 def access_map(stmt_name: str, dims: tuple[str, ...], tensor: str, indices: tuple[ir.Expr, ...],
                params: isl.Space) -> isl.Map | None:
     """``{ S[dims] -> tensor[indices] }`` (aligned to ``params``); None for a gather."""
@@ -158,19 +156,13 @@ def statement_accesses(fn: ir.Function, stmt_name: str) -> list[tuple[object, st
     m = _STMT.match(stmt_name)
     assert m, stmt_name
     st = fn.statements[int(m.group(1))]
-    lhs = tuple(ir.Index(n, ir_dtype_index()) for n in st.lhs)
+    lhs = tuple(ir.Index(n, DType.INT32) for n in st.lhs)
     out: list[tuple[object, str, tuple[ir.Expr, ...]]] = [("lhs", st.tensor, lhs)]
     if m.group(2) is None:
         for e in ir.walk(st.rhs):
             if isinstance(e, ir.Read):
                 out.append((e, e.tensor, e.indices))
     return out
-
-
-def ir_dtype_index():
-    from ..dtypes import DType
-
-    return DType.INT32
 
 
 def footprint(prefix: isl.UnionMap, accesses: isl.UnionMap, tensor: str) -> isl.Map | None:
@@ -366,17 +358,36 @@ def graft(node: isl.ScheduleNode, extension: isl.UnionMap, parts: list[tuple[isl
 # ---------------------------------------------------------------- proofs
 
 
-def prove_buffer_accesses(buf: Buffer, accesses: isl.UnionMap) -> None:
-    """Every access of ``accesses`` (instance -> buffer coordinates) lies inside the buffer."""
-    for m in maps_of(accesses):
-        rng = m.range()
-        for d, extent in enumerate(buf.box.extent):
-            bad_lo = rng.lower_bound_val(isl.dim_type.set, d, isl.Val.int_from_si(rng.get_ctx(), 0))
-            bad = rng.subtract(bad_lo.upper_bound_val(isl.dim_type.set, d,
-                                                      isl.Val.int_from_si(rng.get_ctx(), extent - 1)))
-            if not bad.is_empty():
-                raise AssertionError(f"buffer {buf.name}: an access of {m.get_tuple_name(isl.dim_type.in_)} "
-                                     f"leaves the box {buf.box.extent} along dimension {d}: {bad}")
+def prove_in_box(buf: Buffer, fn: ir.Function) -> None:
+    """Prove with isl that every access of the original statements in ``buf.scope`` to the
+    promoted tensor lands inside the buffer: each local coordinate in ``[0, extent)`` (the
+    stage coordinate of a double-buffered buffer in ``[0, stages)``). An AssertionError names
+    the statement and the coordinate otherwise."""
+    params = buf.scope.get_space().params()
+    for inst in sets_of(buf.scope):
+        name = inst.get_tuple_name()
+        if not _STMT.match(name):
+            continue
+        pre = prefix_pma(buf.prefix, name)
+        st = fn.statements[int(_STMT.match(name).group(1))]
+        dims = st.lhs if name.endswith("_init") else st.index_names
+        for _key, tensor, indices in statement_accesses(fn, name):
+            if tensor != buf.tensor:
+                continue
+            amap = access_map(name, tuple(dims), tensor, tuple(indices), params)
+            if amap is None:
+                raise AssertionError(f"buffer {buf.name}: {name} reads {tensor} through a gather")
+            amap = amap.intersect_domain(inst.align_params(amap.get_space().params()))
+            local = isl.Map.from_pw_multi_aff(local_index(buf, isl.PwMultiAff.from_map(amap), pre))
+            rng = local.range()
+            bounds = ([buf.stages] if buf.stages > 1 else []) + list(buf.box.extent)
+            for d, extent in enumerate(bounds):
+                inside = rng.lower_bound_val(isl.dim_type.set, d, isl.Val.zero(rng.get_ctx()))
+                inside = inside.upper_bound_val(isl.dim_type.set, d,
+                                                isl.Val.int_from_si(rng.get_ctx(), extent - 1))
+                if not rng.subtract(inside).is_empty():
+                    raise AssertionError(f"buffer {buf.name}: an access of {name} leaves the box "
+                                         f"{bounds} along coordinate {d}: {rng.subtract(inside)}")
 
 
 def prove_copy_mapping(copy_set: isl.Set, mapped: isl.Set, params: tuple[str, ...]) -> None:
@@ -397,17 +408,6 @@ def prove_copy_mapping(copy_set: isl.Set, mapped: isl.Set, params: tuple[str, ..
     if not dom.is_equal(want) or not rel.is_single_valued():
         raise AssertionError(f"copy mapping of {copy_set.get_tuple_name()} is not one thread per "
                              f"element: {mapped}")
-
-
-def union_of(sets: list[isl.Set]) -> isl.UnionSet:
-    out = isl.UnionSet.from_set(sets[0])
-    for s in sets[1:]:
-        out = out.union(isl.UnionSet.from_set(s))
-    return out
-
-
-def statement_names(uset: isl.UnionSet) -> list[str]:
-    return [s.get_tuple_name() for s in sets_of(uset)]
 
 
 # ---------------------------------------------------------------- the AST: buffer accesses
