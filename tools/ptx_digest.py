@@ -2,11 +2,13 @@
 
     python tools/ptx_digest.py
 
-Prints one sha256 over the PTX of every corpus program (first size set) under the naive options
-and a 1-D block of 256 threads. A change that prints the same digest generates the same GPU
-code, so GPU results measured before it still hold; a different digest means the GPU tests must
-run again. Last GPU-verified digest (H200, 2026-11-30):
-17258b758e4dcd4f1da0106992137fba235da162e37382791d4eb9166885ac9f
+Prints one sha256 over the PTX of every corpus program (first size set) under the naive options,
+a 1-D block of 256 threads, the default options of a call (`MappingOptions.default_for`) and the
+contraction options (register tiles, shared/private promotion, cp.async). A change that prints
+the same digest generates the same GPU code, so GPU results measured before it still hold; a
+different digest means the GPU tests must run again. Last GPU-verified digest (H200, 2026-12-01,
+after the memory hierarchy, row kernels and elementwise defaults):
+2bd018d625d67e8bab16e27cbb3059ad06d535fad52078685874b5684d6eaa1a
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ def main() -> int:
     for case in CASES:
         inputs = case.make_inputs(np.random.default_rng(0), **case.sizes[0])
         fn = tc.define(case.source, case.entry, target="cuda")
-        for opts in (tc.MappingOptions.naive(), tc.MappingOptions.naive().map_to_threads(256)):
+        for opts in (tc.MappingOptions.naive(), tc.MappingOptions.naive().map_to_threads(256),
+                     None, tc.MappingOptions.cuda_contraction()):
             digest.update(fn.compile(*inputs, options=opts, target="cuda", arch="sm_90").ptx.encode())
     print(digest.hexdigest())
     return 0
