@@ -6,8 +6,9 @@ Prints one sha256 over the PTX of every corpus program (first size set) under th
 a 1-D block of 256 threads, the default options of a call (`MappingOptions.default_for`) and the
 contraction options (register tiles, shared/private promotion, cp.async). A change that prints
 the same digest generates the same GPU code, so GPU results measured before it still hold; a
-different digest means the GPU tests must run again. Last GPU-verified digest (H200, 2026-12-01,
-after the memory hierarchy, row kernels and elementwise defaults):
+different digest means the GPU tests must run again. Last GPU-verified digest (the code the H200
+runs of 2026-12-01 tested, after the memory hierarchy, row kernels and elementwise defaults;
+computed here after them, with no code-generating change in between):
 2bd018d625d67e8bab16e27cbb3059ad06d535fad52078685874b5684d6eaa1a
 """
 
