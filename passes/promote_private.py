@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from ..poly.gpu_mapping import BLOCK_PARAMS, THREAD_PARAMS, first_band_below, kernel_marks
+from ..poly.gpu_mapping import BLOCK_PARAMS, THREAD_PARAMS
 from ..poly.legality import member_is_parallel
 from ..poly.promotion import (
     Buffer,
@@ -43,7 +43,7 @@ from ..poly.scop import maps_of
 from ..poly.state import CompileState
 from ..poly.tree import node_at, path_of
 from .base import Pass, register
-from .promote_shared import band_of_copy, has_reduction_mark
+from .promote_shared import band_of_copy, promotable_kernels
 
 __all__ = ["PromotePrivate"]
 
@@ -102,15 +102,11 @@ class PromotePrivate(Pass):
     def run(self, state: CompileState) -> CompileState:
         schedule = state.schedule
         assert schedule is not None
-        base = state.base_schedule or schedule
-        scop, _fn = state.scop, state.fn
+        base = state.proof_schedule
+        scop = state.scop
         made: list[Buffer] = []
-        marks = kernel_marks(base)
-        for k in reversed(range(len(marks))):
-            path, _ = marks[k]
-            kernel = node_at(base, path)
-            tile = first_band_below(kernel.child(0))
-            if tile is None or has_reduction_mark(kernel) or not _has_unrolled_band(tile):
+        for k, _, tile in promotable_kernels(base):
+            if not _has_unrolled_band(tile):
                 continue
             n_par = 0
             while n_par < tile.band_n_member() and member_is_parallel(tile, n_par, state.deps.validity):

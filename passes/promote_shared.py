@@ -35,7 +35,6 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from ..codegen.exprs import memory_type
 from ..poly.gpu_mapping import THREAD_PARAMS, first_band_below, kernel_marks
 from ..poly.legality import member_is_parallel
 from ..poly.promotion import (
@@ -57,7 +56,25 @@ from ..poly.state import CompileState
 from ..poly.tree import node_at, path_of
 from .base import Pass, register
 
-__all__ = ["PromoteShared", "band_of_copy", "has_reduction_mark"]
+__all__ = ["PromoteShared", "band_of_copy", "element_bytes", "has_reduction_mark", "promotable_kernels"]
+
+
+def element_bytes(dtype) -> int:
+    """Bytes per element in memory (bool is stored as one byte)."""
+    return max(1, dtype.bits // 8)
+
+
+def promotable_kernels(base: isl.Schedule):
+    """(kernel index, kernel mark, tile band) of each kernel of ``base`` that promotion may
+    transform: it has a first band and no ``reduction`` mark; last kernel first, so the
+    paths of earlier kernels stay valid while later ones are grafted."""
+    marks = kernel_marks(base)
+    for k in reversed(range(len(marks))):
+        path, km = marks[k]
+        kernel = node_at(base, path)
+        tile = first_band_below(kernel.child(0))
+        if tile is not None and not has_reduction_mark(kernel):
+            yield k, km, tile
 
 
 def has_reduction_mark(node: isl.ScheduleNode) -> bool:
@@ -80,7 +97,6 @@ def band_of_copy(copy_set: isl.Set, n_prefix: int, rank: int) -> isl.MultiUnionP
     return isl.MultiUnionPwAff.from_multi_pw_aff(mpa)
 
 
-_SIZES = {"i8": 1, "i16": 2, "half": 2, "i32": 4, "float": 4, "i64": 8, "double": 8, "i1": 1}
 
 
 @register
@@ -103,16 +119,12 @@ class PromoteShared(Pass):
     def run(self, state: CompileState) -> CompileState:
         schedule = state.schedule
         assert schedule is not None
-        base = state.base_schedule or schedule
+        base = state.proof_schedule
         scop, fn = state.scop, state.fn
         promotion = state.promotion or Promotion()
         made: list[Buffer] = []
-        marks = kernel_marks(base)
-        for k in reversed(range(len(marks))):
-            path, km = marks[k]
-            kernel = node_at(base, path)
-            tile = first_band_below(kernel.child(0))
-            if tile is None or has_reduction_mark(kernel) or tile.n_children() != 1:
+        for k, km, tile in promotable_kernels(base):
+            if tile.n_children() != 1:
                 continue
             node = tile.child(0)
             dom = node.get_domain()
@@ -146,10 +158,11 @@ class PromoteShared(Pass):
                 order = tuple(sorted(range(rank), key=lambda d: (box.extent[d], d)))
                 if rank == 1:
                     order = (0,)
-                esize = _SIZES.get(str(memory_type(t.dtype)), 4)
+                esize = element_bytes(t.dtype)
                 t_stages = stages if esize in (4, 8) else 1
                 pad = max(1, 16 // esize) if rank > 1 else 0
-                storage = (*tuple(box.extent[d] for d in order[:-1]), _round_up(box.extent[order[-1]], max(1, 16 // esize)) + pad)
+                inner = _round_up(box.extent[order[-1]], max(1, 16 // esize)) + pad
+                storage = (*(box.extent[d] for d in order[:-1]), inner)
                 slots = 1
                 for e in storage:
                     slots *= e

@@ -200,8 +200,8 @@ class NvptxTarget(Target):
         for d in range(1, len(gidx)):
             off = b.add(b.mul(off, walker.extent(t.name, d)), gidx[d])
         gptr = b.gep(walker.pointer(t.name), [off], inbounds=True, source_etype=mty)
-        size = {"i32": 4, "float": 4, "i64": 8, "double": 8}.get(str(mty))
-        if payload.kind in ("in", "next") and buf.stages > 1 and self.async_copies and size:
+        size = t.dtype.bits // 8  # cp.async copies 4 or 8 bytes (promote-shared stages only those)
+        if payload.kind in ("in", "next") and buf.stages > 1 and self.async_copies and size in (4, 8):
             copy = declare(b.module, f"llvm.nvvm.cp.async.ca.shared.global.{size}",
                            ir.FunctionType(ir.VoidType(), [ir.PointerType(addrspace=3),
                                                            ir.PointerType(addrspace=1)]))

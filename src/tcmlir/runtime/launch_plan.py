@@ -288,11 +288,7 @@ class CudaPlan:
         if code == _ANY:
             view = classify(x, what, runtime=self.runtime)
             if isinstance(view, DeviceArrayView):
-                if view.device_ordinal != self.device:
-                    raise CallError(f"{what} is on CUDA device {view.device_ordinal}, the kernel "
-                                    f"runs on device {self.device}")
-                keep.append(view.owner)
-                return view.ptr
+                return self._on_device(view, what, keep)
             host = view.array
         else:
             host = x if type(x) is np.ndarray else np.asarray(x, dtype=dtype.numpy)
@@ -304,6 +300,14 @@ class CudaPlan:
         check(driver.cuMemcpyHtoDAsync(buf.ptr, host.ctypes.data, host.nbytes, handle),
               f"cuMemcpyHtoDAsync({host.nbytes} bytes)", context=what)
         return buf.ptr
+
+    def _on_device(self, view: DeviceArrayView, what: str, keep: list[Any]) -> int:
+        """The pointer of an array already on a device: this plan's device, kept alive."""
+        if view.device_ordinal != self.device:
+            raise CallError(f"{what} is on CUDA device {view.device_ordinal}, the kernel "
+                            f"runs on device {self.device}")
+        keep.append(view.owner)
+        return view.ptr
 
     def _host_result(self, shape: tuple[int, ...], dtype: Any) -> Any:
         if self.kind is ArrayKind.TORCH_CPU:
@@ -323,11 +327,7 @@ class CudaPlan:
             raise CallError(f"{what} must be {dtype} of shape {shape}, got {view.dtype} of "
                             f"shape {tuple(view.shape)}")
         if isinstance(view, DeviceArrayView):
-            if view.device_ordinal != self.device:
-                raise CallError(f"{what} is on CUDA device {view.device_ordinal}, the kernel "
-                                f"runs on device {self.device}")
-            keep.append(view.owner)
-            return view.ptr
+            return self._on_device(view, what, keep)
         host = view.array
         if not host.flags.c_contiguous or not host.flags.writeable:
             raise CallError(f"{what}: an output array must be C-contiguous and writeable "
