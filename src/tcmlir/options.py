@@ -131,7 +131,9 @@ class MappingOptions:
         `cuda_contraction` with the largest tiles that still give every SM two blocks at
         ``sizes`` (`contraction_tiles`); a batched contraction (three lhs indices, one
         reduction index: batched matmul) `cuda_batched_contraction`; a convolution
-        `cuda_convolution`; everything else the naive options."""
+        `cuda_convolution`; a program that reads a tensor across its rows where it writes
+        along them (a transpose) the naive options with `promote-shared`, whose tile copies
+        read rows; everything else the naive options."""
         ir_fn = getattr(fn, "ir", fn)
         statements = ir_fn.statements
         if target == "cpu" and max((len(s.ranges) for s in statements), default=0) < 3:
@@ -151,6 +153,8 @@ class MappingOptions:
             return cls.cuda_batched_contraction()
         if target == "cuda" and _is_convolution(statements):
             return cls.cuda_convolution(len(_is_convolution(statements).lhs))
+        if target == "cuda" and _is_transpose_like(statements):
+            return cls.naive().shared_memory(True)
         return cls.naive()
 
     @classmethod
@@ -420,6 +424,25 @@ def _output_extents(statements: Any, sizes: Mapping[str, int] | None) -> tuple[i
         return box[st.lhs[0]], box[st.lhs[1]]
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def _is_transpose_like(statements: Any) -> bool:
+    """Some elementwise statement reads a tensor of rank >= 2 whose last index is a plain
+    index other than the statement's last lhs index, and that lhs index is one of the read's
+    other indices (``B(m, n) = A(n, m)``): consecutive threads would read it with a stride."""
+    from . import ir
+
+    for st in statements:
+        if st.reduction is not None or not st.lhs:
+            continue
+        inner = st.lhs[-1]
+        for rd in (x for x in ir.walk(st.rhs) if isinstance(x, ir.Read)):
+            if len(rd.indices) < 2 or not isinstance(rd.indices[-1], ir.Index):
+                continue
+            others = {x.name for i in rd.indices[:-1] for x in ir.walk(i) if isinstance(x, ir.Index)}
+            if rd.indices[-1].name != inner and inner in others:
+                return True
+    return False
 
 
 def _is_batched_contraction(statements: Any) -> bool:
