@@ -99,12 +99,12 @@ TRANSPOSE = "def tr(float(N, M) A) -> (B) { B(m, n) = A(n, m) }"
 
 
 def test_transpose_goes_through_a_padded_shared_tile():
-    """Threads along x read A(n, m) down a column: A's 32 x 32 tile is copied by rows
+    """Threads along x read A(n, m) down a column: A's 64 x 64 tile is copied by rows
     (coalesced) into a buffer padded by one element, so the column reads hit 32 banks."""
     opts = MO.default_for(tc.define(TRANSPOSE), "cuda")
     assert opts.use_shared_memory
     (buf,) = _buffers(TRANSPOSE, {"N": 256, "M": 128}, opts)
-    assert buf.tensor == "A" and buf.order == (0, 1) and buf.storage == (32, 33)
+    assert buf.tensor == "A" and buf.order == (0, 1) and buf.storage == (64, 65)
     # an elementwise read along rows stays unpromoted
     assert _buffers("def f(float(N, M) A) -> (B) { B(n, m) = A(n, m) * 2 }", {"N": 64, "M": 64},
                     opts) == []

@@ -154,7 +154,10 @@ class MappingOptions:
         if target == "cuda" and _is_convolution(statements):
             return cls.cuda_convolution(len(_is_convolution(statements).lhs))
         if target == "cuda" and _is_transpose_like(statements):
-            return cls.naive().shared_memory(True)
+            # 64 x 64 tiles, 64 x 4 threads: 85% of the copy ceiling on an 8192^2 transpose
+            # (32 x 32 tiles with 32 x 8 threads: 80%)
+            return cls.naive().tile(64, 64).map_to_threads(64, 4).map_to_blocks(1024, 1024) \
+                .shared_memory(True)
         return cls.naive()
 
     @classmethod
