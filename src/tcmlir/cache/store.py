@@ -12,9 +12,15 @@ mean; `options_cache` and `kernel_cache` build on it. Rules it enforces:
   an exponential back-off bounded by ``open_retry_s`` (`OPEN_RETRY_S`), then a `CacheError`.
 * Schema: a ``meta`` table holds ``schema_version``; any other version (older, newer, or a
   ``meta`` table we cannot read) drops and recreates our tables: rows are never misread.
-* Corruption: a file SQLite cannot read ("file is not a database", "malformed", a failed
-  ``quick_check``) is moved aside to ``<name>.corrupt-<time>-<pid>`` with a warning and a fresh
-  database is created; rows carry checksums (`row_checksum`) that the cache layers verify.
+* Trust (`trust`): the directory is created 0700 and refused when others can write it, the
+  database is created 0600 and refused when it is someone else's or writable by others.
+* Corruption: a tcmlir database SQLite cannot read ("file is not a database", "malformed", a
+  failed ``quick_check``) is moved aside to ``<name>.corrupt-<time>-<pid>`` with a warning and
+  a fresh database is created; a file that is not tcmlir's (recognised by the SQLite header's
+  ``application_id`` or the schema) is a `CacheError` and is never moved. Rows carry checksums
+  (`row_checksum`) that the cache layers verify.
+* Faults: an SQLite error other than a lock or corruption (a full disk, a read-only file) is a
+  `CacheError` saying what to do; a failed COMMIT is rolled back, so the connection stays usable.
 * No pickle: rows hold text, numbers, JSON text and bytes.
 """
 
@@ -33,8 +39,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from ..errors import TCError
+from .errors import CacheCorruptionWarning, CacheError, CacheWriteWarning
 from .paths import resolve_cache_path
+from .trust import (
+    APPLICATION_ID,
+    check_private_file,
+    classify,
+    create_private_file,
+    ensure_private_dir,
+    refuse_foreign,
+)
 
 __all__ = [
     "BUSY_TIMEOUT_S",
@@ -44,6 +58,7 @@ __all__ = [
     "CacheCounters",
     "CacheError",
     "CacheStore",
+    "CacheWriteWarning",
     "create_schema",
     "row_checksum",
 ]
@@ -53,7 +68,7 @@ logger = logging.getLogger("tcmlir.cache")
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 30.0
 OPEN_RETRY_S = 10.0  # how long opening retries a locked database, in all
-_OUR_TABLES = ("tuned_options", "artifacts", "meta")
+_OUR_TABLES = ("tuned_options", "artifacts", "artifact_use", "meta")
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -85,15 +100,12 @@ _SCHEMA = (
         meta TEXT NOT NULL,           -- JSON: kernel names, grid/block, ...
         created REAL NOT NULL,
         checksum TEXT NOT NULL)""",
+    # when each artifact was last used (least-recently-used eviction); a table of its own so
+    # that a hit updates no checksummed row and databases of schema 1 gain it without a rebuild
+    """CREATE TABLE IF NOT EXISTS artifact_use (
+        digest TEXT PRIMARY KEY,
+        last_used REAL NOT NULL)""",
 )
-
-
-class CacheError(TCError):
-    """The cache cannot be used as asked (an unreadable export file, a path that is not a file)."""
-
-
-class CacheCorruptionWarning(UserWarning):
-    """A cache file or row failed its checks and was set aside; it will be rebuilt."""
 
 
 @dataclass
@@ -135,6 +147,7 @@ def create_schema(conn: sqlite3.Connection) -> None:
     """Create our tables (inside the caller's transaction) and record the schema version."""
     for statement in _SCHEMA:
         conn.execute(statement)
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
     conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
                  (str(SCHEMA_VERSION),))
 
@@ -167,6 +180,30 @@ def is_corruption(exc: BaseException) -> bool:
     return "not a database" in text or "malformed" in text or isinstance(exc, _CorruptFile)
 
 
+def describe_failure(path: Path, write: bool, exc: BaseException) -> str:
+    """The message of a `CacheError` for an SQLite error that is neither a lock nor damage."""
+    text = str(exc)
+    name = getattr(exc, "sqlite_errorname", "")
+    if name == "SQLITE_FULL" or "disk is full" in text:
+        hint = ("the disk is full: free some space (`tcmlir cache prune` removes compiled "
+                "artifacts) or set TCMLIR_CACHE_DIR to a disk with room")
+    elif name.startswith("SQLITE_READONLY") or "readonly" in text:
+        hint = "the cache file or its directory is read-only: give a writable cache"
+    else:
+        hint = "set TCMLIR_CACHE_DIR to another directory if it persists"
+    return (f"tcmlir cache {path}: {'writing' if write else 'reading'} failed ({text}); "
+            f"{hint}")
+
+
+def _is_current(conn: sqlite3.Connection) -> bool:
+    """Whether an up-to-date schema also has what later releases of schema 1 added (the
+    application id in the header, the artifact_use table)."""
+    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    has_use = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
+                           "name = 'artifact_use'").fetchone()
+    return app_id == APPLICATION_ID and has_use is not None
+
+
 class _CorruptFile(sqlite3.DatabaseError):
     """quick_check reported a problem."""
 
@@ -194,6 +231,7 @@ class CacheStore:
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._inode: int | None = None
+        self._identity = "empty"  # what trust.classify said of the file this store opened
         self._pid = os.getpid()
         self._abandoned: list[sqlite3.Connection] = []  # inherited across fork, see _after_fork
         self._open()
@@ -202,7 +240,7 @@ class CacheStore:
 
     def _open(self) -> None:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            ensure_private_dir(self.path.parent)
             try:
                 self._conn = self._connect_retrying()
             except sqlite3.DatabaseError as exc:
@@ -247,14 +285,20 @@ class CacheStore:
     def _connect_and_check(self, open_timeout_s: float) -> sqlite3.Connection:
         """Connect, switch to WAL, check and set up the schema, waiting at most
         ``open_timeout_s`` for each lock; the connection then waits ``busy_timeout_s``."""
-        try:
-            self._inode = os.stat(self.path).st_ino
-        except FileNotFoundError:
-            self._inode = None
+        create_private_file(self.path)
+        for suffix in ("", "-wal", "-shm"):
+            check_private_file(Path(f"{self.path}{suffix}"))
+        self._inode = os.stat(self.path).st_ino
+        self._identity = classify(self.path)
+        if self._identity not in ("ours", "empty"):
+            refuse_foreign(self.path, self._identity)
         conn = sqlite3.connect(self.path, timeout=open_timeout_s, isolation_level=None,
                                check_same_thread=False)
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(open_timeout_s * 1000)}")
+            # takes effect only on a new database (before its first table): freed pages
+            # can then be given back to the file system after eviction (`compact`)
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
             conn.execute("PRAGMA journal_mode = WAL")  # fails here on a file that is not SQLite
             # With WAL, NORMAL stays consistent after a crash; a power cut may lose the last
             # transaction, which for a cache only means redoing that work.
@@ -264,16 +308,15 @@ class CacheStore:
                 if result != ["ok"]:
                     raise _CorruptFile("quick_check: " + "; ".join(map(str, result[:3])))
             self._ensure_schema(conn)
+            self._identity = "ours"
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
-            if self._inode is None:
-                self._inode = os.stat(self.path).st_ino
         except BaseException:
             conn.close()
             raise
         return conn
 
     def _ensure_schema(self, conn: sqlite3.Connection) -> None:
-        if read_schema_version(conn) == str(SCHEMA_VERSION):
+        if read_schema_version(conn) == str(SCHEMA_VERSION) and _is_current(conn):
             return
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -287,7 +330,7 @@ class CacheStore:
                                    "recreating its tables", self.path, found, SCHEMA_VERSION)
                 for table in stale:
                     conn.execute(f"DROP TABLE {table}")
-                create_schema(conn)
+            create_schema(conn)  # idempotent: also brings a schema-1 file up to date
             conn.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
@@ -295,15 +338,20 @@ class CacheStore:
             raise
 
     def _quarantine(self, reason: str) -> None:
-        """Move a damaged database (and its -wal/-shm) aside and warn; the caller reopens."""
-        if self._conn is not None:
-            with contextlib.suppress(sqlite3.Error):
-                self._conn.close()
-            self._conn = None
+        """Move a damaged database (and its -wal/-shm) aside and warn; the caller reopens.
+
+        Only a file known to be tcmlir's is moved (`trust.classify` at open, or a database
+        this store set up); anything else is left alone and is a `CacheError`."""
         try:
             inode = os.stat(self.path).st_ino
         except FileNotFoundError:
             inode = None
+        if inode is not None and inode == self._inode and self._identity != "ours":
+            refuse_foreign(self.path, classify(self.path))
+        if self._conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+            self._conn = None
         # Another process may already have replaced the file with a fresh one: leave that alone.
         if inode is not None and (self._inode is None or inode == self._inode):
             dest = self.path.with_name(
@@ -328,11 +376,11 @@ class CacheStore:
         conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         try:
             yield conn
+            conn.execute("COMMIT")  # a failed COMMIT (disk full) leaves the txn open: roll back
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
 
     def run(self, body: Callable[[sqlite3.Connection], T], *, write: bool,
             on_corrupt: T) -> T:
@@ -366,6 +414,8 @@ class CacheStore:
                         f"tcmlir cache {self.path} stayed locked for {self.busy_timeout_s:g} s "
                         "by another process; retry, or give this process its own cache "
                         "(TCMLIR_CACHE_DIR or an explicit path)") from exc
+                if isinstance(exc, sqlite3.OperationalError):
+                    raise CacheError(describe_failure(self.path, write, exc)) from exc
                 raise
 
     def _after_fork(self) -> None:
