@@ -442,7 +442,27 @@ class CacheStore:
         def body(conn: sqlite3.Connection) -> None:
             conn.execute("DELETE FROM tuned_options")
             conn.execute("DELETE FROM artifacts")
+            conn.execute("DELETE FROM artifact_use")
         self.write(body, None)
+        self.compact(full=False)
+
+    def compact(self, full: bool = False) -> None:
+        """Give freed pages back to the file system: ``incremental_vacuum`` (cheap; a no-op on
+        a database made before auto-vacuum was set), or with ``full`` a ``VACUUM`` that also
+        switches such a database to incremental auto-vacuum (rewrites the file; needs as much
+        free disk again). A failure (locked, disk full) is logged: the rows are gone anyway."""
+        with self._lock:
+            if self._pid != os.getpid():
+                self._after_fork()
+            assert self._conn is not None, "cache store used after close()"
+            try:
+                if full:
+                    self._conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+                    self._conn.execute("VACUUM")
+                else:
+                    self._conn.execute("PRAGMA incremental_vacuum").fetchall()
+            except sqlite3.Error as exc:
+                logger.warning("tcmlir cache %s: could not compact the file (%s)", self.path, exc)
 
     def table_stats(self) -> dict[str, int]:
         def body(conn: sqlite3.Connection) -> dict[str, int]:
@@ -462,9 +482,16 @@ class CacheStore:
 
         def body(conn: sqlite3.Connection) -> int:
             if arch is None:
-                return conn.execute(f"DELETE FROM {table}").rowcount
-            return conn.execute(f"DELETE FROM {table} WHERE arch = ?", (arch,)).rowcount
-        return self.write(body, 0)
+                gone = conn.execute(f"DELETE FROM {table}").rowcount
+            else:
+                gone = conn.execute(f"DELETE FROM {table} WHERE arch = ?", (arch,)).rowcount
+            if table == "artifacts":
+                conn.execute("DELETE FROM artifact_use WHERE digest NOT IN "
+                             "(SELECT digest FROM artifacts)")
+            return gone
+        gone = self.write(body, 0)
+        self.compact(full=False)
+        return gone
 
     def stats(self) -> dict[str, object]:
         """Path, schema version, bytes on disk (database + WAL), row counts and this process's counters."""

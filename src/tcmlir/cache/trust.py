@@ -162,6 +162,10 @@ def classify(path: Path) -> Identity:
                 "SELECT name FROM sqlite_master WHERE type = 'table'")}
         finally:
             conn.close()
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            raise  # another process is writing it: the caller retries
+        return "unrecognised"
     except sqlite3.Error:
         return "unrecognised"
     if OUR_TABLES <= tables:
