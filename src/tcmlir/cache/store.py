@@ -459,6 +459,8 @@ class CacheStore:
                 if full:
                     self._conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
                     self._conn.execute("VACUUM")
+                    # VACUUM writes the whole new file into the WAL: fold it back in now
+                    self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
                 else:
                     self._conn.execute("PRAGMA incremental_vacuum").fetchall()
             except sqlite3.Error as exc:

@@ -59,8 +59,7 @@ def export_tuned(cache: OptionsCache, path: str | os.PathLike[str], *,
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(document, f, indent=1, sort_keys=True, allow_nan=False)
-            f.write("\n")
+            f.write(_dumps(document))
         os.chmod(tmp, 0o644)  # mkstemp's 0600 is for the temporary; an export is to be shared
         os.replace(tmp, target)
     except BaseException:
@@ -68,6 +67,16 @@ def export_tuned(cache: OptionsCache, path: str | os.PathLike[str], *,
             os.unlink(tmp)
         raise
     return {"tuned_rows": len(records)}
+
+
+def _dumps(document: dict[str, Any]) -> str:
+    """JSON with one line per tuned entry (readable, and diffs well)."""
+    head = {k: v for k, v in document.items() if k != "tuned"}
+    lines = [json.dumps(e, sort_keys=True, allow_nan=False) for e in document["tuned"]]
+    fields = [f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in sorted(head.items())]
+    body = ",\n".join(f"    {line}" for line in lines)
+    fields.append('  "tuned": [' + (f"\n{body}\n  ]" if lines else "]"))
+    return "{\n" + ",\n".join(fields) + "\n}\n"
 
 
 def _entry_fields(entry: Any) -> tuple[str, str, str, str, str, float, int, dict[str, int]]:
