@@ -182,8 +182,9 @@ def _untouched(path: Path, content: bytes) -> None:
 
 
 @pytest.mark.parametrize("content", [b"my notes: buy milk\n" * 40, os.urandom(8192),
-                                     b"SQLite format 3\x00" + b"\xff" * 4000],
-                         ids=["text", "random", "sqlite-header-only"])
+                                     b"SQLite format 3\x00" + b"\xff" * 4000,
+                                     b"SQLite format 3\x00" + b"\x00" * 4000],
+                         ids=["text", "random", "sqlite-header-ff", "sqlite-header-00"])
 def test_a_users_file_is_a_cache_error_and_untouched(tmp_path: Path, content: bytes) -> None:
     notes = tmp_path / "my_notes.txt"
     notes.write_bytes(content)

@@ -162,12 +162,15 @@ def classify(path: Path) -> Identity:
                 "SELECT name FROM sqlite_master WHERE type = 'table'")}
         finally:
             conn.close()
-    except sqlite3.OperationalError as exc:
-        if "locked" in str(exc) or "busy" in str(exc):
-            raise  # another process is writing it: the caller retries
-        return "unrecognised"
-    except sqlite3.Error:
-        return "unrecognised"
+    except sqlite3.DatabaseError as exc:
+        name = getattr(exc, "sqlite_errorname", "")
+        text = str(exc).lower()
+        if (name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "not a database" in text
+                or "malformed" in text):
+            return "unrecognised"
+        # locked, busy, or a WAL file being set up by another process that is creating the
+        # database right now: the opener retries (bounded), as for any locked database
+        raise sqlite3.OperationalError(f"database is locked ({exc})") from exc
     if OUR_TABLES <= tables:
         return "ours"
     return "foreign" if tables else "empty"
