@@ -39,7 +39,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from .errors import CacheCorruptionWarning, CacheError, CacheWriteWarning
+from .errors import (
+    CacheCorruptionWarning,
+    CacheError,
+    CacheWriteWarning,
+    _CorruptFile,
+    describe_failure,
+    is_corruption,
+    is_locked,
+)
 from .paths import resolve_cache_path
 from .trust import (
     APPLICATION_ID,
@@ -163,38 +171,6 @@ def read_schema_version(conn: sqlite3.Connection) -> str | None:
     return None if row is None else str(row[0])
 
 
-def is_locked(exc: BaseException) -> bool:
-    """Whether an sqlite3 error means another connection holds a lock (worth retrying)."""
-    text = str(exc).lower()
-    return isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
-
-
-def is_corruption(exc: BaseException) -> bool:
-    """Whether an sqlite3 error means the file itself is damaged (as opposed to busy/locked)."""
-    if not isinstance(exc, sqlite3.DatabaseError):
-        return False
-    name = getattr(exc, "sqlite_errorname", "")
-    if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
-        return True
-    text = str(exc).lower()
-    return "not a database" in text or "malformed" in text or isinstance(exc, _CorruptFile)
-
-
-def describe_failure(path: Path, write: bool, exc: BaseException) -> str:
-    """The message of a `CacheError` for an SQLite error that is neither a lock nor damage."""
-    text = str(exc)
-    name = getattr(exc, "sqlite_errorname", "")
-    if name == "SQLITE_FULL" or "disk is full" in text:
-        hint = ("the disk is full: free some space (`tcmlir cache prune` removes compiled "
-                "artifacts) or set TCMLIR_CACHE_DIR to a disk with room")
-    elif name.startswith("SQLITE_READONLY") or "readonly" in text:
-        hint = "the cache file or its directory is read-only: give a writable cache"
-    else:
-        hint = "set TCMLIR_CACHE_DIR to another directory if it persists"
-    return (f"tcmlir cache {path}: {'writing' if write else 'reading'} failed ({text}); "
-            f"{hint}")
-
-
 def _is_current(conn: sqlite3.Connection) -> bool:
     """Whether an up-to-date schema also has what later releases of schema 1 added (the
     application id in the header, the artifact_use table)."""
@@ -202,10 +178,6 @@ def _is_current(conn: sqlite3.Connection) -> bool:
     has_use = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
                            "name = 'artifact_use'").fetchone()
     return app_id == APPLICATION_ID and has_use is not None
-
-
-class _CorruptFile(sqlite3.DatabaseError):
-    """quick_check reported a problem."""
 
 
 T = TypeVar("T")
