@@ -41,8 +41,9 @@ class FullDisk:
         return self.conn.execute(sql, *args)
 
     def executemany(self, sql: str, *args: Any) -> Any:
-        return self.execute(sql) if sql.lstrip().upper().startswith(self.fail_on) else \
-            self.conn.executemany(sql, *args)
+        if sql.lstrip().upper().startswith(self.fail_on):
+            raise sqlite3.OperationalError("database or disk is full")
+        return self.conn.executemany(sql, *args)
 
     def close(self) -> None:
         self.conn.close()

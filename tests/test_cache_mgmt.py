@@ -289,3 +289,27 @@ def test_human_sizes_and_dates() -> None:
     assert [human_size(n) for n in (0, 532, 1024, 12_595, 2**30)] == [
         "0 B", "532 B", "1.0 KiB", "12.3 KiB", "1.0 GiB"]
     assert re.fullmatch(DATE, human_date(time.time())) and human_date(0) == "-"
+
+
+@pytest.mark.gpu
+def test_gpu_ptx_and_cubins_obey_the_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU a call stores PTX and the driver's cubin; with a cap of about three of them,
+    a loop of distinct sizes stays under it and the newest kernel is served from the cache."""
+    monkeypatch.setenv("TCMLIR_CACHE_DIR", str(tmp_path / "gpu"))
+    monkeypatch.delenv("TCMLIR_ALWAYS_COMPILE", raising=False)
+    monkeypatch.setenv("TCMLIR_CACHE_MAX_SIZE", "0")
+    source = "def f(float(N) A) -> (O) { O(i) = A(i) * 2.0 }"
+    x = np.arange(64, dtype=np.float32)
+    np.testing.assert_array_equal(np.asarray(tc.define(source, target="cuda")(x)), x * 2)
+    entries = artifact_cache().entries()
+    assert {"ptx", "cubin"} <= {a.kind for a in entries}
+    cap = 3 * max(a.size for a in entries)
+    monkeypatch.setenv("TCMLIR_CACHE_MAX_SIZE", str(cap))
+    fn = tc.define(source, target="cuda")
+    for n in range(65, 77):
+        y = np.arange(n, dtype=np.float32)
+        np.testing.assert_array_equal(np.asarray(fn(y)), y * 2)
+        assert artifact_cache().total_size() <= cap, n
+    hits = COUNTERS.hits
+    np.testing.assert_array_equal(np.asarray(tc.define(source, target="cuda")(y)), y * 2)
+    assert COUNTERS.hits > hits

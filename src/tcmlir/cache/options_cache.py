@@ -227,13 +227,16 @@ class OptionsCache:
         The tuning is done and its result is the caller's either way: a cache that cannot be
         written (a full disk, a read-only file) gives a `CacheWriteWarning` saying what was
         lost, never an error."""
-        changed = 0
+        todo = list(results)
+        changed = done = 0
         try:
-            for options, time_s, runs in results:
+            for options, time_s, runs in todo:
                 changed += self.record(fn, *inputs, options=options, time_s=time_s, runs=runs)
+                done += 1
         except CacheError as exc:
-            _warn_unwritable(f"the tuned options of {fn.entry} were not saved (they are "
-                             "still returned; tune again once the cache can be written)", exc)
+            _warn_unwritable(f"the tuned options of {fn.entry} were not saved ({done} of "
+                             f"{len(todo)} candidates stored; the best is still returned: "
+                             "tune again once the cache can be written)", exc)
         return changed
 
     # -- key parts ----------------------------------------------------------------------
