@@ -3,6 +3,7 @@
 | variable | effect |
 |---|---|
 | ``TCMLIR_CACHE_DIR`` | directory of the persistent cache database (default: the user cache dir) |
+| ``TCMLIR_CACHE_MAX_SIZE`` | cap on the compiled artifacts in the cache (``500M``, ``2G``, ``0`` = no cap; default ``1G``): least-recently-used ones are evicted, tuned options never |
 | ``TCMLIR_ALWAYS_COMPILE`` | ``1``: ignore cached kernels (in memory and on disk) and compile again |
 | ``TCMLIR_DUMP`` | comma list of stages to print to stderr on each compile: ``ir,schedule,loops,llvm,ptx`` or ``all`` |
 | ``TCMLIR_THREADS`` | default number of CPU threads for ``target="cpu"`` (default: all cores) |
@@ -25,10 +26,14 @@ from dataclasses import dataclass
 
 from .errors import TCError
 
-__all__ = ["Config", "get_config", "hot_path_token"]
+__all__ = ["DEFAULT_CACHE_MAX_SIZE", "Config", "get_config", "hot_path_token", "parse_size"]
 
 DUMP_STAGES = ("ir", "schedule", "loops", "llvm", "ptx")
 GATHER_CHECKS = ("auto", "sync", "async")
+DEFAULT_CACHE_MAX_SIZE = 1 << 30  # 1 GiB of compiled artifacts: thousands of kernels
+_SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
+               "gb": 10**9, "t": 10**12, "tb": 10**12, "ki": 2**10, "kib": 2**10, "mi": 2**20,
+               "mib": 2**20, "gi": 2**30, "gib": 2**30, "ti": 2**40, "tib": 2**40}
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,7 @@ class Config:
     require_gpu: bool = False
     tune_miscompile: tuple[str, object] | None = None  # (option field, JSON value) or None
     gather_check: str = "auto"
+    cache_max_size: int = DEFAULT_CACHE_MAX_SIZE  # bytes of compiled artifacts; 0: no cap
 
 
 _TRUE = ("1", "true", "yes", "on")
@@ -55,6 +61,22 @@ def _flag(name: str, value: str | None) -> bool:
     if text in _FALSE:
         return False
     raise TCError(f"{name}={value!r}: use 1 (on) or 0 (off)")
+
+
+def parse_size(text: str, what: str = "size") -> int:
+    """``500M`` / ``1.5GiB`` / ``4096`` -> bytes (K, M, G, T are powers of 1000; Ki, Mi, Gi,
+    Ti powers of 1024, as ccache spells them); a `TCError` naming ``what`` otherwise."""
+    raw = text.strip().lower().replace(" ", "")
+    number = raw.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = raw[len(number):]
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1.0
+    if unit not in _SIZE_UNITS or not (value >= 0 and value < float("inf")):
+        raise TCError(f"{what}={text!r}: use a number of bytes with an optional unit, e.g. "
+                      "500M, 2G, 1.5GiB or 0 (no cap)")
+    return int(value * _SIZE_UNITS[unit])
 
 
 def _miscompile_predicate(spec: str) -> tuple[str, object] | None:
@@ -91,7 +113,11 @@ def get_config() -> Config:
     gather_check = env.get("TCMLIR_GATHER_CHECK", "").strip().lower() or "auto"
     if gather_check not in GATHER_CHECKS:
         raise TCError(f"TCMLIR_GATHER_CHECK={gather_check!r}: use {', '.join(GATHER_CHECKS)}")
+    max_size_raw = env.get("TCMLIR_CACHE_MAX_SIZE", "").strip()
+    cache_max_size = (parse_size(max_size_raw, "TCMLIR_CACHE_MAX_SIZE") if max_size_raw
+                      else DEFAULT_CACHE_MAX_SIZE)
     return Config(
+        cache_max_size=cache_max_size,
         tune_miscompile=_miscompile_predicate(env.get("TCMLIR_TUNE_MISCOMPILE", "").strip()),
         gather_check=gather_check,
         cache_dir=env.get("TCMLIR_CACHE_DIR") or None,

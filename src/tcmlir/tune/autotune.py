@@ -202,8 +202,8 @@ def tune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
                     result.generations_run)
     if store is not None:
         ranked = sorted((e for e in result.evaluated.values() if e.ok), key=lambda e: e.time_s)
-        for ev in ranked[:TOP_K]:
-            store.record(fn, *inputs, options=ev.options, time_s=ev.time_s, runs=ev.runs)
+        # a cache that cannot be written (disk full) warns; the tuned result is still returned
+        store.save_tuned(fn, inputs, [(ev.options, ev.time_s, ev.runs) for ev in ranked[:TOP_K]])
     return result
 
 
