@@ -115,6 +115,14 @@ def _host_slab(view: Any, lo: int, hi: int, rank: int) -> np.ndarray:
     return out
 
 
+def _placeholder(view: Any, shape: tuple[int, ...], rank: int) -> Any:
+    from ..runtime.arrays import HostArrayView
+
+    if rank == 0 and isinstance(view, HostArrayView):
+        return view.array
+    return np.empty(shape, view.dtype.numpy)
+
+
 def _row_bytes(shape: Sequence[int], itemsize: int, rank: int) -> int:
     return itemsize * (math.prod(shape[1:]) if rank > 0 else 1)
 
@@ -126,15 +134,14 @@ def split_kernel(fn: Any, inputs: Sequence[Any], devices: Sequence[int], options
     views, where = locate_inputs(fn.ir, inputs)
     plan = make_plan(fn.ir, _sizes(fn.ir, views), devices, where, output_device)
     kernels = []
+    reads_data = options is None and fn.options_factory is not None
     for part in plan.parts:
-        host = [_host_slab(views[t.name], *part.slabs.get(t.name, (0, 0)), t.rank)
-                for t in fn.ir.inputs]
-        opts = _part_options(fn, options, target, host)
-        if target == "cuda":  # binding needs shapes and dtypes only: untouched placeholders
-            sample = [h if t.rank == 0 else np.empty(h.shape, h.dtype)
-                      for t, h in zip(fn.ir.inputs, host, strict=True)]
-        else:
-            sample = host
+        # binding needs shapes and dtypes only (untouched placeholders); an options factory
+        # gets the part's real inputs (it may tune or verify on them)
+        sample = [_host_slab(views[t.name], *part.slabs.get(t.name, (0, 0)), t.rank)
+                  if reads_data else _placeholder(views[t.name], part.shape(t), t.rank)
+                  for t in fn.ir.inputs]
+        opts = _part_options(fn, options, target, sample)
         kernels.append(fn._compile(sample, opts, target, arch)[0])
     return SplitKernel(plan, tuple(kernels)), views
 
@@ -313,10 +320,10 @@ class SplitExecutor:
                 sub.append(self._input_slab(t, view, lo, hi, state, ctx, pool, released))
             outs = []
             for t in fn.outputs:
-                lo, hi = part.slabs[t.name]
+                lo, hi = part.slabs.get(t.name, (0, 1))  # a scalar: one "row"
                 ptr, shape = finals[t.name]
                 row = _row_bytes(shape, t.dtype.itemsize, t.rank)
-                sub_shape = (hi - lo, *shape[1:])
+                sub_shape = (hi - lo, *shape[1:]) if t.rank else ()
                 if state.device == out_dev:
                     slab_ptr = ptr + lo * row
                 else:
@@ -331,7 +338,7 @@ class SplitExecutor:
             state.plan.call(sub, state.handle, outs)
             for t, slab in zip(fn.outputs, outs, strict=True):
                 if state.device != out_dev:
-                    lo, hi = part.slabs[t.name]
+                    lo, hi = part.slabs.get(t.name, (0, 1))
                     ptr, shape = finals[t.name]
                     row = _row_bytes(shape, t.dtype.itemsize, t.rank)
                     self._copy(ptr + lo * row, out_dev, _slab_ptr(slab), state.device,
