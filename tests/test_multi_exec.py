@@ -18,6 +18,7 @@ import types
 
 import numpy as np
 import pytest
+from corpus import as_tuple
 from corpus.programs import CASES
 from fake_cuda import (
     FakeContext,
@@ -28,6 +29,9 @@ from fake_cuda import (
     install_fake_torch,
     simulate_with_host,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies_programs import model_close, programs
 
 import tcmlir as tc
 from tcmlir.errors import CallError
@@ -71,6 +75,27 @@ _NOT_SPLIT = {"constant_dims", "transpose", "fused_diagonal_stencil", "reversed_
               "reduce_sum_rows_cols", "lower_triangle_index_compare", "exists_fill", "dim_ref",
               "sizes_and_indices_as_values", "partial_write_annotated",
               "stencil_negative_offset"}
+
+
+def _random_program_split_matches_model(target: str, examples: int) -> None:
+    @settings(max_examples=examples, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(program=programs(), seed=st.integers(0, 2**32 - 1))
+    def check(program, seed):
+        inputs = program.make_inputs(np.random.default_rng(seed))
+        fn = tc.define(program.source, target=target)
+        got = as_tuple(fn(*inputs, devices=[0, 0]))
+        want = program.numpy_fn(*inputs)
+        for k, (g, w) in enumerate(zip(got, want, strict=True)):
+            assert model_close(np.asarray(g), w), (
+                f"output {k} of the split call differs from the numpy model\n{program.source}"
+                f"{program.sizes}\n{fn.plan(*inputs, devices=[0, 0])}")
+
+    check()
+
+
+def test_random_programs_split_on_the_host_match_their_model():
+    _random_program_split_matches_model("numpy", 12)
 
 
 def test_host_split_on_the_cpu_target_and_its_errors(rng):
@@ -353,6 +378,11 @@ def test_gpu_corpus_split_on_one_device_matches_the_oracle(case, rng):
     for sizes in case.sizes:
         inputs = case.make_inputs(rng, **sizes)
         _check(case, fn(*inputs, devices=[0, 0]), case.expected(*inputs))
+
+
+@pytest.mark.gpu
+def test_gpu_random_programs_split_match_their_model():
+    _random_program_split_matches_model("cuda", 40)
 
 
 @pytest.mark.gpu

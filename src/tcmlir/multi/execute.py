@@ -342,7 +342,7 @@ class SplitExecutor:
                     ptr, shape = finals[t.name]
                     row = _row_bytes(shape, t.dtype.itemsize, t.rank)
                     self._copy(ptr + lo * row, out_dev, _slab_ptr(slab), state.device,
-                               (hi - lo) * row, state, None)
+                               (hi - lo) * row, state, None, name=f"out {t.name}")
             record_event(state.done, state.handle)
         for dev, (handle, _) in callers.items():
             rt.context(dev)
@@ -392,10 +392,11 @@ class SplitExecutor:
         from ..runtime.peer import copy_device_to_device, stage_through_host
 
         rt = self.runtime
+        dst_ctx, src_ctx = rt.context(dst_dev), rt.context(src_dev)
         if self.peers.direct(src_dev, dst_dev):
-            copy_device_to_device(dst, dst_dev, rt.context(dst_dev), src, src_dev,
-                                  rt.context(src_dev), nbytes, state.handle)
-            rt.context(state.device)
+            rt.context(state.device)  # the stream's context is current when queueing on it
+            copy_device_to_device(dst, dst_dev, dst_ctx, src, src_dev, src_ctx, nbytes,
+                                  state.handle)
             return
         key = (id(state), name)
         pinned = self._pinned.get(key)
@@ -403,10 +404,12 @@ class SplitExecutor:
             pinned = self._pinned[key] = rt.pinned(nbytes, state.device)
         else:  # the previous call's copy out of it must have left
             _check(_driver().cuEventSynchronize(state.done), "cuEventSynchronize")
-        if ready is None:  # an output: the part's own stream produced it
+        if ready is None:  # an output, made by the part's own stream, written synchronously
+            rt.context(state.device)
             _check(_driver().cuStreamSynchronize(state.handle), "cuStreamSynchronize")
-        stage_through_host(dst, src, nbytes, pinned, ready, rt.context(src_dev),
-                           rt.context(state.device), state.handle)
+        stage_through_host(dst, src, nbytes, pinned, ready, src_ctx, dst_ctx,
+                           None if ready is None else state.handle)
+        rt.context(state.device)
 
     def _sub_plan(self, k: int, sub: Sequence[Any]) -> Any:
         from ..runtime.arrays import bind_device_inputs

@@ -59,7 +59,8 @@ class PeerAccess:
 
 def copy_device_to_device(dst: int, dst_device: int, dst_context: Any, src: int,
                           src_device: int, src_context: Any, nbytes: int, stream: int) -> str:
-    """Queue a copy on ``stream`` (of the destination); returns the driver call used."""
+    """Queue a copy on ``stream`` (a stream of the current context, which must be the
+    destination's or the source's); returns the driver call used."""
     if nbytes == 0:
         return "none"
     if src_device == dst_device:
@@ -73,9 +74,10 @@ def copy_device_to_device(dst: int, dst_device: int, dst_context: Any, src: int,
 
 
 def stage_through_host(dst: int, src: int, nbytes: int, pinned: Any, ready: Any,
-                       src_context: Any, dst_context: Any, stream: int) -> None:
+                       src_context: Any, dst_context: Any, stream: int | None) -> None:
     """Copy through ``pinned`` (page-locked, at least ``nbytes``): the host waits for the
-    source's ``ready`` event, reads synchronously, and queues the write on ``stream``."""
+    source's ``ready`` event, reads synchronously, and queues the write on ``stream`` (a
+    stream of the destination's context; None: writes synchronously)."""
     if nbytes == 0:
         return
     src_context.activate()
@@ -84,6 +86,10 @@ def stage_through_host(dst: int, src: int, nbytes: int, pinned: Any, ready: Any,
     check(driver.cuMemcpyDtoH(pinned.address, src, nbytes), f"cuMemcpyDtoH({nbytes} bytes)",
           context="staging a copy between devices without peer access")
     dst_context.activate()
+    if stream is None:
+        check(driver.cuMemcpyHtoD(dst, pinned.address, nbytes), f"cuMemcpyHtoD({nbytes} bytes)",
+              context="staging a copy between devices")
+        return
     check(driver.cuMemcpyHtoDAsync(dst, pinned.address, nbytes, stream),
           f"cuMemcpyHtoDAsync({nbytes} bytes)", context="staging a copy between devices")
 
