@@ -22,6 +22,7 @@ little; on two GPUs it should approach 0.5 for compute-bound cases when inputs a
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -115,12 +116,13 @@ def main(argv: list[str] | None = None) -> int:
         split_out = fn(*inputs, devices=devices)
         torch.cuda.synchronize()
         first = time.perf_counter() - t0
-        err = float(((split_out.double() - one_out.double()).abs().max()
-                     / one_out.double().abs().max().clamp_min(1e-30)))
-        one = time_device(torch, lambda: fn(*inputs), args.runs)  # noqa: B023
-        split = time_device(torch, lambda: fn(*inputs, devices=devices), args.runs)  # noqa: B023
-        one_host = time_host(torch, lambda: fn(*inputs), args.runs)  # noqa: B023
-        split_host = time_host(torch, lambda: fn(*inputs, devices=devices), args.runs)  # noqa: B023
+        err = float((split_out.double() - one_out.double()).abs().max()
+                     / one_out.double().abs().max().clamp_min(1e-30))
+        one_call = functools.partial(fn, *inputs)
+        split_call = functools.partial(fn, *inputs, devices=devices)
+        one, split = time_device(torch, one_call, args.runs), time_device(torch, split_call, args.runs)
+        one_host = time_host(torch, one_call, args.runs)
+        split_host = time_host(torch, split_call, args.runs)
         row = {"case": case.name, "devices": devices, "split": plan.is_split,
                "reason": plan.reason, "parts": len(plan.parts),
                "bytes_in": plan.bytes_in, "one_s": one, "split_s": split,
@@ -133,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
               f"/ {split_host * 1e6:7.1f} us  moved {plan.bytes_in / 2**20:8.1f} MiB  err "
               f"{err:.1e}" + ("" if plan.is_split else f"  (not split: {plan.reason})"),
               flush=True)
-        del inputs, one_out, split_out
+        del inputs, one_out, split_out, one_call, split_call
         torch.cuda.empty_cache()
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
