@@ -132,6 +132,14 @@ class TwoDeviceDriver(FakeDriver):
         ctypes.memmove(int(dst), int(src), nbytes)
         return (self.CUresult.CUDA_SUCCESS,)
 
+    def cuMemcpyDtoD(self, dst, src, nbytes):
+        return self._copy("cuMemcpyDtoD", dst, src, nbytes)
+
+    def cuMemcpyPeer(self, dst, dst_ctx, src, src_ctx, nbytes):
+        self.calls.append(("cuMemcpyPeer", nbytes, None, dst_ctx, src_ctx))
+        ctypes.memmove(int(dst), int(src), nbytes)
+        return (self.CUresult.CUDA_SUCCESS,)
+
     def cuMemcpyDtoDAsync(self, dst, src, nbytes, stream):
         return self._copy("cuMemcpyDtoDAsync", dst, src, nbytes, int(stream))
 
@@ -191,22 +199,28 @@ class TwoDeviceRuntime(FakeRuntime):
         return 0
 
 
-def _two_devices(monkeypatch, source, *host_inputs, peer_access=True, devices=(0, 1)):
-    """A cuda TCFunction over the two-device fake; each launch runs the host build."""
-    driver = TwoDeviceDriver(peer_access)
-    install_fake(monkeypatch)
-    from tcmlir.runtime import cuda as rcuda
-    from tcmlir.runtime import cuda_launch, launch_plan, streams
+def _two_devices(monkeypatch, source, *host_inputs, peer_access=True, devices=(0, 1),
+                 fake=None):
+    """A cuda TCFunction over the two-device fake (a new one, or ``fake``: an earlier call's
+    (driver, runtime)); each launch runs the host build."""
+    if fake is None:
+        driver = TwoDeviceDriver(peer_access)
+        install_fake(monkeypatch)
+        from tcmlir.runtime import cuda as rcuda
+        from tcmlir.runtime import cuda_launch, launch_plan, streams
 
-    for module in (cuda_memory, rcuda, cuda_launch, launch_plan, streams, peer):
-        monkeypatch.setattr(module, "driver", driver)
-    runtime = TwoDeviceRuntime(driver)
-    monkeypatch.setattr(cuda_launch, "get_runtime", lambda: runtime)
-    monkeypatch.setattr(arrays, "get_runtime", lambda: runtime)
-    import tcmlir.cache.artifacts as artifacts
+        for module in (cuda_memory, rcuda, cuda_launch, launch_plan, streams, peer):
+            monkeypatch.setattr(module, "driver", driver)
+        runtime = TwoDeviceRuntime(driver)
+        monkeypatch.setattr(cuda_launch, "get_runtime", lambda: runtime)
+        monkeypatch.setattr(arrays, "get_runtime", lambda: runtime)
+        import tcmlir.cache.artifacts as artifacts
 
-    monkeypatch.setattr(artifacts, "make_cuda_runner",
-                        lambda image, key, device=0: CudaRunner(image, device, runtime=runtime))
+        monkeypatch.setattr(artifacts, "make_cuda_runner",
+                            lambda image, key, device=0: CudaRunner(image, device,
+                                                                    runtime=runtime))
+    else:
+        driver, runtime = fake
     fn = tc.define(source, target="cuda")
     split = fn.compile(*host_inputs, devices=list(devices), arch="sm_90")
     (kernel,) = {id(k): k for k in split.kernels}.values()  # equal chunks: one kernel
@@ -264,7 +278,7 @@ def test_part_streams_wait_for_the_caller_and_the_caller_for_the_parts(monkeypat
     records = [c[1] for c in driver.calls if c[0] == "cuEventRecord"]
     assert records[0] == 0 and set(streams) <= set(records)
     waits = [c[1] for c in driver.calls if c[0] == "cuStreamWaitEvent"]
-    assert waits.count(0) == 2, "the caller's stream waits for both parts"
+    assert waits.count(0) == 4, "the callers' streams (legacy, both devices) wait for both parts"
     assert "cuMemAlloc" not in names and "cuStreamCreate" not in names, "a warm call allocates nothing"
 
 
@@ -354,6 +368,47 @@ def test_torch_tensors_on_two_devices_give_a_torch_tensor_on_the_output_device(m
     assert torch.allocations[0][:3] == ("empty", (8, 3), "float32")
     waits = [c[1] for c in driver.calls if c[0] == "cuStreamWaitEvent"]
     assert waits.count(torch.current) == 4, "both devices' torch streams wait for both parts"
+
+
+def test_sharded_outputs_stay_on_their_devices_and_feed_the_next_call_in_place(monkeypatch,
+                                                                               rng):
+    from tcmlir.multi import Sharded, call_sharded
+
+    A = rng.standard_normal((8, 5)).astype(np.float32)
+    B = rng.standard_normal((5, 3)).astype(np.float32)
+    fn, _, driver, runtime = _two_devices(monkeypatch, MATMUL, A, B)
+    driver.calls.clear()
+    C = call_sharded(fn, A, B, devices=[0, 1])
+    assert isinstance(C, Sharded) and C.shape == (8, 3)
+    assert C.locations == ((0, 0, 4), (1, 4, 8))
+    assert not any(c[0] == "cuMemcpyPeerAsync" for c in driver.calls), "nothing gathered"
+    for shard in C.shards:
+        np.testing.assert_allclose(shard.array.get(), (A @ B)[slice(*shard.rows)], rtol=1e-5)
+    # the next split call of the same rows reads the shards where they are
+    relu = "def relu(float(M, N) X) -> (Y) { Y(i, j) = fmax(X(i, j), 0) }"
+    rfn, _, rdriver, _ = _two_devices(monkeypatch, relu, A @ B, fake=(driver, runtime))
+    plan = rfn.plan(C, devices=[0, 1])
+    assert [p.bytes_in for p in plan.parts] == [0, 0]
+    rdriver.calls.clear()
+    Y = call_sharded(rfn, C, devices=[0, 1])
+    assert not any(c[0].startswith("cuMemcpy") for c in rdriver.calls), "no copy at all"
+    launches = sorted(c[5][0] for c in rdriver.calls if c[0] == "cuLaunchKernel")
+    assert launches == sorted(s.ptr for s in C.shards)
+    np.testing.assert_allclose(Y.gather(0).get(), np.maximum(A @ B, 0), rtol=1e-5)
+    # rows split differently (three parts) are copied from the shards that hold them
+    plan3 = rfn.plan(C, devices=[0, 1, 0])
+    assert [p.slabs["X"] for p in plan3.parts] == [(0, 2), (2, 5), (5, 8)]
+    # device 1 needs rows 2..3 from device 0's shard (row 4 is its own); device 0 rows 5..7
+    assert [p.bytes_in for p in plan3.parts] == [0, 2 * 12, 3 * 12]
+    rdriver.calls.clear()
+    Y3 = rfn(C, devices=[0, 1, 0])
+    np.testing.assert_allclose(Y3.get(), np.maximum(A @ B, 0), rtol=1e-5)
+    moved = sorted((c[0], c[1]) for c in rdriver.calls if c[0] in ("cuMemcpyPeerAsync",
+                                                                   "cuMemcpyDtoDAsync"))
+    # in: 24 (peer) + 12 (device-local, row 4 into part 1's buffer) + 36 (peer, part 2 is on
+    # device 0 but the rows are on device 1); out: part 1's 3 rows back to device 0 (peer)
+    assert moved == [("cuMemcpyDtoDAsync", 12), ("cuMemcpyPeerAsync", 24),
+                     ("cuMemcpyPeerAsync", 36), ("cuMemcpyPeerAsync", 36)]
 
 
 def test_unsplittable_program_runs_as_one_part_on_the_first_device(monkeypatch, rng):

@@ -39,6 +39,7 @@ from .. import ir
 from ..binding import needs_zero_fill
 from ..errors import CallError
 from .plan import SplitPlan, make_plan
+from .shards import Shard, Sharded
 
 __all__ = ["SplitExecutor", "SplitKernel", "locate_inputs", "split_call", "split_kernel"]
 
@@ -66,6 +67,12 @@ def locate_inputs(fn: ir.Function, inputs: Sequence[Any]) -> tuple[dict[str, Any
     views, where = {}, {}
     for t, x in zip(fn.inputs, inputs, strict=True):
         what = f"{fn.name}: input {t.name}"
+        if isinstance(x, Sharded):
+            if len(x.shape) != t.rank or x.dtype is not t.dtype:
+                raise CallError(f"{what} must be {t.dtype} of rank {t.rank}, got shards of "
+                                f"{x.dtype} with shape {x.shape}")
+            views[t.name], where[t.name] = x, x.locations
+            continue
         if isinstance(x, (bool, int, float, np.generic)):
             if t.rank > 0:
                 raise CallError(f"{what} must be an array of rank {t.rank}, got a scalar")
@@ -105,6 +112,15 @@ def _host_slab(view: Any, lo: int, hi: int, rank: int) -> np.ndarray:
     if isinstance(view, HostArrayView):
         return view.array if rank == 0 else view.array[lo:hi]
     from ..runtime.cuda_memory import check, driver
+
+    if isinstance(view, Sharded):
+        out = np.empty((hi - lo, *view.shape[1:]), view.dtype.numpy)
+        for shard, a, b in view.pieces(lo, hi):
+            n = (b - a) * view.row_bytes
+            check(driver.cuMemcpyDtoH(out.ctypes.data + (a - lo) * view.row_bytes,
+                                      shard.ptr + (a - shard.rows[0]) * view.row_bytes, n),
+                  f"cuMemcpyDtoH({n} bytes)", context="an input slab for an options factory")
+        return out
 
     shape = tuple(view.shape) if rank == 0 else (hi - lo, *view.shape[1:])
     out = np.empty(shape, view.dtype.numpy)
@@ -148,25 +164,28 @@ def split_kernel(fn: Any, inputs: Sequence[Any], devices: Sequence[int], options
 
 def split_call(fn: Any, inputs: Sequence[Any], devices: Sequence[int], options: Any,
                target: str, *, outputs: Any = None, stream: Any = None,
-               output_device: int | None = None) -> Any:
-    """``fn(*inputs, devices=devices)``: the executor of this call's shapes, made once."""
+               output_device: int | None = None, shards: bool = False) -> Any:
+    """``fn(*inputs, devices=devices)``: the executor of this call's shapes, made once
+    (``shards``: outputs left on the parts' devices, see `multi.shards`)."""
     if outputs is not None:
         raise CallError(f"{fn.entry}: outputs= is not supported with devices= (the outputs "
                         "are gathered on the output device); call without outputs=")
     key = ("split", tuple(devices), output_device, options.to_json() if options else None,
-           target, tuple(_describe(x) for x in inputs))
+           target, shards, tuple(_describe(x) for x in inputs))
     executors = fn.__dict__.setdefault("_split_executors", {})
     executor = executors.get(key)
     if executor is None:
         kernel, _ = split_kernel(fn, inputs, devices, options, target, None, output_device)
         executor = (HostSplitExecutor(fn, kernel) if target != "cuda"
-                    else SplitExecutor(fn, kernel))
+                    else SplitExecutor(fn, kernel, shards=shards))
         executors[key] = executor
     return executor(inputs, stream)
 
 
 def _describe(x: Any) -> tuple:
     """What about an input decides the plan: its type, shape, dtype and device."""
+    if isinstance(x, Sharded):
+        return (Sharded, x.shape, str(x.dtype), x.locations)
     shape = getattr(x, "shape", ())
     dtype = str(getattr(x, "dtype", type(x).__name__))
     device = getattr(x, "device", None)
@@ -188,6 +207,8 @@ class HostSplitExecutor:
         if stream is not None:
             raise CallError(f"{self.fn.entry}: stream= is for target='cuda'")
         fn = self.fn.ir
+        if any(isinstance(x, Sharded) for x in inputs):
+            raise CallError(f"{fn.name}: sharded inputs live on GPUs: call with target='cuda'")
         views, _ = locate_inputs(fn, inputs)
         if _sizes(fn, views) != dict(self.plan.sizes):
             raise CallError(f"{fn.name}: the split was planned for sizes {dict(self.plan.sizes)}")
@@ -236,11 +257,12 @@ class SplitExecutor:
 
     in_place = True  # inputs on a part's device are used where they are (False: copied, a test knob)
 
-    def __init__(self, fn: Any, kernel: SplitKernel, runtime: Any = None):
+    def __init__(self, fn: Any, kernel: SplitKernel, runtime: Any = None, shards: bool = False):
         from ..runtime.cuda_launch import get_runtime
         from ..runtime.peer import PeerAccess
 
         self.fn, self.plan, self.kernels = fn, kernel.plan, kernel.kernels
+        self.shards = shards  # outputs left on the parts' devices (`shards.Sharded`)
         self.runtime = rt = runtime or get_runtime()
         self.peers = PeerAccess(rt)
         flags = _driver().CUevent_flags.CU_EVENT_DISABLE_TIMING.value
@@ -281,7 +303,7 @@ class SplitExecutor:
         kind = next((views[t.name].kind for t in fn.inputs if t.rank > 0), ArrayKind.NUMPY)
         out_dev = plan.output_device
         callers = {}  # device -> (caller's stream handle, its memory)
-        for dev in sorted({d for d in where.values() if d is not None} | {out_dev}):
+        for dev in sorted(_devices(where) | {p.device for p in plan.parts} | {out_dev}):
             memory = memory_for(kind if kind.on_device else ArrayKind.CUDA_ARRAY, rt, dev)
             handle = (stream_handle(stream) if stream is not None and dev == out_dev
                       else memory.current_stream())
@@ -289,7 +311,8 @@ class SplitExecutor:
         out_handle, out_memory = callers[out_dev]
         rt.context(out_dev)
         finals, results, copies_back, keep = {}, [], [], []
-        for t in fn.outputs:
+        shards: dict[str, list] = {t.name: [] for t in fn.outputs}
+        for t in (() if self.shards else fn.outputs):
             shape = tuple(e.evaluate(dict(plan.sizes)) for e in t.shape)
             nbytes = math.prod(shape) * t.dtype.itemsize
             ptr, result, owner = _output(kind, out_memory, rt, out_dev, shape, t.dtype, nbytes,
@@ -321,10 +344,17 @@ class SplitExecutor:
             outs = []
             for t in fn.outputs:
                 lo, hi = part.slabs.get(t.name, (0, 1))  # a scalar: one "row"
-                ptr, shape = finals[t.name]
+                shape = tuple(e.evaluate(dict(plan.sizes)) for e in t.shape)
+                ptr = finals[t.name][0] if t.name in finals else 0
                 row = _row_bytes(shape, t.dtype.itemsize, t.rank)
                 sub_shape = (hi - lo, *shape[1:]) if t.rank else ()
-                if state.device == out_dev:
+                if self.shards:  # the part's own array, left on its device
+                    memory = callers[state.device][1]
+                    slab_ptr, array, _ = _output(kind if kind.on_device else ArrayKind.CUDA_ARRAY,
+                                                 memory, rt, state.device, sub_shape, t.dtype,
+                                                 (hi - lo) * row, state.handle)
+                    shards[t.name].append(Shard(state.device, (lo, hi), array, slab_ptr))
+                elif state.device == out_dev:
                     slab_ptr = ptr + lo * row
                 else:
                     buf = pool.acquire((hi - lo) * row, state.handle)
@@ -337,7 +367,7 @@ class SplitExecutor:
                 state.plan = self._sub_plan(k, sub)
             state.plan.call(sub, state.handle, outs)
             for t, slab in zip(fn.outputs, outs, strict=True):
-                if state.device != out_dev:
+                if state.device != out_dev and not self.shards:
                     lo, hi = part.slabs.get(t.name, (0, 1))
                     ptr, shape = finals[t.name]
                     row = _row_bytes(shape, t.dtype.itemsize, t.rank)
@@ -361,6 +391,11 @@ class SplitExecutor:
                    context=f"after the split call of {fn.name}")
             for _, _, _, owner in copies_back:
                 rt.pool(out_dev).release(owner, out_handle)
+        if self.shards:
+            results = [Sharded(tuple(e.evaluate(dict(plan.sizes)) for e in t.shape), t.dtype,
+                               tuple(shards[t.name]),
+                               kind if kind.on_device else ArrayKind.CUDA_ARRAY)
+                       for t in fn.outputs]
         return results[0] if len(results) == 1 else tuple(results)
 
     def _input_slab(self, t: ir.Tensor, view: Any, lo: int, hi: int, state: _PartState,
@@ -372,6 +407,8 @@ class SplitExecutor:
         sub_shape = shape if t.rank == 0 else (hi - lo, *shape[1:])
         nbytes = row * (1 if t.rank == 0 else hi - lo)
         offset = 0 if t.rank == 0 else lo * row
+        if isinstance(view, Sharded):
+            return self._from_shards(t, view, lo, hi, state, pool, released)
         on_device = isinstance(view, DeviceArrayView)
         if on_device and view.device_ordinal == state.device and self.in_place:
             return _Slab(view.ptr + offset, sub_shape, t.dtype, view.owner)
@@ -385,6 +422,25 @@ class SplitExecutor:
             _check(_driver().cuMemcpyHtoDAsync(buf.ptr, host.ctypes.data + offset, nbytes,
                                                state.handle),
                    f"cuMemcpyHtoDAsync({nbytes} bytes)", context=f"input {t.name}")
+        return _Slab(buf.ptr, sub_shape, t.dtype, buf)
+
+    def _from_shards(self, t: ir.Tensor, view: Sharded, lo: int, hi: int, state: _PartState,
+                     pool: Any, released: list) -> _Slab:
+        """Rows [lo, hi) of a sharded input: in place when one shard on the part's device
+        holds them all, else gathered from the shards that hold them."""
+        row = view.row_bytes
+        sub_shape = (hi - lo, *view.shape[1:])
+        pieces = view.pieces(lo, hi)
+        if (self.in_place and len(pieces) == 1 and pieces[0][0].device == state.device
+                and pieces[0][1:] == (lo, hi)):
+            shard = pieces[0][0]
+            return _Slab(shard.ptr + (lo - shard.rows[0]) * row, sub_shape, t.dtype, shard.array)
+        buf = pool.acquire((hi - lo) * row, state.handle)
+        released.append((pool, buf, state.handle))
+        for shard, a, b in pieces:
+            self._copy(buf.ptr + (a - lo) * row, state.device,
+                       shard.ptr + (a - shard.rows[0]) * row, shard.device, (b - a) * row, state,
+                       self._events.get(shard.device), name=f"{t.name} {shard.rows}")
         return _Slab(buf.ptr, sub_shape, t.dtype, buf)
 
     def _copy(self, dst: int, dst_dev: int, src: int, src_dev: int, nbytes: int,
@@ -416,9 +472,23 @@ class SplitExecutor:
 
         kernel = self.kernels[k]
         bound = bind_device_inputs(self.fn.ir, sub)
+        if bound.device != self.parts[k].device:
+            raise CallError(f"{self.fn.entry}: part {k}'s inputs are on device {bound.device}, "
+                            f"the part runs on device {self.parts[k].device}")
         runner = kernel.runner
         runner._source = getattr(self.fn.ir, "source", None)
         return runner.plan(self.fn.ir, bound, sub, self.parts[k].handle)
+
+
+def _devices(where: dict[str, Any]) -> set[int]:
+    """The devices inputs live on (shards: every shard's)."""
+    out: set[int] = set()
+    for loc in where.values():
+        if isinstance(loc, int):
+            out.add(loc)
+        elif loc is not None:
+            out.update(d for d, _, _ in loc)
+    return out
 
 
 def _slab_ptr(slab: _Slab) -> int:

@@ -44,6 +44,7 @@ import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import islpy as isl
 
@@ -54,7 +55,7 @@ from ..poly.deps import compute_dependences
 from ..poly.legality import member_is_parallel
 from ..poly.scop import Scop, build_scop, maps_of, sets_of
 
-__all__ = ["Part", "SplitPlan", "make_plan"]
+__all__ = ["Part", "SplitPlan", "make_plan", "received_bytes"]
 
 HOST = None  # the location of a host (numpy) input
 
@@ -89,7 +90,7 @@ class SplitPlan:
     split: str                                # the split dimension, in words
     reason: str | None = None                 # why the call is not split (None: it is)
     sliced: frozenset[str] = field(default_factory=frozenset)   # tensors cut into row slabs
-    locations: Mapping[str, int | None] = field(default_factory=dict)  # input -> device / host
+    locations: Mapping[str, Any] = field(default_factory=dict)  # input -> device, None (host), shards
     covered: Mapping[str, bool] = field(default_factory=dict)   # output -> slabs cover all rows
 
     @property
@@ -125,12 +126,13 @@ class _NoSplit(Exception):
 
 
 def make_plan(fn: ir.Function, sizes: Mapping[str, int], devices: Sequence[int],
-              locations: Mapping[str, int | None] | None = None,
+              locations: Mapping[str, Any] | None = None,
               output_device: int | None = None) -> SplitPlan:
     """The split of a call of ``fn`` at ``sizes`` over ``devices`` (see the module docstring).
 
-    ``locations``: the device ordinal of each input (None: a host array), for the bytes to
-    move; ``output_device`` defaults to ``devices[0]``.
+    ``locations``: the device ordinal of each input (None: a host array; or the
+    ``(device, first row, end row)`` of each shard of a `multi.shards.Sharded`), for the bytes
+    to move; ``output_device`` defaults to ``devices[0]``.
     """
     devices = _check_devices(devices)
     locations = dict(locations or {t.name: HOST for t in fn.inputs})
@@ -259,7 +261,7 @@ def _value_uses(expr: ir.Expr):
 
 
 def _split(fn: ir.Function, scop: Scop, sizes: dict[str, int], devices: tuple[int, ...],
-           locations: Mapping[str, int | None], out_dev: int):
+           locations: Mapping[str, Any], out_dev: int):
     f, position = _split_map(fn, scop)
     _check_parallel(scop, f)
     sliced = _classify(fn, scop, f)
@@ -344,14 +346,16 @@ def _part(fn, ctx, sizes, device, chunk, dom, accesses, every, position, sliced,
     _check_equivalent(fn, ctx, dom, accesses, sub, position, c_lo, shift, chunk)
     itemsize = {t.name: t.dtype.itemsize for t in fn.tensors}
 
-    def slab_bytes(t: ir.Tensor) -> int:
-        if t.rank == 0:
-            return itemsize[t.name]
-        lo, hi = slabs[t.name]
-        return (hi - lo) * math.prod(e.evaluate(sizes) for e in t.shape[1:]) * itemsize[t.name]
+    def row_bytes(t: ir.Tensor) -> int:
+        return math.prod(e.evaluate(sizes) for e in t.shape[1:]) * itemsize[t.name]
 
-    bytes_in = sum(slab_bytes(t) for t in fn.inputs if locations.get(t.name) != device)
-    bytes_out = 0 if device == out_dev else sum(slab_bytes(t) for t in fn.outputs)
+    def rows(t: ir.Tensor) -> tuple[int, int]:
+        return slabs[t.name] if t.rank else (0, 1)
+
+    bytes_in = sum(received_bytes(rows(t), row_bytes(t), device, locations.get(t.name))
+                   for t in fn.inputs)
+    bytes_out = 0 if device == out_dev else sum(
+        (rows(t)[1] - rows(t)[0]) * row_bytes(t) for t in fn.outputs)
     footprints = {t.name: str(fp[t.name]) if t.name in fp else "{ }"
                   for t in (*fn.inputs, *fn.outputs) if t.rank > 0}
     return Part(device, chunk, str(dom), footprints, slabs, sub_sizes, bytes_in, bytes_out)
@@ -403,7 +407,7 @@ def _check_outputs(fn: ir.Function, parts: Sequence[Part], sizes: Mapping[str, i
 
 
 def _whole(fn: ir.Function, scop: Scop, sizes: Mapping[str, int], device: int,
-           locations: Mapping[str, int | None], out_dev: int) -> Part:
+           locations: Mapping[str, Any], out_dev: int) -> Part:
     """The one part of a call that is not split: every tensor whole."""
     dom = _fixed(scop.domain)
     every = _fixed(scop.all_reads.union(scop.writes))
@@ -414,9 +418,23 @@ def _whole(fn: ir.Function, scop: Scop, sizes: Mapping[str, int], device: int,
     def nbytes(t: ir.Tensor) -> int:
         return math.prod(e.evaluate(sizes) for e in t.shape) * t.dtype.itemsize
 
-    bytes_in = sum(nbytes(t) for t in fn.inputs if locations.get(t.name) != device)
+    def row_bytes(t: ir.Tensor) -> int:
+        return math.prod(e.evaluate(sizes) for e in t.shape[1:]) * t.dtype.itemsize
+
+    bytes_in = sum(received_bytes(slabs.get(t.name, (0, 1)), row_bytes(t), device,
+                                  locations.get(t.name)) for t in fn.inputs)
     bytes_out = 0 if device == out_dev else sum(nbytes(t) for t in fn.outputs)
     footprints = {t.name: str(fp[t.name]) if t.name in fp else "{ }"
                   for t in (*fn.inputs, *fn.outputs) if t.rank > 0}
     lo_hi = (0, 0)
     return Part(device, lo_hi, str(dom), footprints, slabs, dict(sizes), bytes_in, bytes_out)
+
+
+def received_bytes(rows: tuple[int, int], row_bytes: int, device: int, location: Any) -> int:
+    """Bytes of rows ``[lo, hi)`` that ``device`` must receive from an input at ``location``:
+    a device ordinal, None (the host), or `Sharded.locations`."""
+    lo, hi = rows
+    if location is None or isinstance(location, int):
+        return 0 if location == device else (hi - lo) * row_bytes
+    local = sum(max(0, min(hi, b) - max(lo, a)) for d, a, b in location if d == device)
+    return ((hi - lo) - local) * row_bytes
