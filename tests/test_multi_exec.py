@@ -35,7 +35,7 @@ from strategies_programs import model_close, programs
 
 import tcmlir as tc
 from tcmlir.errors import CallError
-from tcmlir.multi import execute
+from tcmlir.multi import cuda_split
 from tcmlir.runtime import arrays, cuda_memory, peer
 from tcmlir.runtime.cuda_launch import CudaRunner
 
@@ -305,7 +305,7 @@ def test_same_device_copies_are_device_local_when_not_in_place(monkeypatch, rng)
     A = rng.standard_normal((8, 5)).astype(np.float32)
     B = rng.standard_normal((5, 3)).astype(np.float32)
     fn, _, driver, runtime = _two_devices(monkeypatch, MATMUL, A, B, devices=(0, 0))
-    monkeypatch.setattr(execute.SplitExecutor, "in_place", False)
+    monkeypatch.setattr(cuda_split.SplitExecutor, "in_place", False)
     dA, dB = _device_array(runtime, A, 0), _device_array(runtime, B, 0)
     driver.calls.clear()
     np.testing.assert_allclose(fn(dA, dB, devices=[0, 0]).get(), A @ B, rtol=1e-5)

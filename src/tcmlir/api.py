@@ -213,7 +213,7 @@ class TCFunction:
         """How a call on ``inputs`` splits across ``devices`` (a `tcmlir.multi.SplitPlan`:
         parts with their device, sub-domain, footprints and bytes to move), computed with isl
         without a GPU; a program that cannot be split gets one part and a ``reason``."""
-        from .multi.execute import locate_inputs
+        from .multi.inputs import locate_inputs
         from .multi.plan import make_plan
 
         views, where = locate_inputs(self.ir, inputs)

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..options import MappingOptions
-from .execute import _host_slab, locate_inputs
+from .inputs import host_slab, locate_inputs
 from .plan import make_plan
 
 __all__ = ["autotune_split", "chunk_inputs"]
@@ -40,7 +40,7 @@ def chunk_inputs(fn: Any, inputs: Sequence[Any], devices: Sequence[int]) -> list
         if key in seen:
             continue
         seen.add(key)
-        out.append([_host_slab(views[t.name], *part.slabs.get(t.name, (0, 0)), t.rank)
+        out.append([host_slab(views[t.name], *part.slabs.get(t.name, (0, 0)), t.rank)
                     for t in fn.ir.inputs])
     return out
 
