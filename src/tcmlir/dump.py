@@ -4,6 +4,7 @@
         [--stage ast|ir|scop|deps|schedule|loops|all]
         [--pipeline 'schedule{fusion=max},tile{sizes=32,32}' | --options JSON]
         [--print-after-all] [--time-passes]
+    python -m tcmlir.dump FILE --sizes M=8192,K=8192,N=8192 --devices 0,1   # the split plan
 
 Stages: ``ast`` the parsed definition in canonical TC, ``ir`` the checked IR, ``scop`` the
 polyhedral model (parameters, context, per statement domain and accesses), ``deps`` the
@@ -93,6 +94,9 @@ def dump(text: str, filename: str, entry: str | None, stage: str = "all",
         from .multi.plan import make_plan
 
         missing = [s for s in fn.sizes if s not in (sizes or {})]
+        unknown = sorted(set(sizes or {}) - set(fn.sizes))
+        if unknown:
+            raise OptionsError(f"--sizes: {', '.join(unknown)} is not a size of {fn.name}")
         if missing:
             raise OptionsError(f"--devices needs every size: give {', '.join(missing)} with "
                                "--sizes")

@@ -137,8 +137,8 @@ def make_plan(fn: ir.Function, sizes: Mapping[str, int], devices: Sequence[int],
     devices = _check_devices(devices)
     locations = dict(locations or {t.name: HOST for t in fn.inputs})
     out_dev = devices[0] if output_device is None else int(output_device)
+    sizes = {n: int(sizes[n]) for n in fn.sizes if n in sizes}
     scop = build_scop(fn, sizes)
-    sizes = dict(sizes)
     try:
         if len(devices) == 1:
             raise _NoSplit("one device")
