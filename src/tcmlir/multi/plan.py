@@ -197,10 +197,10 @@ def _check_parallel(scop: Scop, f: isl.UnionMap) -> None:
     band = schedule.get_root().child(0)
     if member_is_parallel(band, 0, deps):
         return
-    crossing = deps.subtract(f.apply_range(f.reverse()))
-    example = maps_of(_fixed(crossing))[0]
+    crossing = maps_of(_fixed(deps.subtract(f.apply_range(f.reverse()))))
+    example = f": {crossing[0]}" if crossing else ""
     raise _NoSplit("a dependence crosses the leading index of the statements' outputs "
-                   f"(values flow between chunks): {example}")
+                   f"(values flow between chunks){example}")
 
 
 def _classify(fn: ir.Function, scop: Scop, f: isl.UnionMap) -> frozenset[str]:
