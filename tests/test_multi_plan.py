@@ -150,6 +150,7 @@ def test_programs_that_cannot_be_split_run_on_the_first_device_and_say_why(sourc
     assert part.device == 1 and plan.output_device == 1
     assert part.bytes_in == sum(4 * int(np.prod(s)) for s in shapes)
     assert "not split: " + plan.reason in str(plan)
+    assert "part 0 on device 1: the whole call" in str(plan)
 
 
 def test_one_device_is_one_part():

@@ -65,7 +65,7 @@ class Part:
     """One device's share of a call: an ordinary call at ``sizes`` on rows ``slabs``."""
 
     device: int
-    chunk: tuple[int, int]                    # [lo, hi) of the split dimension
+    chunk: tuple[int, int]                    # [lo, hi) of the split dimension ((0, 0): unsplit)
     domain: str                               # isl union set: the statement instances it runs
     footprints: Mapping[str, str]             # input read / output written, isl set text
     slabs: Mapping[str, tuple[int, int]]      # rows [lo, hi) of dim 0, inputs and outputs
@@ -111,8 +111,9 @@ class SplitPlan:
             lines.append(f"  split: {self.split}")
         for k, p in enumerate(self.parts):
             sub = ", ".join(f"{n}={v}" for n, v in p.sizes.items())
-            lines.append(f"  part {k} on device {p.device}: chunk [{p.chunk[0]}, {p.chunk[1]}), "
-                         f"sizes {sub}; {p.bytes_in} bytes in, {p.bytes_out} bytes out")
+            what = (f"chunk [{p.chunk[0]}, {p.chunk[1]})" if self.is_split else "the whole call")
+            lines.append(f"  part {k} on device {p.device}: {what}, sizes {sub}; "
+                         f"{p.bytes_in} bytes in, {p.bytes_out} bytes out")
             lines.append(f"    domain: {p.domain}")
             for name, fp in p.footprints.items():
                 lo, hi = p.slabs.get(name, (0, 0))
@@ -426,8 +427,7 @@ def _whole(fn: ir.Function, scop: Scop, sizes: Mapping[str, int], device: int,
     bytes_out = 0 if device == out_dev else sum(nbytes(t) for t in fn.outputs)
     footprints = {t.name: str(fp[t.name]) if t.name in fp else "{ }"
                   for t in (*fn.inputs, *fn.outputs) if t.rank > 0}
-    lo_hi = (0, 0)
-    return Part(device, lo_hi, str(dom), footprints, slabs, dict(sizes), bytes_in, bytes_out)
+    return Part(device, (0, 0), str(dom), footprints, slabs, dict(sizes), bytes_in, bytes_out)
 
 
 def received_bytes(rows: tuple[int, int], row_bytes: int, device: int, location: Any) -> int:
