@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 from strategies_programs import model_close, programs
 
 import tcmlir as tc
+from tcmlir import compiler
 from tcmlir.errors import CallError
 from tcmlir.multi import cuda_split
 from tcmlir.runtime import arrays, cuda_memory, peer
@@ -267,7 +268,9 @@ def test_part_streams_wait_for_the_caller_and_the_caller_for_the_parts(monkeypat
     fn, _, driver, _ = _two_devices(monkeypatch, MATMUL, A, B)
     fn(A, B, devices=[0, 1])
     driver.calls.clear()
+    compiles = compiler.COMPILE_COUNTS["compile_kernel"]
     fn(A, B, devices=[0, 1])
+    assert compiler.COMPILE_COUNTS["compile_kernel"] == compiles, "a warm call compiles nothing"
     names = driver.names()
     streams = sorted(set(_launch_streams(driver)))
     for s in streams:  # a part waits for the caller's event before its first copy in
