@@ -229,10 +229,10 @@ class TCFunction:
         target = resolve_target(target or self.target)
         if options is not None and not isinstance(options, MappingOptions):
             raise TCError(f"options must be tc.MappingOptions, got {type(options).__name__}")
+        bound = bind_host_inputs(self.ir, inputs) if target != "cuda" else _bind_any(self, inputs)
         if options is None:
             options = (self.options_factory(self, inputs) if self.options_factory
-                       else MappingOptions.default_for(self.ir, target))
-        bound = bind_host_inputs(self.ir, inputs) if target != "cuda" else _bind_any(self, inputs)
+                       else MappingOptions.default_for(self.ir, target, bound.sizes))
         # A parametric kernel takes its sizes as arguments: one compile serves every size of
         # the signature's ranks and dtypes, so only those enter the key.
         sig_key = bound.signature.ranks_and_dtypes if options.parametric else bound.signature

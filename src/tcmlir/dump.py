@@ -119,7 +119,7 @@ def dump(text: str, filename: str, entry: str | None, stage: str = "all",
     if pipeline is None:  # a cuda call's default options
         from .options import MappingOptions
 
-        pipeline = MappingOptions.default_for(fn, "cuda").to_pipeline("cuda")
+        pipeline = MappingOptions.default_for(fn, "cuda", sizes).to_pipeline("cuda")
     passes = parse_pipeline(pipeline)
     state = CompileState.initial(fn, sizes)
     if "scop" in stages:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -118,45 +119,69 @@ class MappingOptions:
                    unroll_factor=1)
 
     @classmethod
-    def default_for(cls, fn: Any, target: str) -> MappingOptions:
-        """What a call without options uses (``fn``: a `TCFunction` or its `ir.Function`).
+    def default_for(cls, fn: Any, target: str,
+                    sizes: Mapping[str, int] | None = None) -> MappingOptions:
+        """What a call without options uses (``fn``: a `TCFunction` or its `ir.Function`;
+        ``sizes``: the call's size values, when known).
 
         On the CPU, nests of three or more loops (matmul, convolutions) get the naive 32³
         tiling, which keeps their operands in cache; shallower programs (elementwise chains,
         row reductions, softmax) are fused instead of tiled (measured: softmax 4096×1024
-        15.5 ms fused and untiled, 42.6 ms naive). On the GPU, a contraction (one statement
-        with two lhs indices and one reduction index: matmul, its transposed forms, fc) gets
-        `cuda_contraction` (register tiles, shared-memory operand tiles copied one tile
-        ahead, accumulators in registers); row programs (softmax, layernorm, row,
-        column and full reductions: bandwidth-bound) get `gpu_defaults.reduction_defaults`
-        first (one kernel, a block per row); everything else the naive options."""
-        statements = getattr(fn, "ir", fn).statements
+        15.5 ms fused and untiled, 42.6 ms naive). On the GPU, row programs (softmax,
+        layernorm, row, column and full reductions: bandwidth-bound) get
+        `gpu_defaults.reduction_defaults` (one kernel, a block per row), 1-D elementwise
+        programs `gpu_defaults.elementwise_defaults`; a contraction (one statement with two
+        lhs indices and one reduction index: matmul, its transposed forms, fc) gets
+        `cuda_contraction` with the largest tiles that still give every SM two blocks at
+        ``sizes`` (`contraction_tiles`); a batched contraction (three lhs indices, one
+        reduction index: batched matmul) `cuda_batched_contraction`; a convolution
+        `cuda_convolution`; a program that reads a tensor across its rows where it writes
+        along them (a transpose) the naive options with `promote-shared`, whose tile copies
+        read rows; everything else the naive options."""
+        ir_fn = getattr(fn, "ir", fn)
+        statements = ir_fn.statements
         if target == "cpu" and max((len(s.ranges) for s in statements), default=0) < 3:
             return cls(fusion="max")
         if target == "cuda":
             from .gpu_defaults import elementwise_defaults, reduction_defaults
 
-            rows = reduction_defaults(getattr(fn, "ir", fn))
+            rows = reduction_defaults(ir_fn)
             if rows is not None:
                 return rows
-            flat = elementwise_defaults(getattr(fn, "ir", fn))
+            flat = elementwise_defaults(ir_fn)
             if flat is not None:
                 return flat
         if target == "cuda" and _is_contraction(statements):
-            return cls.cuda_contraction()
+            return cls.cuda_contraction(*contraction_tiles(_output_extents(statements, sizes)))
+        if target == "cuda" and _is_batched_contraction(statements):
+            return cls.cuda_batched_contraction()
         if target == "cuda" and _is_convolution(statements):
             return cls.cuda_convolution(len(_is_convolution(statements).lhs))
+        if target == "cuda" and _is_transpose_like(statements):
+            return cls.naive().shared_memory(True)
         return cls.naive()
 
     @classmethod
-    def cuda_contraction(cls) -> MappingOptions:
+    def cuda_batched_contraction(cls) -> MappingOptions:
+        """Options for batched matmul-like kernels on the GPU (``Z(b, n, m) +=! X(b, n, k) *
+        Y(b, m, k)``): one batch entry and a 32×32 output tile per block, one output per
+        thread (32×32 threads), operand tiles of 8 along k in shared memory, accumulators in
+        registers. On the TBMM of the benchmark (500 × 26×26×72) 0.043 ms; the naive options
+        took 1.9 ms."""
+        return cls(fusion="preserve3coincident", tile_sizes=(1, 32, 32, 8), block=(32, 32, 1),
+                   grid=(64, 64, 1024), use_shared_memory=True, use_private_memory=True)
+
+    @classmethod
+    def cuda_contraction(cls, tile: tuple[int, int, int] = (128, 64, 16),
+                         register_tile: tuple[int, int] = (8, 4)) -> MappingOptions:
         """Register-tiled, shared-memory-promoted options for matmul-like kernels on the GPU:
-        128×64×16 tiles, 8×4 outputs per thread (16×16 threads), both operand tiles in shared
-        memory copied one tile ahead (cp.async), accumulators in registers. Chosen on the
-        H200 among eleven variants at 4096³ (docs/perf.md); 64×256×8 with 8×8 was as fast
-        there but gives a quarter as many blocks to smaller problems."""
-        return cls(fusion="preserve3coincident", tile_sizes=(128, 64, 16), register_tile=(8, 4),
-                   block=(16, 16), grid=(1024, 1024), use_shared_memory=True,
+        ``tile`` (default 128×64×16) tiles, ``register_tile`` (8×4) outputs per thread (16×16
+        threads for the default), both operand tiles in shared memory copied one tile ahead
+        (cp.async), accumulators in registers. `default_for` picks the tiles by size
+        (`contraction_tiles`)."""
+        block = (tile[1] // register_tile[1], tile[0] // register_tile[0])
+        return cls(fusion="preserve3coincident", tile_sizes=tuple(tile), register_tile=tuple(register_tile),
+                   block=block, grid=(1024, 1024), use_shared_memory=True,
                    use_private_memory=True, double_buffer=True)
 
     @classmethod
@@ -377,6 +402,70 @@ def _is_convolution(statements: Any) -> Any:
         return None
     st = statements[0]
     return st if len(st.lhs) >= 4 and len(st.index_names) - len(st.lhs) >= 2 else None
+
+
+# (tile, register tile) for contractions, largest first; each gives 16 x 16 threads. Measured on
+# the H200 (fp32, docs/perf.md): matmul 4096^3 3.88 ms with 128x128x16 / 8x8 against 4.15 ms
+# with 128x64x16 / 8x4; fc 1024x2048x1024 0.30 ms with 64x32x16 / 4x2 against 0.61 ms with
+# 128x64 (128 blocks for 132 SMs); TMM 128x1024x1024 0.059 ms with 32x32x16 / 2x2 against
+# 0.11 ms with 128x64 (16 blocks).
+CONTRACTION_TILES = (((128, 128, 16), (8, 8)), ((128, 64, 16), (8, 4)), ((64, 32, 16), (4, 2)),
+                     ((32, 32, 16), (2, 2)))
+CONTRACTION_MIN_BLOCKS = 2 * 132  # two blocks per SM of an H200
+
+
+def contraction_tiles(extents: tuple[int, int] | None) -> tuple[tuple[int, int, int], tuple[int, int]]:
+    """The (tile, register tile) of `CONTRACTION_TILES` for an output of ``extents`` (rows,
+    columns): the largest whose tiles give at least `CONTRACTION_MIN_BLOCKS` blocks, else the
+    smallest; the 128×64 default when the extents are unknown (a parametric call)."""
+    if extents is None:
+        return CONTRACTION_TILES[1]
+    for tile, reg in CONTRACTION_TILES:
+        if -(-extents[0] // tile[0]) * -(-extents[1] // tile[1]) >= CONTRACTION_MIN_BLOCKS:
+            return tile, reg
+    return CONTRACTION_TILES[-1]
+
+
+def _output_extents(statements: Any, sizes: Mapping[str, int] | None) -> tuple[int, int] | None:
+    """The extents of a contraction's two lhs indices at ``sizes`` (None if unknown)."""
+    if sizes is None:
+        return None
+    st = next(s for s in statements if s.reduction is not None)
+    try:
+        box = {r.name: r.hi.evaluate(sizes) - r.lo.evaluate(sizes) for r in st.ranges}
+        return box[st.lhs[0]], box[st.lhs[1]]
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _is_transpose_like(statements: Any) -> bool:
+    """Some elementwise statement reads a tensor of rank >= 2 whose last index is a plain
+    index other than the statement's last lhs index, and that lhs index is one of the read's
+    other indices (``B(m, n) = A(n, m)``): consecutive threads would read it with a stride."""
+    from . import ir
+
+    for st in statements:
+        if st.reduction is not None or not st.lhs:
+            continue
+        inner = st.lhs[-1]
+        for rd in (x for x in ir.walk(st.rhs) if isinstance(x, ir.Read)):
+            if len(rd.indices) < 2 or not isinstance(rd.indices[-1], ir.Index):
+                continue
+            others = {x.name for i in rd.indices[:-1] for x in ir.walk(i) if isinstance(x, ir.Index)}
+            if rd.indices[-1].name != inner and inner in others:
+                return True
+    return False
+
+
+def _is_batched_contraction(statements: Any) -> bool:
+    """One reduction statement with three lhs indices and one reduction index (a batched
+    matmul), plus at most elementwise statements of rank <= 3."""
+    reductions = [s for s in statements if s.reduction is not None]
+    if len(reductions) != 1:
+        return False
+    st = reductions[0]
+    return len(st.lhs) == 3 and len(st.index_names) == 4 and all(
+        len(s.index_names) <= 3 for s in statements if s is not st)
 
 
 def _is_contraction(statements: Any) -> bool:

@@ -40,6 +40,7 @@ from ..binding import needs_zero_fill
 from ..errors import CallError, CudaError
 from .arrays import ArrayKind, DeviceArray, DeviceArrayView, classify
 from .cuda_memory import check, driver, error_text
+from .fast_driver import direct_calls
 from .launch_limits import validate_launch
 from .streams import DriverMemory, memory_for, stream_handle
 
@@ -154,6 +155,10 @@ class CudaPlan:
         self.last_stream: int | None = None  # test hook: the stream of the latest launch
         self._success = driver.CUresult.CUDA_SUCCESS
         self._launch = driver.cuLaunchKernel
+        # warm launches go straight into libcuda when the real driver is loaded (fast_driver)
+        self._direct = direct_calls(driver)
+        if self._direct is not None:
+            self._direct_kernels = tuple((int(f), *rest) for f, *rest in self._kernels)
         self._memset32 = driver.cuMemsetD32Async
         self._memset8 = driver.cuMemsetD8Async
 
@@ -263,6 +268,17 @@ class CudaPlan:
         return results[0] if len(results) == 1 else tuple(results)
 
     def _enqueue(self, handle: int) -> None:
+        if self._direct is not None:
+            launch, address = self._direct.launch, self.block.address
+            for i, (f, gx, gy, gz, bx, by, bz) in enumerate(self._direct_kernels):
+                err = launch(f, gx, gy, gz, bx, by, bz, 0, handle, address, None)
+                if err:
+                    name, grid, block = self._launch_info[i]
+                    raise CudaError(f"CUDA driver call cuLaunchKernel failed: "
+                                    f"{error_text(driver.CUresult(err))} (kernel {name} with grid "
+                                    f"{grid}, block {block}, stream {handle:#x})")
+            self.last_stream = handle
+            return
         launch, address, ok = self._launch, self.block.address, self._success
         for i, (f, gx, gy, gz, bx, by, bz) in enumerate(self._kernels):
             err = launch(f, gx, gy, gz, bx, by, bz, 0, handle, address, 0)[0]

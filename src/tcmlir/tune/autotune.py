@@ -132,16 +132,16 @@ def tune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
 
     # seeded with naive and with what a call without options would use: the best found is at
     # least as fast as either (both are measured)
+    from ..binding import bind_host_inputs
+
+    sizes = bind_host_inputs(fn.ir, [to_host(x) for x in inputs]).sizes
     start = [MappingOptions.naive()]
-    default = MappingOptions.default_for(fn.ir, target)
+    default = MappingOptions.default_for(fn.ir, target, sizes)
     if default != start[0]:
         start.append(default)
     if options is not None:
         start.insert(0, options)
     # the reference: once per run, by the interpreter unless the domain is too large for it
-    from ..binding import bind_host_inputs
-
-    sizes = bind_host_inputs(fn.ir, [to_host(x) for x in inputs]).sizes
     fits = estimated_ops(fn.ir, sizes) <= REFERENCE_MAX_OPS
     if target == "cuda":
         from .space import cuda_limits
