@@ -39,17 +39,15 @@ class SplitKernel:
         return str(self.plan)
 
 
-def _part_options(fn: Any, options: Any, target: str, host_inputs: Sequence[Any]) -> Any:
+def _part_options(fn: Any, options: Any, host_inputs: Sequence[Any]) -> Any:
     """The options of a part's kernel: those given (without ``devices``), else the function's
     factory on the part's own inputs (so tuned options of the chunk's signature are found),
-    else the defaults."""
-    from ..options import MappingOptions
-
+    else None: what a one-device call at the part's sizes uses (`TCFunction._compile`)."""
     if options is not None:
         return options.on_devices()
     if fn.options_factory is not None:
         return fn.options_factory(fn, host_inputs).on_devices()
-    return MappingOptions.default_for(fn.ir, target)
+    return None
 
 
 def split_kernel(fn: Any, inputs: Sequence[Any], devices: Sequence[int], options: Any,
@@ -66,7 +64,7 @@ def split_kernel(fn: Any, inputs: Sequence[Any], devices: Sequence[int], options
         sample = [host_slab(views[t.name], *part.slabs.get(t.name, (0, 0)), t.rank)
                   if reads_data else placeholder(views[t.name], part.shape(t), t.rank)
                   for t in fn.ir.inputs]
-        opts = _part_options(fn, options, target, sample)
+        opts = _part_options(fn, options, sample)
         kernels.append(fn._compile(sample, opts, target, arch)[0])
     return SplitKernel(plan, tuple(kernels)), views
 
