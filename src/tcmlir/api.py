@@ -159,11 +159,19 @@ class TCFunction:
     # ------------------------------------------------------------ calling
 
     def __call__(self, *inputs: Any, options: MappingOptions | None = None,
-                 outputs: Sequence[Any] | None = None, stream: Any = None) -> Any:
+                 outputs: Sequence[Any] | None = None, stream: Any = None,
+                 devices: Sequence[int] | None = None) -> Any:
         """Run on ``inputs``. ``stream`` (target cuda): the CUDA stream to launch on — a
         ``torch.cuda.Stream``, a CuPy stream, a raw ``CUstream`` handle (int) or a
         `tcmlir.runtime.cuda.Stream`; by default the current stream of the inputs' library
-        (torch's or CuPy's), else the legacy default stream."""
+        (torch's or CuPy's), else the legacy default stream. ``devices`` (or
+        ``options.devices``): split the call across these GPUs (`tcmlir.multi`, see `plan`)."""
+        if devices is not None or (options is not None and options.devices):
+            from .multi.execute import split_call
+
+            return split_call(self, inputs, options.devices if devices is None else devices,
+                              options, resolve_target(self.target), outputs=outputs,
+                              stream=stream)
         if options is None and outputs is None:
             key = call_key(inputs)
             if key is not None:
@@ -187,9 +195,32 @@ class TCFunction:
                 check()
 
     def compile(self, *inputs: Any, options: MappingOptions | None = None,
-                target: str | None = None, arch: str | None = None) -> Kernel:
-        """Compile for these inputs' signature without launching (no GPU needed for a named arch)."""
+                target: str | None = None, arch: str | None = None,
+                devices: Sequence[int] | None = None) -> Any:
+        """Compile for these inputs' signature without launching (no GPU needed for a named arch).
+        With ``devices`` (or ``options.devices``): a `tcmlir.multi.SplitKernel`, the split plan
+        and each part's kernel."""
+        if devices is not None or (options is not None and options.devices):
+            from .multi.execute import split_kernel
+
+            _check_target(target)
+            return split_kernel(self, inputs, options.devices if devices is None else devices,
+                                options, resolve_target(target or self.target), arch)[0]
         return self._compile(inputs, options, target, arch)[0]
+
+    def plan(self, *inputs: Any, devices: Sequence[int],
+             output_device: int | None = None) -> Any:
+        """How a call on ``inputs`` splits across ``devices`` (a `tcmlir.multi.SplitPlan`:
+        parts with their device, sub-domain, footprints and bytes to move), computed with isl
+        without a GPU; a program that cannot be split gets one part and a ``reason``."""
+        from .multi.inputs import locate_inputs
+        from .multi.plan import make_plan
+
+        views, where = locate_inputs(self.ir, inputs)
+        from .binding import bind_sizes
+
+        sizes = bind_sizes(self.ir, [tuple(views[t.name].shape) for t in self.ir.inputs])
+        return make_plan(self.ir, sizes, devices, where, output_device)
 
     def _compile(self, inputs: Sequence[Any], options: MappingOptions | None, target: str | None,
                  arch: str | None, *, compile_missing: bool = True) -> tuple[Kernel, Any]:

@@ -68,6 +68,8 @@ class MappingOptions:
     double_buffer: bool = False                  # shared copies one tile ahead (cp.async), GPU
     row_block: int = 0                           # cuda: >0 maps a row program to one kernel
                                                  # (map-rows), this many threads per row; 0 off
+    devices: tuple[int, ...] = ()                # split a call across these GPUs (tcmlir.multi);
+                                                 # (): one device, the inputs'
 
     def __post_init__(self) -> None:
         if self.fusion not in FUSION_STRATEGIES:
@@ -79,6 +81,8 @@ class MappingOptions:
         object.__setattr__(self, "grid", _positive_tuple("grid", self.grid, max_len=3))
         object.__setattr__(self, "register_tile",
                            _positive_tuple("register tile", self.register_tile, max_len=3))
+        object.__setattr__(self, "devices",
+                           _positive_tuple("devices", self.devices, allow_zero=True))
         if not self.block or not self.grid:
             raise OptionsError("block and grid need at least one dimension")
         for name in ("unroll_factor",):
@@ -261,12 +265,20 @@ class MappingOptions:
         ``grid[0]`` caps the blocks; 0 turns it off."""
         return self._with(row_block=int(threads))
 
+    def on_devices(self, *devices: int) -> MappingOptions:
+        """Split each call across these CUDA devices (`tcmlir.multi`; ``on_devices(0, 0)``: two
+        parts on device 0); no argument: one device. A part's kernel uses these options without
+        ``devices``, so it is the single-device kernel of the chunk's size."""
+        return self._with(devices=tuple(devices))
+
     # ------------------------------------------------------------ serialisation
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"version": _JSON_VERSION}
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name == "devices" and not value:
+                continue  # one device: kept out so kernel cache keys stay those of before
             out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
 
