@@ -10,6 +10,7 @@
 | ``TCMLIR_LIBDEVICE`` | path of ``libdevice.10.bc`` when it is not under ``$CUDA_HOME`` (read by `codegen.nvptx`) |
 | ``TCMLIR_REQUIRE_GPU`` | ``1``: the test suite fails (rather than skips) every GPU test when no GPU is usable (``tests/conftest.py``; ``pytest --require-gpu`` is the same) |
 | ``TCMLIR_GATHER_CHECK`` | when a CUDA call reads its gather bounds flag: ``auto`` (default: with the call for host arrays, asynchronously for device arrays), ``sync`` (always with the call) or ``async`` |
+| ``TCMLIR_LOG`` | ``debug``, ``info``, ``warning`` or ``error``: print the ``tcmlir`` logger's records from that level on to stderr (`tcmlir.log`; default: only warnings, through Python's last-resort handler) |
 | ``TCMLIR_TUNE_FAULT`` | test hook: ``crash:FIELD=VALUE`` makes tuning workers die on such candidates (`tune.evaluate`) |
 | ``TCMLIR_TUNE_MISCOMPILE`` | test hook: ``FIELD=VALUE`` (VALUE as JSON) spoils one output element of every checked run of options with that field value, so the verification in `tune.verify` must reject them |
 
@@ -29,6 +30,7 @@ __all__ = ["Config", "get_config", "hot_path_token"]
 
 DUMP_STAGES = ("ir", "schedule", "loops", "llvm", "ptx")
 GATHER_CHECKS = ("auto", "sync", "async")
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class Config:
     require_gpu: bool = False
     tune_miscompile: tuple[str, object] | None = None  # (option field, JSON value) or None
     gather_check: str = "auto"
+    log: str | None = None  # a level name of `tcmlir.log.LOG_LEVELS`, or None (not set)
 
 
 _TRUE = ("1", "true", "yes", "on")
@@ -91,7 +94,11 @@ def get_config() -> Config:
     gather_check = env.get("TCMLIR_GATHER_CHECK", "").strip().lower() or "auto"
     if gather_check not in GATHER_CHECKS:
         raise TCError(f"TCMLIR_GATHER_CHECK={gather_check!r}: use {', '.join(GATHER_CHECKS)}")
+    log = env.get("TCMLIR_LOG", "").strip().lower() or None
+    if log is not None and log not in LOG_LEVELS:
+        raise TCError(f"TCMLIR_LOG={log!r}: use {', '.join(LOG_LEVELS)}")
     return Config(
+        log=log,
         tune_miscompile=_miscompile_predicate(env.get("TCMLIR_TUNE_MISCOMPILE", "").strip()),
         gather_check=gather_check,
         cache_dir=env.get("TCMLIR_CACHE_DIR") or None,

@@ -59,6 +59,8 @@ def make_load_from_cache_options_factory(cache: Any = True) -> Factory:
             state["store"] = open_cache(cache)
         store = state["store"]
         record = store.lookup_record(fn, *inputs, exact=True) if store is not None else None
+        if record is not None:
+            log.info("%s: tuned options found in the cache for this signature", fn.entry)
         if record is None and store is not None:
             record = store.lookup_record(fn, *inputs, exact=False)
             if record is not None:
