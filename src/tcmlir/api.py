@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import ir
+from .array_kinds import empty_call, has_zero_extent, in_input_kind
 from .binding import allocate_outputs, bind_host_inputs, check_outputs
 from .config import get_config, hot_path_token
 from .errors import CallError, Source, TCError
@@ -120,6 +121,8 @@ class Kernel:
     def launch(self, *inputs: Any, outputs: Sequence[Any] | None = None, stream: Any = None) -> Any:
         """Run this kernel on ``inputs`` (of its signature); ``outputs``/``stream`` as for a
         call of the function. Returns the output(s) in the inputs' kind."""
+        if has_zero_extent(inputs):  # empty outputs: nothing to launch (see `array_kinds`)
+            return empty_call(self.function, inputs, outputs)
         return self.function._launch(self, inputs, outputs, stream=stream)
 
     def benchmark(self, *inputs: Any, runs: int = 5) -> list[float]:
@@ -182,6 +185,8 @@ class TCFunction:
                 hit = self._plans.get(key)
                 if hit is not None and hit[0] == hot_path_token():
                     return hit[1](inputs, stream)
+        if has_zero_extent(inputs):  # empty outputs: nothing to compile or launch
+            return empty_call(self, inputs, outputs)
         # inside a capture, nothing may compile (module loads, allocations would invalidate
         # the caller's capture): a kernel not compiled yet is refused before any driver call
         kernel, bound = self._compile(inputs, options, None, None,
@@ -281,7 +286,7 @@ class TCFunction:
             plan = host_plan(kernel.runner, self.ir, bound.sizes)
             if remember and all(_host_ready(x) for x in inputs):
                 self._remember(inputs, _host_call(plan))
-            return plan.call(list(bound.arrays.values()))
+            return in_input_kind(self.ir, inputs, plan.call(list(bound.arrays.values())))
         outs = check_outputs(self.ir, bound.sizes, outputs)
         if outs is None:
             outs = allocate_outputs(self.ir, bound.sizes)
@@ -292,7 +297,8 @@ class TCFunction:
         else:
             kernel.runner.run({**bound.arrays, **outs}, bound.sizes)
         results = tuple(outs[t.name] for t in self.ir.outputs)
-        return results[0] if len(results) == 1 else results
+        result = results[0] if len(results) == 1 else results
+        return result if outputs is not None else in_input_kind(self.ir, inputs, result)
 
     def _remember(self, inputs: Sequence[Any], call: Callable[..., Any]) -> None:
         """File a plan under the inputs' call key (after a call with them passed every check)."""
