@@ -26,7 +26,8 @@ import numpy as np
 from .dtypes import DType
 from .errors import CallError
 
-__all__ = ["array_library", "convert_hint", "empty_call", "has_zero_extent", "in_input_kind"]
+__all__ = ["array_library", "convert_hint", "empty_call", "has_zero_extent", "in_input_kind",
+           "torch_numpy"]
 
 # torch's conversion methods (``x.float()``); other dtypes are spelt ``x.to(torch.<dtype>)``
 _TORCH_METHODS = {
@@ -88,15 +89,21 @@ def has_zero_extent(inputs: Sequence[Any]) -> bool:
     return False
 
 
+def torch_numpy(t: Any) -> np.ndarray:
+    """A numpy view of a torch CPU tensor (no copy; bfloat16 through ml_dtypes, a tensor that
+    requires grad detached)."""
+    t = t.detach()
+    if str(t.dtype) == "torch.bfloat16":
+        import torch
+
+        return t.view(torch.int16).numpy().view(DType.BFLOAT16.numpy)
+    return t.numpy()
+
+
 def _host_copy(x: Any) -> Any:
     library = array_library(x)
     if library == "torch":
-        t = x.detach().cpu()
-        if str(t.dtype) == "torch.bfloat16":
-            import torch
-
-            return t.view(torch.int16).numpy().view(DType.BFLOAT16.numpy)
-        return t.numpy()
+        return torch_numpy(x.cpu())
     if library == "cupy":
         return x.get()
     return x

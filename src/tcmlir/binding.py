@@ -18,7 +18,7 @@ import islpy as isl
 import numpy as np
 
 from . import ir
-from .array_kinds import convert_hint
+from .array_kinds import array_library, convert_hint, torch_numpy
 from .dtypes import DType
 from .errors import CallError
 from .lang.ranges import SIZE_LIMIT
@@ -169,6 +169,9 @@ def _to_host_array(fn: ir.Function, tensor: ir.Tensor, value: Any) -> np.ndarray
             "(use target='cuda', or copy the input to the host)")
     if isinstance(value, np.ndarray):
         arr = value
+    elif array_library(value) == "torch" and getattr(value, "device", None) is not None \
+            and value.device.type == "cpu":
+        arr = torch_numpy(value)
     elif hasattr(value, "__array__") or hasattr(value, "__dlpack__"):
         try:
             arr = np.asarray(value)
