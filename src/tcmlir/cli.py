@@ -85,7 +85,7 @@ def gather_index_bounds(fn_ir: ir.Function, sizes: dict[str, int]) -> dict[str, 
     return bounds
 
 
-def random_inputs(fn_ir, sizes: dict[str, int], seed: int = 0) -> list[np.ndarray]:
+def random_inputs(fn_ir: ir.Function, sizes: dict[str, int], seed: int = 0) -> list[np.ndarray]:
     """Random inputs for a checked function at the given sizes (ints small, floats in [-1, 1))."""
     rng = np.random.default_rng(seed)
     index_bounds = gather_index_bounds(fn_ir, sizes)
