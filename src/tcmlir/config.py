@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from .errors import TCError
 
-__all__ = ["Config", "get_config", "hot_path_token"]
+__all__ = ["Config", "get_config", "hot_path_token", "log_level"]
 
 DUMP_STAGES = ("ir", "schedule", "loops", "llvm", "ptx")
 GATHER_CHECKS = ("auto", "sync", "async")
@@ -75,6 +75,14 @@ def _miscompile_predicate(spec: str) -> tuple[str, object] | None:
     return name.strip(), parsed
 
 
+def log_level() -> str | None:
+    """``TCMLIR_LOG`` alone (read by `tcmlir.log.setup_logging` on every ``tc.define``)."""
+    level = os.environ.get("TCMLIR_LOG", "").strip().lower() or None
+    if level is not None and level not in LOG_LEVELS:
+        raise TCError(f"TCMLIR_LOG={level!r}: use {', '.join(LOG_LEVELS)}")
+    return level
+
+
 def get_config() -> Config:
     """A snapshot of the environment knobs (read at each call: cheap, and tests can set them)."""
     env = os.environ
@@ -94,11 +102,8 @@ def get_config() -> Config:
     gather_check = env.get("TCMLIR_GATHER_CHECK", "").strip().lower() or "auto"
     if gather_check not in GATHER_CHECKS:
         raise TCError(f"TCMLIR_GATHER_CHECK={gather_check!r}: use {', '.join(GATHER_CHECKS)}")
-    log = env.get("TCMLIR_LOG", "").strip().lower() or None
-    if log is not None and log not in LOG_LEVELS:
-        raise TCError(f"TCMLIR_LOG={log!r}: use {', '.join(LOG_LEVELS)}")
     return Config(
-        log=log,
+        log=log_level(),
         tune_miscompile=_miscompile_predicate(env.get("TCMLIR_TUNE_MISCOMPILE", "").strip()),
         gather_check=gather_check,
         cache_dir=env.get("TCMLIR_CACHE_DIR") or None,

@@ -45,9 +45,9 @@ def setup_logging(level: str | None = None) -> None:
     ``tcmlir`` logger at that level; unset (and no ``level``) removes the one attached before."""
     global _handler, _applied
     if level is None:
-        from .config import get_config
+        from .config import log_level
 
-        level = get_config().log
+        level = log_level()
     if level == _applied:
         return
     logger = get_logger()
