@@ -121,7 +121,10 @@ def shipped_examples() -> dict[str, Path]:
     """The example TC files installed with tcmlir (``tcmlir.examples``), by name."""
     from importlib.resources import files
 
-    folder = files("tcmlir.examples")
+    try:
+        folder = files("tcmlir.examples")
+    except ModuleNotFoundError:  # an install from before examples/ became a package
+        return {}
     return {Path(f.name).stem: Path(str(f)) for f in sorted(folder.iterdir(), key=lambda f: f.name)
             if f.name.endswith(".tc")}
 
@@ -290,7 +293,8 @@ def _cmd_examples(args: argparse.Namespace) -> int:
 
     examples = shipped_examples()
     if not examples:
-        raise TCError("tcmlir examples: none are installed (a broken install: reinstall tcmlir)")
+        raise TCError("tcmlir examples: none are installed (an old or broken install: "
+                      "reinstall tcmlir, e.g. pip install -e . in a checkout)")
     print(f"# {len(examples)} examples in {next(iter(examples.values())).parent}")
     for name, path in examples.items():
         text = path.read_text(encoding="utf-8")
