@@ -80,7 +80,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     print(best.options.to_json())
     line = f"{fn.entry} on {target}: best {best.time_s * 1e3:.4f} ms"
     # the figure that matters: against what a call without options runs; naive for reference
-    default, naive = MappingOptions.default_for(fn.ir, target), MappingOptions.naive()
+    default, naive = MappingOptions.default_for(fn.ir, target, sizes), MappingOptions.naive()
     compared = ([("default options", default), ("naive", naive)] if default != naive
                 else [("default (naive) options", default)])
     for what, opts in compared:
