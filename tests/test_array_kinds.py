@@ -130,3 +130,11 @@ def test_torch_cpu_in_torch_out_on_cuda():
     out = tc.define(MATMUL, target="cuda")(a, b)
     assert isinstance(out, torch.Tensor) and out.device.type == "cpu"
     torch.testing.assert_close(out, a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.gpu
+def test_a_torch_cuda_input_on_a_host_target_names_cpu():
+    torch = pytest.importorskip("torch")
+    fn = tc.define(MATMUL, target="cpu")
+    with pytest.raises(tc.CallError, match=r"copy the input to the host: A.cpu\(\)"):
+        fn(torch.ones(2, 2, device="cuda"), torch.ones(2, 2))

@@ -166,7 +166,8 @@ def _to_host_array(fn: ir.Function, tensor: ir.Tensor, value: Any) -> np.ndarray
     if hasattr(value, "__cuda_array_interface__") or _is_cuda_dlpack(value):
         raise CallError(
             f"{fn.name}: input {tensor.name} lives on a GPU; this target runs on the host "
-            "(use target='cuda', or copy the input to the host)")
+            "(use target='cuda', or copy the input to the host"
+            + (f": {tensor.name}.cpu())" if array_library(value) == "torch" else ")"))
     if isinstance(value, np.ndarray):
         arr = value
     elif array_library(value) == "torch" and getattr(value, "device", None) is not None \

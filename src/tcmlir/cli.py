@@ -140,10 +140,7 @@ def read_source(path: str) -> tuple[str, str]:
             print(f"note: {path} is not a file here; using the shipped example {example}",
                   file=sys.stderr)
             p = example
-    try:
-        return p.read_text(encoding="utf-8"), str(p)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise file_error(path, exc) from None
+    return read_source_file(str(p)), str(p)
 
 
 def load_definition(args: argparse.Namespace) -> tuple[Any, dict[str, int]]:
