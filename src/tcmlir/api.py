@@ -17,18 +17,23 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import ir
+from .array_kinds import empty_call, has_zero_extent, in_input_kind
 from .binding import allocate_outputs, bind_host_inputs, check_outputs
 from .config import get_config, hot_path_token
 from .errors import CallError, Source, TCError
 from .lang import check, parse
 from .lang.printer import format_def
+from .log import setup_logging
 from .options import MappingOptions
 from .signature import Signature, call_key
+
+if TYPE_CHECKING:  # pragma: no cover - tune is imported when a tuning starts
+    from .tune.config import TunerConfig
 
 __all__ = ["TARGETS", "Kernel", "TCFunction", "define"]
 
@@ -43,6 +48,7 @@ def define(source: str, name: str | None = None, *, target: str = "auto",
     ``target``: ``"cuda"``, ``"cpu"`` (LLVM JIT on the host), ``"numpy"`` (the reference
     interpreter) or ``"auto"`` (cuda when a GPU is visible, else cpu).
     """
+    setup_logging()
     if not isinstance(source, str):
         raise TCError(f"tc.define expects TC source text, got {type(source).__name__}")
     _check_target(target)
@@ -106,12 +112,17 @@ class Kernel:
 
     @property
     def ptx(self) -> str:
+        """The PTX text (target cuda only; a TCError on other targets)."""
         if self.ptx_text is None:
             raise TCError(f"kernel {self.function.entry} was compiled for {self.target}: it has no PTX "
                           "(compile with target='cuda')")
         return self.ptx_text
 
     def launch(self, *inputs: Any, outputs: Sequence[Any] | None = None, stream: Any = None) -> Any:
+        """Run this kernel on ``inputs`` (of its signature); ``outputs``/``stream`` as for a
+        call of the function. Returns the output(s) in the inputs' kind."""
+        if has_zero_extent(inputs):  # empty outputs: nothing to launch (see `array_kinds`)
+            return empty_call(self.function, inputs, outputs)
         return self.function._launch(self, inputs, outputs, stream=stream)
 
     def benchmark(self, *inputs: Any, runs: int = 5) -> list[float]:
@@ -141,12 +152,16 @@ class TCFunction:
     # ------------------------------------------------------------ signatures
 
     def signature(self, *inputs: Any) -> Signature:
+        """The signature (shapes, dtypes, strides) these inputs bind to."""
         return bind_host_inputs(self.ir, inputs).signature
 
     def size_values(self, *inputs: Any) -> dict[str, int]:
+        """The value of each size parameter for these inputs."""
         return bind_host_inputs(self.ir, inputs).sizes
 
     def default_arch(self, target: str | None = None) -> str:
+        """The arch a compile for ``target`` uses by default (the GPU's ``sm_XX``, or the
+        host's)."""
         target = resolve_target(target or self.target)
         if target == "cuda":
             from .runtime import default_cuda_arch
@@ -178,6 +193,8 @@ class TCFunction:
                 hit = self._plans.get(key)
                 if hit is not None and hit[0] == hot_path_token():
                     return hit[1](inputs, stream)
+        if has_zero_extent(inputs):  # empty outputs: nothing to compile or launch
+            return empty_call(self, inputs, outputs)
         # inside a capture, nothing may compile (module loads, allocations would invalidate
         # the caller's capture): a kernel not compiled yet is refused before any driver call
         kernel, bound = self._compile(inputs, options, None, None,
@@ -254,11 +271,26 @@ class TCFunction:
                 _dump(kernel, config.dump)
         return kernel, bound
 
-    def autotune(self, *inputs: Any, **kwargs: Any) -> MappingOptions:
-        """Search mapping options with the genetic tuner (see `tcmlir.tune`)."""
+    def autotune(self, *inputs: Any, generations: int | None = None,
+                 population: int | None = None, cache: bool | str | Any = True,
+                 devices: Sequence[int] | None = None, config: TunerConfig | None = None,
+                 options: MappingOptions | None = None, target: str | None = None,
+                 progress: bool = True, retune: bool = False) -> MappingOptions:
+        """Search mapping options for these inputs with the genetic tuner (`tcmlir.tune`) and
+        return the best found (the cache keeps the best few).
+
+        ``generations``/``population`` override those of ``config`` (a `tc.TunerConfig`);
+        ``cache``: True (the default database), False (none), a path or an `OptionsCache`;
+        ``devices``: GPU ordinals to evaluate on (target cuda); ``options``: a starting point
+        added to the first generation; ``target``: overrides the function's; ``progress``: a
+        progress bar (and a line on stderr when a cached result is returned). A result cached
+        for this exact signature is returned without tuning unless ``retune=True``.
+        """
         from .tune.autotune import autotune
 
-        return autotune(self, inputs, **kwargs)
+        return autotune(self, inputs, generations=generations, population=population,
+                        cache=cache, devices=devices, config=config, options=options,
+                        target=target, progress=progress, retune=retune)
 
     # ------------------------------------------------------------ launching
 
@@ -285,7 +317,7 @@ class TCFunction:
             plan = host_plan(kernel.runner, self.ir, bound.sizes)
             if remember and all(_host_ready(x) for x in inputs):
                 self._remember(inputs, _host_call(plan))
-            return plan.call(list(bound.arrays.values()))
+            return in_input_kind(self.ir, inputs, plan.call(list(bound.arrays.values())))
         outs = check_outputs(self.ir, bound.sizes, outputs)
         if outs is None:
             outs = allocate_outputs(self.ir, bound.sizes)
@@ -296,7 +328,8 @@ class TCFunction:
         else:
             kernel.runner.run({**bound.arrays, **outs}, bound.sizes)
         results = tuple(outs[t.name] for t in self.ir.outputs)
-        return results[0] if len(results) == 1 else results
+        result = results[0] if len(results) == 1 else results
+        return result if outputs is not None else in_input_kind(self.ir, inputs, result)
 
     def _remember(self, inputs: Sequence[Any], call: Callable[..., Any]) -> None:
         """File a plan under the inputs' call key (after a call with them passed every check)."""

@@ -11,6 +11,7 @@
 | ``TCMLIR_LIBDEVICE`` | path of ``libdevice.10.bc`` when it is not under ``$CUDA_HOME`` (read by `codegen.nvptx`) |
 | ``TCMLIR_REQUIRE_GPU`` | ``1``: the test suite fails (rather than skips) every GPU test when no GPU is usable (``tests/conftest.py``; ``pytest --require-gpu`` is the same) |
 | ``TCMLIR_GATHER_CHECK`` | when a CUDA call reads its gather bounds flag: ``auto`` (default: with the call for host arrays, asynchronously for device arrays), ``sync`` (always with the call) or ``async`` |
+| ``TCMLIR_LOG`` | ``debug``, ``info``, ``warning`` or ``error``: print the ``tcmlir`` logger's records from that level on to stderr (`tcmlir.log`; default: only warnings, through Python's last-resort handler) |
 | ``TCMLIR_TUNE_FAULT`` | test hook: ``crash:FIELD=VALUE`` makes tuning workers die on such candidates (`tune.evaluate`) |
 | ``TCMLIR_TUNE_MISCOMPILE`` | test hook: ``FIELD=VALUE`` (VALUE as JSON) spoils one output element of every checked run of options with that field value, so the verification in `tune.verify` must reject them |
 
@@ -26,10 +27,12 @@ from dataclasses import dataclass
 
 from .errors import TCError
 
-__all__ = ["DEFAULT_CACHE_MAX_SIZE", "Config", "get_config", "hot_path_token", "parse_size"]
+__all__ = ["DEFAULT_CACHE_MAX_SIZE", "Config", "get_config", "hot_path_token", "log_level",
+           "parse_size"]
 
 DUMP_STAGES = ("ir", "schedule", "loops", "llvm", "ptx")
 GATHER_CHECKS = ("auto", "sync", "async")
+LOG_LEVELS = ("debug", "info", "warning", "error")
 DEFAULT_CACHE_MAX_SIZE = 1 << 30  # 1 GiB of compiled artifacts: thousands of kernels
 _SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
                "gb": 10**9, "t": 10**12, "tb": 10**12, "ki": 2**10, "kib": 2**10, "mi": 2**20,
@@ -47,6 +50,7 @@ class Config:
     tune_miscompile: tuple[str, object] | None = None  # (option field, JSON value) or None
     gather_check: str = "auto"
     cache_max_size: int = DEFAULT_CACHE_MAX_SIZE  # bytes of compiled artifacts; 0: no cap
+    log: str | None = None  # a level name of `tcmlir.log.LOG_LEVELS`, or None (not set)
 
 
 _TRUE = ("1", "true", "yes", "on")
@@ -94,6 +98,14 @@ def _miscompile_predicate(spec: str) -> tuple[str, object] | None:
     return name.strip(), parsed
 
 
+def log_level() -> str | None:
+    """``TCMLIR_LOG`` alone (read by `tcmlir.log.setup_logging` on every ``tc.define``)."""
+    level = os.environ.get("TCMLIR_LOG", "").strip().lower() or None
+    if level is not None and level not in LOG_LEVELS:
+        raise TCError(f"TCMLIR_LOG={level!r}: use {', '.join(LOG_LEVELS)}")
+    return level
+
+
 def get_config() -> Config:
     """A snapshot of the environment knobs (read at each call: cheap, and tests can set them)."""
     env = os.environ
@@ -118,6 +130,7 @@ def get_config() -> Config:
                       else DEFAULT_CACHE_MAX_SIZE)
     return Config(
         cache_max_size=cache_max_size,
+        log=log_level(),
         tune_miscompile=_miscompile_predicate(env.get("TCMLIR_TUNE_MISCOMPILE", "").strip()),
         gather_check=gather_check,
         cache_dir=env.get("TCMLIR_CACHE_DIR") or None,

@@ -96,25 +96,31 @@ class MappingOptions:
 
     @classmethod
     def naive(cls) -> MappingOptions:
+        """TC's naive options: fusion preserve3coincident, 32³ tiles, 32×8 threads, a
+        256×256 grid, no unrolling."""
         return cls(fusion="preserve3coincident", tile_sizes=(32, 32, 32), block=(32, 8),
                    grid=(256, 256), unroll_factor=1)
 
     @classmethod
     def pointwise(cls) -> MappingOptions:
+        """TC's preset for elementwise programs: maximal fusion, 32×4×4 threads, unroll 128."""
         return cls(fusion="max", tile_sizes=(32, 32, 32), block=(32, 4, 4), grid=(100, 100, 100),
                    unroll_factor=128)
 
     @classmethod
     def mlp(cls) -> MappingOptions:
+        """TC's preset for fully connected layers: maximal fusion, 1-wide tiles, 128 threads."""
         return cls(fusion="max", tile_sizes=(1,), block=(128,), grid=(128,), unroll_factor=1)
 
     @classmethod
     def convolution(cls) -> MappingOptions:
+        """TC's preset for convolutions: maximal fusion, 4×8×8 tiles, 4×16×4 threads."""
         return cls(fusion="max", tile_sizes=(4, 8, 8), block=(4, 16, 4), grid=(128, 128),
                    unroll_factor=1)
 
     @classmethod
     def group_convolution(cls) -> MappingOptions:
+        """TC's preset for grouped convolutions: maximal fusion, 1×1 tiles, 4×16×4 threads."""
         return cls(fusion="max", tile_sizes=(1, 1), block=(4, 16, 4), grid=(128, 128),
                    unroll_factor=1)
 
@@ -203,34 +209,45 @@ class MappingOptions:
         return dataclasses.replace(self, **changes)
 
     def tile(self, *sizes: int) -> MappingOptions:
+        """Tile the outermost permutable band with these sizes (0: leave that member untiled)."""
         return self._with(tile_sizes=tuple(sizes))
 
     def map_to_threads(self, *block: int) -> MappingOptions:
+        """The CUDA block: threads along x, y, z (innermost coincident member on x)."""
         return self._with(block=tuple(block))
 
     def map_to_blocks(self, *grid: int) -> MappingOptions:
+        """The CUDA grid's upper bounds along x, y, z (blocks loop when there are more tiles)."""
         return self._with(grid=tuple(grid))
 
     def unroll(self, factor: int) -> MappingOptions:
+        """Unroll innermost loops up to ``factor`` iterations (1: no unrolling)."""
         return self._with(unroll_factor=int(factor))
 
     def outer_schedule_fusion_strategy(self, strategy: str) -> MappingOptions:
+        """isl's fusion strategy: ``max``, ``preserve3coincident`` or ``min``."""
         return self._with(fusion=strategy.lower())
 
     def schedule_fusion_strategy(self, strategy: str) -> MappingOptions:
+        """The same as `outer_schedule_fusion_strategy` (TC's second name for it)."""
         return self.outer_schedule_fusion_strategy(strategy)
 
     def outer_schedule_allow_skewing(self, allow: bool) -> MappingOptions:
+        """Whether isl's scheduler may skew loops."""
         return self._with(allow_skewing=bool(allow))
 
     def outer_schedule_positive_orthant(self, positive: bool) -> MappingOptions:
+        """Whether isl's scheduler keeps schedule coefficients non-negative."""
         return self._with(positive_orthant=bool(positive))
 
     def fix_parameters(self, fix: bool = True) -> MappingOptions:
+        """Fix the size parameters to the call's values before scheduling."""
         return self._with(fix_parameters_before_scheduling=bool(fix))
 
     def shared_memory(self, use: bool = True, depth: int | None = None,
                       max_bytes: int | None = None) -> MappingOptions:
+        """Promote reused or uncoalesced tiles to shared memory (``depth``: the band depth
+        of the copies; ``max_bytes``: a cap, 0 = the device's limit)."""
         changes: dict[str, Any] = {"use_shared_memory": bool(use)}
         if depth is not None:
             changes["shared_depth"] = depth
@@ -239,6 +256,7 @@ class MappingOptions:
         return self._with(**changes)
 
     def private_memory(self, use: bool = True, depth: int | None = None) -> MappingOptions:
+        """Promote per-thread data to registers (``depth``: the band depth of the promotion)."""
         changes: dict[str, Any] = {"use_private_memory": bool(use)}
         if depth is not None:
             changes["private_depth"] = depth
@@ -255,9 +273,12 @@ class MappingOptions:
         return self._with(double_buffer=bool(use))
 
     def with_threads(self, threads: int) -> MappingOptions:
+        """CPU threads for ``target='cpu'`` (0: ``TCMLIR_THREADS`` or all cores)."""
         return self._with(threads=int(threads))
 
     def with_parametric(self, parametric: bool = True) -> MappingOptions:
+        """Keep the sizes symbolic: one kernel serves every size of a signature's ranks and
+        dtypes."""
         return self._with(parametric=bool(parametric))
 
     def map_rows(self, threads: int) -> MappingOptions:
@@ -274,6 +295,7 @@ class MappingOptions:
     # ------------------------------------------------------------ serialisation
 
     def to_dict(self) -> dict[str, Any]:
+        """The options as a JSON-ready dict (every field, tuples as lists, with a ``version``)."""
         out: dict[str, Any] = {"version": _JSON_VERSION}
         for f in fields(self):
             value = getattr(self, f.name)
@@ -292,6 +314,7 @@ class MappingOptions:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MappingOptions:
+        """Options from `to_dict`'s form; unknown or ill-typed fields are an `OptionsError`."""
         data = dict(data)
         version = data.pop("version", _JSON_VERSION)
         if version != _JSON_VERSION:
@@ -322,6 +345,7 @@ class MappingOptions:
 
     @classmethod
     def from_json(cls, text: str) -> MappingOptions:
+        """Options from `to_json`'s text (round-trips exactly); bad JSON is an `OptionsError`."""
         try:
             data = json.loads(text)
         except (json.JSONDecodeError, TypeError) as exc:
