@@ -10,6 +10,7 @@
 | ``TCMLIR_LIBDEVICE`` | path of ``libdevice.10.bc`` when it is not under ``$CUDA_HOME`` (read by `codegen.nvptx`) |
 | ``TCMLIR_REQUIRE_GPU`` | ``1``: the test suite fails (rather than skips) every GPU test when no GPU is usable (``tests/conftest.py``; ``pytest --require-gpu`` is the same) |
 | ``TCMLIR_GATHER_CHECK`` | when a CUDA call reads its gather bounds flag: ``auto`` (default: with the call for host arrays, asynchronously for device arrays), ``sync`` (always with the call) or ``async`` |
+| ``TCMLIR_CEILINGS`` | the profiler's ceilings instead of measuring them: ``bandwidth=BYTES_PER_S,flops=FLOP_PER_S[,launch=SECONDS]`` (`tcmlir.profile.ceilings`) |
 | ``TCMLIR_TUNE_FAULT`` | test hook: ``crash:FIELD=VALUE`` makes tuning workers die on such candidates (`tune.evaluate`) |
 | ``TCMLIR_TUNE_MISCOMPILE`` | test hook: ``FIELD=VALUE`` (VALUE as JSON) spoils one output element of every checked run of options with that field value, so the verification in `tune.verify` must reject them |
 
@@ -41,6 +42,7 @@ class Config:
     require_gpu: bool = False
     tune_miscompile: tuple[str, object] | None = None  # (option field, JSON value) or None
     gather_check: str = "auto"
+    ceilings: dict[str, float] | None = None  # TCMLIR_CEILINGS, parsed
 
 
 _TRUE = ("1", "true", "yes", "on")
@@ -72,6 +74,28 @@ def _miscompile_predicate(spec: str) -> tuple[str, object] | None:
     return name.strip(), parsed
 
 
+def _ceilings(spec: str) -> dict[str, float] | None:
+    """``bandwidth=B,flops=F[,launch=S]`` -> {name: value}; empty -> None."""
+    if not spec:
+        return None
+    out: dict[str, float] = {}
+    for part in spec.split(","):
+        name, sep, value = part.partition("=")
+        name = name.strip()
+        try:
+            number = float(value)
+        except ValueError:
+            number = -1.0
+        if not sep or name not in ("bandwidth", "flops", "launch") or not number >= 0:
+            raise TCError(f"TCMLIR_CEILINGS={spec!r}: use bandwidth=BYTES_PER_S,flops=FLOP_PER_S"
+                          "[,launch=SECONDS] with non-negative numbers, e.g. "
+                          "bandwidth=4.2e12,flops=5.1e13,launch=4e-6")
+        out[name] = number
+    if not out.get("bandwidth") or not out.get("flops"):
+        raise TCError(f"TCMLIR_CEILINGS={spec!r}: bandwidth and flops are both needed (> 0)")
+    return out
+
+
 def get_config() -> Config:
     """A snapshot of the environment knobs (read at each call: cheap, and tests can set them)."""
     env = os.environ
@@ -94,6 +118,7 @@ def get_config() -> Config:
     return Config(
         tune_miscompile=_miscompile_predicate(env.get("TCMLIR_TUNE_MISCOMPILE", "").strip()),
         gather_check=gather_check,
+        ceilings=_ceilings(env.get("TCMLIR_CEILINGS", "").strip()),
         cache_dir=env.get("TCMLIR_CACHE_DIR") or None,
         always_compile=_flag("TCMLIR_ALWAYS_COMPILE", env.get("TCMLIR_ALWAYS_COMPILE")),
         dump=dump,

@@ -42,8 +42,8 @@ import islpy as isl
 from .. import ir
 from ..poly.scop import Scop, build_scop, maps_of, sets_of
 
-__all__ = ["FLOP_WEIGHTS", "OP_CLASSES", "Count", "WorkCounts", "count_points", "count_work",
-           "op_counts"]
+__all__ = ["FLOP_WEIGHTS", "OP_CLASSES", "Count", "TensorTraffic", "WorkCounts", "count_points",
+           "count_work", "distinct_writes", "evaluate", "op_counts"]
 
 OP_CLASSES = ("fma", "add", "mul", "div", "minmax", "special", "compare", "select", "convert",
               "int")
@@ -253,6 +253,7 @@ class WorkCounts:
     instances: dict[str, Count]
     ops: dict[str, Count]
     traffic: tuple[TensorTraffic, ...]
+    sizes: dict[str, int] = field(default_factory=dict)
 
     @property
     def flops(self) -> int:
@@ -347,7 +348,14 @@ def count_work(fn: ir.Function, sizes: Mapping[str, int], statements: Iterable[s
                    else Count(0, None))
         if read.value or written.value:
             traffic.append(TensorTraffic(t.name, t.dtype.itemsize, read, written))
-    return WorkCounts(names, instances, ops, tuple(traffic))
+    return WorkCounts(names, instances, ops, tuple(traffic), dict(sizes))
+
+
+def distinct_writes(fn: ir.Function, statement: str, sizes: Mapping[str, int]) -> int:
+    """How many distinct elements statement ``statement`` writes (e.g. a reduction's outputs)."""
+    scop = _parametric_scop(fn)
+    dom = isl.UnionSet.from_set(scop.domains[statement])
+    return count_points(scop.writes.intersect_domain(dom).range(), sizes, scop.context).value
 
 
 def _live_in_reads(scop: Scop, domain: isl.UnionSet) -> tuple[isl.UnionMap, isl.UnionMap]:
