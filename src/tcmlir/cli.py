@@ -3,6 +3,7 @@
     tcmlir run FILE [--name E] [--sizes M=512,N=512] [--target auto|cuda|cpu|numpy] [--check]
     tcmlir tune FILE --name E --sizes ... [--generations G --population P]
     tcmlir cache ls|show|export|import|clear
+    tcmlir profile FILE --name E --sizes ... [--options ...] [--plot roofline.png] [--json]
 
 User mistakes print a located message and exit with status 2, never a traceback.
 """
@@ -156,6 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .tune.cli import add_commands
 
     add_commands(sub)
+    from .profile.cli import add_profile_command
+
+    add_profile_command(sub)
     return parser
 
 

@@ -45,14 +45,15 @@ def profile_kernel(kernel: Any, inputs: Sequence[Any], *, runs: int = 20,
     if not isinstance(runs, int) or runs < 1:
         raise TCError(f"profile: runs must be a positive integer, got {runs!r}")
     ceil = ceilings_for("cpu" if kernel.target == "numpy" else kernel.target, ceilings)
-    structures, _ = _structures(kernel)
+    structures, state = _structures(kernel)
     if kernel.target == "cuda":
         whole, per = _cuda_times(kernel, inputs, runs)
     else:
         whole, per = _host_times(kernel, inputs, runs, len(structures))
     return build_profile(kernel, time_s=statistics.median(whole),
                          kernel_times=[statistics.median(t) for t in per], ceilings=ceil,
-                         runs=runs, structures=structures)
+                         runs=runs, structures=structures,
+                         kernel_fn=None if state is None else state.fn)
 
 
 def _structures(kernel: Any) -> tuple[tuple[KernelStructure, ...], Any]:
@@ -82,26 +83,31 @@ def kernel_resources(kernel: Any) -> dict[str, KernelResources]:
 def build_profile(kernel: Any, *, time_s: float, kernel_times: Sequence[float],
                   ceilings: Ceilings, runs: int = 0,
                   structures: Sequence[KernelStructure] | None = None,
-                  resources: Mapping[str, KernelResources] | None = None) -> Profile:
-    """The `Profile` of ``kernel`` for measured times (the whole call's and each kernel's)."""
+                  resources: Mapping[str, KernelResources] | None = None,
+                  kernel_fn: ir.Function | None = None) -> Profile:
+    """The `Profile` of ``kernel`` for measured times (the whole call's and each kernel's).
+
+    ``kernel_fn``: the function the kernels' statements belong to — the lowered state's,
+    which passes such as ``inline-temporaries`` rewrite (default: lowered again here)."""
     fn: ir.Function = kernel.function.ir
     sizes = {k: int(v) for k, v in kernel.sizes.items() if k in fn.sizes}
-    if structures is None:
-        structures = _structures(kernel)[0]
+    if structures is None or kernel_fn is None:
+        structures, state = _structures(kernel)
+        kernel_fn = fn if state is None else state.fn
     if len(kernel_times) != len(structures):
         raise TCError(f"profile: {len(kernel_times)} kernel times for {len(structures)} kernels")
     if resources is None:
         resources = kernel_resources(kernel)
     target = kernel.target
     on_chip = set(getattr(getattr(kernel.runner, "image", None), "on_chip", ()) or ())
-    in_memory = [t.name for t in fn.tensors if t.name not in on_chip]
+    in_memory = [t.name for t in kernel_fn.tensors if t.name not in on_chip]
     kernels = []
     for i, (ks, t) in enumerate(zip(structures, kernel_times, strict=True)):
         others = {s for j, o in enumerate(structures) if j != i for s in o.statements}
-        work = count_work(fn, sizes, ks.statements, global_tensors=in_memory,
-                          outside_reads=_read_by(fn, others))
+        work = count_work(kernel_fn, sizes, ks.statements, global_tensors=in_memory,
+                          outside_reads=_read_by(kernel_fn, others))
         kp = _kernel_profile(ks, t, work, ceilings, resources.get(ks.name), kernel.arch)
-        kp.advice = advise_kernel(fn, ks, kp, work, ceilings, target)
+        kp.advice = advise_kernel(kernel_fn, ks, kp, work, ceilings, target)
         kernels.append(kp)
     whole = count_work(fn, sizes)
     bound, fraction, raw = roofline(whole.flops, whole.bytes, time_s, ceilings)

@@ -175,6 +175,17 @@ class Profile:
             table.append(f"transfers between GPUs: {_si(self.transfer_bytes, 'B')} in "
                          f"{_time(self.transfer_s)}")
         lines = head + [""] + table
+        for k in self.kernels:
+            if k.ncu:
+                dram = k.ncu.get("dram_bytes")
+                occ = k.ncu.get("achieved_occupancy")
+                parts = []
+                if dram is not None:
+                    ratio = f", {dram / k.bytes:.2f}x the minimal" if k.bytes else ""
+                    parts.append(f"DRAM {_si(dram, 'B')}{ratio}")
+                if occ is not None:
+                    parts.append(f"achieved occupancy {100 * occ:.0f}%")
+                lines.append(f"ncu {k.name}: {', '.join(parts)}")
         if self.advice:
             lines += ["", "advice:"] + [f"  - {a}" for a in self.advice]
         return "\n".join(lines)
