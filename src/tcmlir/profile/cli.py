@@ -42,6 +42,7 @@ def add_profile_command(sub: Any) -> None:
 
 def parse_options(text: str | None) -> Any:
     """``--options``: None, a preset name, MappingOptions JSON, or a file of it."""
+    from ..errors import OptionsError
     from ..options import MappingOptions
 
     if not text:
@@ -53,7 +54,7 @@ def parse_options(text: str | None) -> Any:
             text = f.read()
     try:
         return MappingOptions.from_json(text)
-    except (ValueError, TypeError) as exc:
+    except (OptionsError, ValueError, TypeError) as exc:
         raise TCError(f"--options: expected a preset ({', '.join(_PRESETS)}), MappingOptions "
                       f"JSON or a file of it; {exc}") from None
 

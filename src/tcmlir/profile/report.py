@@ -174,7 +174,7 @@ class Profile:
         if self.transfer_bytes:
             table.append(f"transfers between GPUs: {_si(self.transfer_bytes, 'B')} in "
                          f"{_time(self.transfer_s)}")
-        lines = head + [""] + table
+        lines = [*head, "", *table]
         for k in self.kernels:
             if k.ncu:
                 dram = k.ncu.get("dram_bytes")
