@@ -213,6 +213,29 @@ def test_advice_promotion():
     assert "[promotion]" not in tags(shared.advice)
     flat = cuda_profile(ADD, (f32(64, 48), f32(64, 48)), tc.MappingOptions.naive())
     assert "[promotion]" not in tags(flat.advice)
+    # a per-row value re-read along its row (softmax's max) is reuse the caches serve
+    rows = cuda_profile(SOFTMAX, (f32(128, 96),), tc.MappingOptions.naive())
+    assert "[promotion]" not in tags(rows.advice)
+
+
+def test_thread_strides_of_row_and_parametric_kernels():
+    from tcmlir.profile.ceilings import _COPY
+    from tcmlir.profile.structure import kernel_structures
+
+    X = f32(64, 100)
+    row = tc.define(SOFTMAX).compile(X, target="cuda", arch="sm_90")   # map-rows
+    (ks,), _ = kernel_structures(row)
+    assert ks.thread_mapped and ks.reduction_threads > 32
+    assert {a.tensor: a.stride for a in ks.strides if a.kind == "read"}["X"] == 1
+    copy = tc.define(_COPY)
+    opts = tc.MappingOptions.default_for(copy.ir, "cuda").with_parametric()
+    (ks,), _ = kernel_structures(copy.compile(f32(1000), target="cuda", arch="sm_90",
+                                              options=opts))
+    assert {(a.tensor, a.stride) for a in ks.strides} == {("X", 1), ("Y", 1)}
+    tr = tc.define(TRANSPOSE).compile(X, target="cuda", arch="sm_90",
+                                      options=tc.MappingOptions.naive())
+    (ks,), _ = kernel_structures(tr)
+    assert {(a.tensor, a.stride) for a in ks.strides} == {("A", 100), ("B", 1)}
 
 
 @needs_ptxas

@@ -8,7 +8,8 @@ rule's tag in brackets, so tools (and tests) can tell them apart:
   (`structure.AccessStride`, from the isl access relations and the thread mapping) is more
   than one element: reorder the mapping or stage the tensor through shared memory;
 * ``[promotion]`` a tensor whose elements the kernel reads `REUSE_MIN` times or more each
-  (reading instances / distinct elements, counted exactly) with no shared or register copy;
+  (reading instances / distinct elements, counted exactly) with no shared or register copy,
+  where those re-reads would at least double the kernel's ideal traffic;
 * ``[reduction]`` a reduction that runs on at most 32 threads in all;
 * ``[fusion]`` a row program (every statement starts with the same row indices) split into
   several kernels;
@@ -119,8 +120,11 @@ def _promotion(fn: ir.Function, ks: KernelStructure, work: WorkCounts) -> list[s
             continue
         if fn.tensor(t.tensor).rank == 0:
             continue
-        reuse = _reading_instances(fn, work, t.tensor) / t.read.value
-        if reuse >= REUSE_MIN:
+        reads = _reading_instances(fn, work, t.tensor)
+        reuse = reads / t.read.value
+        # worth a copy when the re-reads would at least double the kernel's ideal traffic
+        # (a per-row scalar re-read along its row is not: caches serve it)
+        if reuse >= REUSE_MIN and (reads - t.read.value) * t.itemsize >= work.bytes:
             out.append(f"[promotion] {ks.name} reads each element of {t.tensor} {reuse:.0f} times "
                        "(exact count) from global memory with no on-chip copy: promote it to "
                        "shared memory (MappingOptions.shared_memory(True): promote-shared) or "

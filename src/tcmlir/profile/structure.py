@@ -98,7 +98,8 @@ def _cuda_kernels(kernel: Any, state: Any) -> tuple[KernelStructure, ...]:
     for k, ((path, km), launch) in enumerate(zip(marks, launches, strict=True)):
         node = node_at(sched, path)
         promoted = frozenset(b.tensor for b in buffers if b.kernel == k)
-        strides, mapped = _strides(state, node, km.block, promoted)
+        on_chip = frozenset(kernel.runner.image.on_chip)
+        strides, mapped = _strides(state, node, km.block, promoted | on_chip, dict(kernel.sizes))
         out.append(KernelStructure(
             launch.name, _names(node.get_domain()), tuple(launch.grid), tuple(launch.block),
             promoted, _reduction_threads(node), strides, mapped))
@@ -160,29 +161,35 @@ def _tx_filters(node: isl.ScheduleNode) -> list[isl.ScheduleNode]:
 
 
 def _strides(state: Any, kernel_node: isl.ScheduleNode, block: tuple[int, int, int],
-             promoted: frozenset[str]) -> tuple[tuple[AccessStride, ...], bool]:
+             promoted: frozenset[str], sizes: dict[str, int]
+             ) -> tuple[tuple[AccessStride, ...], bool]:
     scop = state.scop
     fn = state.fn
     out: list[AccessStride] = []
     mapped = False
     for filt in _tx_filters(kernel_node):
+        sub = filt.child(0).get_subtree_schedule_union_map()
         band = first_band_below(filt.child(0))
-        if band is None:
-            continue
-        member = _thread_member(band, block[0])
-        if member is None:
-            continue
-        mapped = True
-        times = (band.get_prefix_schedule_union_map()
-                 .flat_range_product(band.band_get_partial_schedule_union_map())
-                 .flat_range_product(band.child(0).get_subtree_schedule_union_map()))
-        n_prefix = {m.get_tuple_name(isl.dim_type.in_): m.dim(isl.dim_type.out)
-                    for m in maps_of(band.get_prefix_schedule_union_map())}
+        member = None if band is None else _thread_member(band, block[0])
+        if member is not None:
+            # map-to-threads: the member's value v runs over threads as v mod B, so a thread's
+            # own loop over it advances floor(v / B): time keeps that, not v
+            sub = _coarsen(sub, member, block[0])
+        times = filt.get_prefix_schedule_union_map().flat_range_product(sub)
+        thread_of = _thread_relation(filt.filter_get_filter())
         for t in maps_of(times):
             stmt = t.get_tuple_name(isl.dim_type.in_)
+            tx = thread_of.get(stmt)
+            if tx is None:
+                continue
             t = _drop_mapping_params(t)
-            pos = n_prefix.get(stmt, 0) + member
-            neighbours = t.apply_range(_shift(t, pos)).apply_range(t.reverse())
+            same_time = t.apply_range(t.reverse())
+            next_thread = tx.apply_range(_shift(tx, 0)).apply_range(tx.reverse())
+            same_time = same_time.align_params(next_thread.get_space())
+            neighbours = next_thread.align_params(same_time.get_space()).intersect(same_time)
+            if neighbours.is_empty():
+                continue
+            mapped = True
             dom = isl.UnionSet.from_set(scop.domains[stmt])
             for kind, umap in (("read", scop.all_reads), ("write", scop.writes)):
                 for acc in maps_of(umap.intersect_domain(dom)):
@@ -193,7 +200,7 @@ def _strides(state: Any, kernel_node: isl.ScheduleNode, block: tuple[int, int, i
                     nb = neighbours.align_params(acc.get_space())
                     pairs = nb.apply_domain(acc).apply_range(acc)
                     out.append(AccessStride(stmt, tensor, kind,
-                                            _linear_stride(pairs, fn.tensor(tensor), state)))
+                                            _linear_stride(pairs, fn.tensor(tensor), sizes)))
     return tuple(_dedupe(out)), mapped
 
 
@@ -206,6 +213,42 @@ def _thread_member(band: isl.ScheduleNode, extent: int) -> int | None:
     return None
 
 
+def _thread_relation(filt: isl.UnionSet) -> dict[str, isl.Map]:
+    """Per statement, instance -> [threadIdx.x] as the filter pins it (other mapping
+    parameters projected out)."""
+    out = {}
+    for s in sets_of(filt):
+        pos = s.find_dim_by_name(isl.dim_type.param, "_tx")
+        rel = isl.Map.from_domain(s).move_dims(isl.dim_type.out, 0, isl.dim_type.param, pos, 1)
+        out[s.get_tuple_name()] = _drop_mapping_params(rel)
+    return out
+
+
+def _coarsen(sub: isl.UnionMap, member: int, extent: int) -> isl.UnionMap:
+    out = None
+    for m in maps_of(sub):
+        n = m.dim(isl.dim_type.out)
+        if member >= n:
+            return sub
+        src = [f"t{i}" for i in range(n)]
+        dst = [f"floor(t{i} / {extent})" if i == member else f"t{i}" for i in range(n)]
+        c = _anonymous_map(m, src, dst)
+        part = isl.UnionMap.from_map(m.apply_range(c))
+        out = part if out is None else out.union(part)
+    return sub if out is None else out
+
+
+def _anonymous_map(like: isl.Map, src: list[str], dst: list[str]) -> isl.Map:
+    params = [like.get_dim_name(isl.dim_type.param, i) for i in range(like.dim(isl.dim_type.param))]
+    text = f"[{', '.join(params)}] -> {{ [{', '.join(src)}] -> [{', '.join(dst)}] }}"
+    out = isl.Map.read_from_str(like.get_ctx(), text)
+    space = like.get_space().range()
+    if space.has_tuple_id(isl.dim_type.set):
+        tid = space.get_tuple_id(isl.dim_type.set)
+        out = out.set_tuple_id(isl.dim_type.in_, tid).set_tuple_id(isl.dim_type.out, tid)
+    return out
+
+
 def _drop_mapping_params(m: isl.Map) -> isl.Map:
     for name in (*BLOCK_PARAMS, *THREAD_PARAMS):
         pos = m.find_dim_by_name(isl.dim_type.param, name)
@@ -215,23 +258,16 @@ def _drop_mapping_params(m: isl.Map) -> isl.Map:
 
 
 def _shift(t: isl.Map, pos: int) -> isl.Map:
+    """The range space of ``t`` to itself, dimension ``pos`` plus one."""
     n = t.dim(isl.dim_type.out)
     src = [f"t{i}" for i in range(n)]
-    dst = [f"t{i} + 1" if i == pos else f"t{i}" for i in range(n)]
-    params = [t.get_dim_name(isl.dim_type.param, i) for i in range(t.dim(isl.dim_type.param))]
-    text = f"[{', '.join(params)}] -> {{ [{', '.join(src)}] -> [{', '.join(dst)}] }}"
-    shift = isl.Map.read_from_str(t.get_ctx(), text)
-    space = t.get_space().range()
-    return (shift.set_tuple_id(isl.dim_type.in_, space.get_tuple_id(isl.dim_type.set))
-            .set_tuple_id(isl.dim_type.out, space.get_tuple_id(isl.dim_type.set))
-            if space.has_tuple_id(isl.dim_type.set) else shift)
+    return _anonymous_map(t, src, [f"t{i} + 1" if i == pos else f"t{i}" for i in range(n)])
 
 
-def _linear_stride(pairs: isl.Map, tensor: Any, state: Any) -> int | None:
+def _linear_stride(pairs: isl.Map, tensor: Any, sizes: dict[str, int]) -> int | None:
     if pairs.is_empty():
         return None
     deltas = pairs.deltas()
-    sizes = state.sizes or {}
     for i in range(deltas.dim(isl.dim_type.param)):
         name = deltas.get_dim_name(isl.dim_type.param, i)
         if name in sizes:
