@@ -10,9 +10,10 @@ rule's tag in brackets, so tools (and tests) can tell them apart:
 * ``[promotion]`` a tensor whose elements the kernel reads `REUSE_MIN` times or more each
   (reading instances / distinct elements, counted exactly) with no shared or register copy,
   where those re-reads would at least double the kernel's ideal traffic;
-* ``[reduction]`` a reduction that runs on at most 32 threads in all;
-* ``[fusion]`` a row program (every statement starts with the same row indices) split into
-  several kernels;
+* ``[reduction]`` a reduction that runs on at most 32 threads in all, each doing at least
+  `REDUCTION_UPDATES` of its updates one after the other;
+* ``[fusion]`` a bandwidth-bound row program (`gpu_defaults.is_bandwidth_bound_rows`: the
+  programs `map-rows` runs as one kernel) split into several kernels;
 * ``[occupancy]`` theoretical occupancy under `OCCUPANCY_MIN`, with the limit that binds;
 * ``[launch]`` a kernel (or a call) whose time is within `LAUNCH_FACTOR` of the launch cost;
 * ``[ceilings]`` a measured rate above the ceilings (they were measured low);
@@ -38,6 +39,7 @@ OCCUPANCY_MIN = 0.25
 LAUNCH_FACTOR = 2.0
 AUTOTUNE_BELOW = 0.5
 WARP = 32
+REDUCTION_UPDATES = 64  # sequential updates per busy thread before a reduction is worth advice
 
 
 def advise_kernel(fn: ir.Function, ks: KernelStructure, kp: KernelProfile, work: WorkCounts,
@@ -62,9 +64,9 @@ def advise(fn: ir.Function, structures: Sequence[KernelStructure],
     """The call's advice: every kernel's (also kept in ``kernel.advice``), then the call's."""
     out = [a for k in kernels for a in k.advice]
     if target == "cuda" and len(structures) > 1:
-        from ..passes.map_rows import row_program_problem
+        from ..gpu_defaults import is_bandwidth_bound_rows
 
-        if row_program_problem(fn) is None:
+        if is_bandwidth_bound_rows(fn):
             out.append(f"[fusion] this row program runs as {len(structures)} kernels, each "
                        "reading its operands from global memory again: run it as one kernel, "
                        "a block per row with the row on chip (MappingOptions.map_rows(threads="
@@ -148,7 +150,7 @@ def _reduction(fn: ir.Function, ks: KernelStructure, work: WorkCounts) -> list[s
             continue
         outputs = distinct_writes(fn, name, work.sizes)
         busy = min(threads, outputs * ks.reduction_threads)
-        if busy <= WARP and work.instances[name].value > busy:
+        if busy <= WARP and work.instances[name].value >= REDUCTION_UPDATES * busy:
             out.append(f"[reduction] {ks.name} runs the reduction of statement {name} "
                        f"({stmt.tensor}, {work.instances[name].value} updates) on {busy} "
                        "thread(s): spread it over the threads of a block and the blocks of the "

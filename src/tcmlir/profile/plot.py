@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 
 from ..errors import TCError
-from .report import Profile
+from .report import Profile, format_si
 
 __all__ = ["plot_roofline"]
 
@@ -36,7 +36,7 @@ def plot_roofline(profile: Profile, path: str | Path) -> Path:
     xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
     fig, ax = plt.subplots(figsize=(8, 5.5), dpi=120)
     ax.plot(xs, [min(ceil.flops, ceil.bandwidth * x) for x in xs], color="black", lw=2,
-            label=f"roof: {ceil.bandwidth / 1e9:.3g} GB/s, {ceil.flops / 1e9:.3g} GFLOP/s")
+            label=f"roof: {format_si(ceil.bandwidth, 'B/s')}, {format_si(ceil.flops, 'FLOP/s')}")
     ax.axvline(ceil.ridge, color="grey", ls=":", lw=1)
     ax.annotate(f"ridge {ceil.ridge:.3g} FLOP/B", (ceil.ridge, ceil.flops), fontsize=8,
                 xytext=(4, -14), textcoords="offset points", color="grey")

@@ -15,7 +15,7 @@ from typing import Any
 
 from .ceilings import Ceilings
 
-__all__ = ["KernelProfile", "Profile", "roofline"]
+__all__ = ["KernelProfile", "Profile", "format_si", "roofline"]
 
 
 def roofline(flops: int, nbytes: int, time_s: float, ceil: Ceilings) -> tuple[str, float, float]:
@@ -140,10 +140,10 @@ class Profile:
         sizes = ", ".join(f"{k}={v}" for k, v in self.sizes.items())
         head = [
             f"profile of {self.entry} ({self.target}; {sizes}; median of {self.runs} runs)",
-            f"ceilings: {_si(c.bandwidth, 'B/s')}, {_si(c.flops, 'FLOP/s')} fp32, launch "
+            f"ceilings: {format_si(c.bandwidth, 'B/s')}, {format_si(c.flops, 'FLOP/s')} fp32, launch "
             f"{_time(c.launch_s)} ({c.source}{', ' + c.device if c.device else ''})",
-            f"work: {_si(self.flops, 'FLOP')} ({_ops(self.ops)}), "
-            f"{_si(self.bytes, 'B')} minimal DRAM traffic"
+            f"work: {format_si(self.flops, 'FLOP')} ({_ops(self.ops)}), "
+            f"{format_si(self.bytes, 'B')} minimal DRAM traffic"
             f"{'' if self.exact else ' (upper bound: gathers)'}",
         ]
         if self.flops_formula:
@@ -160,11 +160,11 @@ class Profile:
                 if k.grid is not None and k.block is not None:
                     launch = f"{'x'.join(map(str, k.grid))}/{'x'.join(map(str, k.block))}"
                 regs = "" if k.registers is None else str(k.registers)
-                smem = "" if k.shared_bytes is None else _si(k.shared_bytes, "B")
+                smem = "" if k.shared_bytes is None else format_si(k.shared_bytes, "B")
                 occ = "" if k.occupancy is None else f"{100 * k.occupancy:.0f}%"
             rows.append((
-                "total" if is_total else k.name, _time(k.time_s), _si(k.flops, ""),
-                _si(k.bytes, "B"), _si(k.achieved_flops, ""), _si(k.achieved_bandwidth, "B/s"),
+                "total" if is_total else k.name, _time(k.time_s), format_si(k.flops, ""),
+                format_si(k.bytes, "B"), format_si(k.achieved_flops, ""), format_si(k.achieved_bandwidth, "B/s"),
                 "-" if k.intensity == float("inf") else f"{k.intensity:.2f}", k.bound,
                 f"{100 * k.roofline_fraction:.1f}%", launch, regs, smem, occ))
         widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
@@ -172,7 +172,7 @@ class Profile:
                  for r in rows]
         table.insert(1, "  ".join("-" * w for w in widths))
         if self.transfer_bytes:
-            table.append(f"transfers between GPUs: {_si(self.transfer_bytes, 'B')} in "
+            table.append(f"transfers between GPUs: {format_si(self.transfer_bytes, 'B')} in "
                          f"{_time(self.transfer_s)}")
         lines = [*head, "", *table]
         for k in self.kernels:
@@ -182,7 +182,7 @@ class Profile:
                 parts = []
                 if dram is not None:
                     ratio = f", {dram / k.bytes:.2f}x the minimal" if k.bytes else ""
-                    parts.append(f"DRAM {_si(dram, 'B')}{ratio}")
+                    parts.append(f"DRAM {format_si(dram, 'B')}{ratio}")
                 if occ is not None:
                     parts.append(f"achieved occupancy {100 * occ:.0f}%")
                 lines.append(f"ncu {k.name}: {', '.join(parts)}")
@@ -195,7 +195,8 @@ def _finite(x: float) -> float | None:
     return None if x == float("inf") else x
 
 
-def _si(x: float, unit: str) -> str:
+def format_si(x: float, unit: str) -> str:
+    """``x`` with an SI prefix: ``format_si(4.21e12, "B/s") == "4.21 TB/s"``."""
     for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(x) >= scale:
             return f"{x / scale:.3g} {prefix}{unit}".rstrip()
@@ -211,4 +212,4 @@ def _time(s: float) -> str:
 
 
 def _ops(ops: dict[str, int]) -> str:
-    return ", ".join(f"{k} {_si(v, '')}" for k, v in ops.items() if v) or "no arithmetic"
+    return ", ".join(f"{k} {format_si(v, '')}" for k, v in ops.items() if v) or "no arithmetic"
