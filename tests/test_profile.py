@@ -403,3 +403,38 @@ def test_gpu_cli_ncu(softmax_file, capsys, monkeypatch):
                "--runs", "3", "--ncu", "--json"])
     d = json.loads(capsys.readouterr().out)
     assert rc == 0 and d["kernels"][0]["ncu"]["dram_bytes"] > 0.5 * d["bytes"]
+
+
+# ---------------------------------------------------------------- the cuda clock over a fake driver
+
+
+def test_cuda_profile_over_the_fake_driver(monkeypatch):
+    """The cuda timing path (the whole sequence, then each kernel alone with the plan's packed
+    parameters) and the driver's resource attributes, on `fake_cuda` (events read 0.25 ms)."""
+    from fake_cuda import FakeFunction, install_fake, simulate_with_host
+
+    import tcmlir.cache.artifacts as artifacts
+    from tcmlir.runtime.cuda_launch import CudaRunner
+
+    driver, runtime = install_fake(monkeypatch)
+    monkeypatch.setattr(artifacts, "make_cuda_runner",
+                        lambda image, key, device=0: CudaRunner(image, device, runtime=runtime))
+    monkeypatch.setattr(FakeFunction, "num_registers", 40, raising=False)
+    monkeypatch.setattr(FakeFunction, "local_bytes", 0, raising=False)
+    X = f32(64, 40)
+    fn = tc.define(SOFTMAX, target="cuda")
+    kernel = fn.compile(X, options=tc.MappingOptions.naive())
+    simulate_with_host(driver, kernel.runner.image,
+                       tc.define(SOFTMAX, target="cpu").compile(X, options=tc.MappingOptions.naive()))
+    n = len(kernel.runner.image.kernels)
+    p = kernel.profile(X, runs=4, ceilings=H200)
+    assert p.time_s == pytest.approx(0.25e-3) and len(p.kernels) == n > 1
+    assert all(k.time_s == pytest.approx(0.25e-3) for k in p.kernels)
+    launches = [c for c in driver.calls if c[0] == "cuLaunchKernel"]
+    # the whole sequence: a warm-up and 4 runs; then a warm-up and 4 lone launches per kernel
+    assert len(launches) == 5 * n + n + 4 * n
+    lone = launches[-4 * n:]
+    assert [c[1] for c in lone] == [k.name for k in kernel.runner.image.kernels for _ in range(4)]
+    assert all(k.resources_from == "driver" and k.registers == 40 for k in p.kernels)
+    assert [k.grid for k in p.kernels] == [k.grid for k in kernel.runner.image.kernels]
+    assert p.flops == 5 * 64 * 40 and "[fusion]" in tags(p.advice)

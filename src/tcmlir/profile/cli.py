@@ -62,6 +62,9 @@ def parse_options(text: str | None) -> Any:
 def _cmd_profile(args: argparse.Namespace) -> int:
     from ..cli import DEFAULT_SIZE, load_definition, random_inputs
 
+    if args.ncu and args.options:
+        raise TCError("--ncu runs the call again through `tcmlir run`, which takes the default "
+                      "options: use --ncu without --options")
     fn, sizes = load_definition(args)
     for name in fn.ir.sizes:
         if name not in sizes:
