@@ -438,3 +438,33 @@ def test_cuda_profile_over_the_fake_driver(monkeypatch):
     assert all(k.resources_from == "driver" and k.registers == 40 for k in p.kernels)
     assert [k.grid for k in p.kernels] == [k.grid for k in kernel.runner.image.kernels]
     assert p.flops == 5 * 64 * 40 and "[fusion]" in tags(p.advice)
+
+
+@needs_ptxas
+def test_merge_ncu_with_a_stand_in_ncu(tmp_path, monkeypatch):
+    """merge_ncu runs `ncu --csv ... python -m tcmlir run ...` and merges per kernel name; a
+    stand-in ncu on the PATH checks the command line and prints Nsight Compute's CSV."""
+    import argparse
+    import os
+
+    from tcmlir.profile.ncu import merge_ncu
+
+    p = cuda_profile(MATMUL, (f32(64, 48), f32(48, 40)), tc.MappingOptions.naive())
+    script = tmp_path / "ncu"
+    script.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in *"-m tcmlir run"*"--target cuda"*"--sizes M=64"*) ;; *) exit 3;; esac\n'
+        "echo '==PROF== Disconnected'\n"
+        "echo '\"ID\",\"Kernel Name\",\"Metric Name\",\"Metric Unit\",\"Metric Value\"'\n"
+        "echo '\"0\",\"mm_k0\",\"dram__bytes_read.sum\",\"Kbyte\",\"20.5\"'\n"
+        "echo '\"0\",\"mm_k0\",\"dram__bytes_write.sum\",\"byte\",\"10240\"'\n"
+        "echo '\"0\",\"mm_k0\",\"sm__warps_active.avg.pct_of_peak_sustained_active\",\"%\",\"80\"'\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    args = argparse.Namespace(file="mm.tc", name=None, sizes="M=64,K=48,N=40", seed=0,
+                              options=None)
+    merge_ncu(p, args)
+    assert p.kernels[0].ncu == pytest.approx({"dram_bytes_read": 20500.0,
+                                              "dram_bytes_written": 10240.0,
+                                              "achieved_occupancy": 0.8, "dram_bytes": 30740.0})
+    assert "ncu mm_k0: DRAM 30.7 kB" in str(p) and "achieved occupancy 80%" in str(p)
