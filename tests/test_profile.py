@@ -428,13 +428,15 @@ def test_cuda_profile_over_the_fake_driver(monkeypatch):
                        tc.define(SOFTMAX, target="cpu").compile(X, options=tc.MappingOptions.naive()))
     n = len(kernel.runner.image.kernels)
     p = kernel.profile(X, runs=4, ceilings=H200)
-    assert p.time_s == pytest.approx(0.25e-3) and len(p.kernels) == n > 1
-    assert all(k.time_s == pytest.approx(0.25e-3) for k in p.kernels)
+    # an event pair reads 0.25 ms, so a sample queues 4 calls (1 ms / 0.25 ms): 62.5 us each
+    assert p.time_s == pytest.approx(0.25e-3 / 4) and len(p.kernels) == n > 1
+    assert all(k.time_s == pytest.approx(0.25e-3 / 4) for k in p.kernels)
     launches = [c for c in driver.calls if c[0] == "cuLaunchKernel"]
-    # the whole sequence: a warm-up and 4 runs; then a warm-up and 4 lone launches per kernel
-    assert len(launches) == 5 * n + n + 4 * n
-    lone = launches[-4 * n:]
-    assert [c[1] for c in lone] == [k.name for k in kernel.runner.image.kernels for _ in range(4)]
+    # the whole sequence: a warm-up, then 4 samples of 4 calls; one more call (its temporaries
+    # for the later kernels); then per kernel alone, a timed launch and 4 samples of 4 launches
+    assert len(launches) == 17 * n + n + 17 * n
+    lone = launches[-17 * n:]
+    assert [c[1] for c in lone] == [k.name for k in kernel.runner.image.kernels for _ in range(17)]
     assert all(k.resources_from == "driver" and k.registers == 40 for k in p.kernels)
     assert [k.grid for k in p.kernels] == [k.grid for k in kernel.runner.image.kernels]
     assert p.flops == 5 * 64 * 40 and "[fusion]" in tags(p.advice)
