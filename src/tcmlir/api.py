@@ -129,6 +129,13 @@ class Kernel:
         """Seconds per run for ``runs`` runs (CUDA events on the GPU, a wall clock on the host)."""
         return self.function._benchmark(self, inputs, runs)
 
+    def profile(self, *inputs: Any, runs: int = 20, ceilings: Any = None) -> Any:
+        """Time this kernel on ``inputs`` and put it against its exact work and the device's
+        ceilings: a `tcmlir.profile.Profile` (see `TCFunction.profile`)."""
+        from .profile import profile_kernel
+
+        return profile_kernel(self, inputs, runs=runs, ceilings=ceilings)
+
 
 class TCFunction:
     """One checked TC definition; call it like a function on arrays."""
@@ -359,6 +366,18 @@ class TCFunction:
                 kernel.runner.run(arrays, bound.sizes)
             times.append(time.perf_counter() - start)
         return times
+
+    def profile(self, *inputs: Any, options: MappingOptions | None = None, runs: int = 20,
+                ceilings: Any = None) -> Any:
+        """Profile a call on ``inputs``: a `tcmlir.profile.Profile` with the median time of
+        ``runs`` runs (CUDA events on the GPU, a wall clock on the host) of the call and of each
+        launched kernel, the exact flops and minimal DRAM bytes (counted with isl), achieved
+        FLOP/s and bytes/s, the binding ceiling and the roofline fraction, launch configuration,
+        registers and occupancy (cuda), and advice. ``ceilings``: a `tcmlir.profile.Ceilings`
+        or a dict of its fields, instead of the measured (cached) ones."""
+        from .profile import profile_function
+
+        return profile_function(self, inputs, options=options, runs=runs, ceilings=ceilings)
 
 
 def _host_ready(x: Any) -> bool:

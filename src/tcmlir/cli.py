@@ -4,8 +4,9 @@
     tcmlir run FILE [--name E] [--sizes M=512,N=512] [--target auto|cuda|cpu|numpy] [--check]
                [--options FILE_OR_JSON | --from-cache [DB]] [--repeat R] [--seed S]
     tcmlir tune FILE --name E --sizes ... [--generations G --population P]
-    tcmlir cache ls|show|export|import|clear
+    tcmlir cache ls|show KEY|stats|export FILE|import FILE|prune|clear
     tcmlir examples
+    tcmlir profile FILE --name E --sizes ... [--options ...] [--plot roofline.png] [--json]
 
 FILE may also name a shipped example (``tcmlir run matmul``; ``tcmlir examples`` lists them).
 User mistakes print a located message and exit with status 2, never a traceback; a file that
@@ -347,6 +348,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_commands(sub)
     examples = sub.add_parser("examples", help="list the example TC files shipped with tcmlir")
     examples.set_defaults(func=_cmd_examples)
+    from .profile.cli import add_profile_command
+
+    add_profile_command(sub)
     return parser
 
 

@@ -12,6 +12,7 @@
 | ``TCMLIR_REQUIRE_GPU`` | ``1``: the test suite fails (rather than skips) every GPU test when no GPU is usable (``tests/conftest.py``; ``pytest --require-gpu`` is the same) |
 | ``TCMLIR_GATHER_CHECK`` | when a CUDA call reads its gather bounds flag: ``auto`` (default: with the call for host arrays, asynchronously for device arrays), ``sync`` (always with the call) or ``async`` |
 | ``TCMLIR_LOG`` | ``debug``, ``info``, ``warning`` or ``error``: print the ``tcmlir`` logger's records from that level on to stderr (`tcmlir.log`; default: only warnings, through Python's last-resort handler) |
+| ``TCMLIR_CEILINGS`` | the profiler's ceilings instead of measuring them: ``bandwidth=BYTES_PER_S,flops=FLOP_PER_S[,launch=SECONDS]`` (`tcmlir.profile.ceilings`) |
 | ``TCMLIR_TUNE_FAULT`` | test hook: ``crash:FIELD=VALUE`` makes tuning workers die on such candidates (`tune.evaluate`) |
 | ``TCMLIR_TUNE_MISCOMPILE`` | test hook: ``FIELD=VALUE`` (VALUE as JSON) spoils one output element of every checked run of options with that field value, so the verification in `tune.verify` must reject them |
 
@@ -51,6 +52,7 @@ class Config:
     gather_check: str = "auto"
     cache_max_size: int = DEFAULT_CACHE_MAX_SIZE  # bytes of compiled artifacts; 0: no cap
     log: str | None = None  # a level name of `tcmlir.log.LOG_LEVELS`, or None (not set)
+    ceilings: dict[str, float] | None = None  # TCMLIR_CEILINGS, parsed
 
 
 _TRUE = ("1", "true", "yes", "on")
@@ -104,6 +106,26 @@ def log_level() -> str | None:
     if level is not None and level not in LOG_LEVELS:
         raise TCError(f"TCMLIR_LOG={level!r}: use {', '.join(LOG_LEVELS)}")
     return level
+def _ceilings(spec: str) -> dict[str, float] | None:
+    """``bandwidth=B,flops=F[,launch=S]`` -> {name: value}; empty -> None."""
+    if not spec:
+        return None
+    out: dict[str, float] = {}
+    for part in spec.split(","):
+        name, sep, value = part.partition("=")
+        name = name.strip()
+        try:
+            number = float(value)
+        except ValueError:
+            number = -1.0
+        if not sep or name not in ("bandwidth", "flops", "launch") or not number >= 0:
+            raise TCError(f"TCMLIR_CEILINGS={spec!r}: use bandwidth=BYTES_PER_S,flops=FLOP_PER_S"
+                          "[,launch=SECONDS] with non-negative numbers, e.g. "
+                          "bandwidth=4.2e12,flops=5.1e13,launch=4e-6")
+        out[name] = number
+    if not out.get("bandwidth") or not out.get("flops"):
+        raise TCError(f"TCMLIR_CEILINGS={spec!r}: bandwidth and flops are both needed (> 0)")
+    return out
 
 
 def get_config() -> Config:
@@ -133,6 +155,7 @@ def get_config() -> Config:
         log=log_level(),
         tune_miscompile=_miscompile_predicate(env.get("TCMLIR_TUNE_MISCOMPILE", "").strip()),
         gather_check=gather_check,
+        ceilings=_ceilings(env.get("TCMLIR_CEILINGS", "").strip()),
         cache_dir=env.get("TCMLIR_CACHE_DIR") or None,
         always_compile=_flag("TCMLIR_ALWAYS_COMPILE", env.get("TCMLIR_ALWAYS_COMPILE")),
         dump=dump,
