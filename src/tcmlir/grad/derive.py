@@ -38,7 +38,7 @@ from typing import Any
 
 from .. import ir
 from ..dtypes import DType
-from ..errors import PreconditionWarning, TCError, format_located
+from ..errors import PreconditionWarning, Source, TCError, format_located
 from ..lang.ast import BUILTINS
 from .emit import GradError, format_expr, format_size, format_statement, size_expr
 from .indexing import invert_read, substitute
@@ -67,14 +67,16 @@ class GradProgram:
     seeds: tuple[str, ...]
     outputs: tuple[str, ...]
 
-    def define(self, *, target: str = "auto", options_factory: Any = None) -> Any:
-        """``tcmlir.define`` of the derived source (a `TCFunction` with its own caches)."""
-        from ..api import define
+    checked: Any = field(default=None, compare=False, repr=False)  # (Source, ast, ir.Function)
 
-        with warnings.catch_warnings():  # the seeds' sizes equal the outputs': see _seed_dims
-            warnings.simplefilter("ignore", PreconditionWarning)
-            return define(self.source, self.entry, target=target, options_factory=options_factory,
-                          filename=f"<gradient of {self.forward.name}>")
+    def define(self, *, target: str = "auto", options_factory: Any = None) -> Any:
+        """The derived definition as a `TCFunction` (what ``tcmlir.define(self.source)`` gives,
+        without checking the text again): its own in-memory and on-disk cache entries."""
+        from ..api import TCFunction, _check_target
+
+        _check_target(target)
+        source, program, fn = self.checked
+        return TCFunction(source, program, fn, target, options_factory)
 
     def __str__(self) -> str:
         return self.source
@@ -401,6 +403,8 @@ def derive(fn: Any, wrt: Sequence[str] | None = None) -> GradProgram:
                                 "and float64 inputs have gradients (half types compute in "
                                 "float32 but store rounded, so no exact gradient exists)")
         wrt = tuple(t.name for t in fn.inputs if t.name in wrt)
+    if not wrt:
+        raise GradError(f"{fn.name}: nothing to differentiate (no float32/float64 input in wrt)")
     for t in fn.outputs + fn.temporaries:
         if t.dtype.is_float and t.dtype not in _DIFFERENTIABLE:
             raise GradError(f"{fn.name}: {t.name} is {t.dtype}: gradients need float32 or "
@@ -436,15 +440,14 @@ def derive(fn: Any, wrt: Sequence[str] | None = None) -> GradProgram:
               + "\n".join(body) + "\n}\n")
     program = GradProgram(fn, entry, source, wrt, tuple(seeds),
                           tuple(t.name for t in fn.outputs if t.dtype in _DIFFERENTIABLE))
-    _check(program)
-    return program
+    return dataclasses.replace(program, checked=_check(program))
 
 
 def _seed_dims(b: _Builder, t: ir.Tensor) -> list[str]:
     """Each output dimension as a TC input extent: a size name or constant as it is, any other
     extent (``H - KH + 1``) as a new size bound by the gradient's shape, which autograd makes
     equal to the output's; the bounds proofs then see it as a precondition (hence the
-    filtered PreconditionWarning in `GradProgram.define`)."""
+    filtered PreconditionWarning in `_check`)."""
     dims = []
     for d, extent in enumerate(t.shape):
         text = format_size(extent, f"dimension {d} of {t.name}")
@@ -469,13 +472,17 @@ def _live_forward(b: _Builder) -> list[ir.Statement]:
     return kept
 
 
-def _check(program: GradProgram) -> None:
+def _check(program: GradProgram) -> tuple[Source, Any, ir.Function]:
+    """Parse and check the derived text (as `tcmlir.define` does). The seeds' extra sizes
+    make preconditions that hold by construction (`_seed_dims`): their warnings are dropped."""
     from ..lang import check, parse
 
+    source = Source(program.source, f"<gradient of {program.forward.name}>")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PreconditionWarning)
-            check(parse(program.source, f"<gradient of {program.forward.name}>"), program.entry)
+            ast = parse(source.text, source.name)
+            return source, ast, check(ast, program.entry, source=source)
     except TCError as exc:  # a derivation tcmlir cannot state in checked TC: say so, with the text
         raise GradError(f"{program.forward.name}: the derived gradient does not check:\n{exc}\n"
                         f"derived source:\n{program.source}") from None
