@@ -83,14 +83,16 @@ class _Kernels:
                 for t in ir.outputs]
 
     def run(self, args: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        devices = {a.device for a in args}
+        # 0-d CPU tensors (scalars) go with tensors on any device, as in torch
+        devices = {a.device for a in args if a.dim() or a.device.type != "cpu"}
         if len(devices) > 1:
             raise CallError(f"{self.fn.entry}: inputs live on several devices "
                             f"({', '.join(sorted(map(str, devices)))}); move them to one")
         device = next(iter(devices)) if devices else torch.device("cpu")
         if device.type == "cuda":
             with torch.cuda.device(device):
-                outs = self.cuda(*[a.contiguous() for a in args])
+                outs = self.cuda(*[a.item() if a.dim() == 0 and a.device.type == "cpu"
+                                   else a.contiguous() for a in args])
             return outs if isinstance(outs, tuple) else (outs,)
         if device.type != "cpu":
             raise CallError(f"{self.fn.entry}: tensors on {device} are not supported "
@@ -116,7 +118,8 @@ def _register(kernels: _Kernels, name: str) -> Any:
         return outs[0] if single else outs
 
     def fake(*args: torch.Tensor) -> Any:
-        device = args[0].device if args else torch.device("cpu")
+        device = next((a.device for a in args if a.dim() or a.device.type != "cpu"),
+                      torch.device("cpu"))
         outs = tuple(torch.empty(shape, dtype=dt, device=device)
                      for shape, dt in kernels.output_meta(args))
         return outs[0] if single else outs
@@ -169,7 +172,7 @@ class TorchOp:
             raise CallError(f"{self.function.entry} takes {len(self._inputs)} input(s) "
                             f"({names}), got {len(inputs)}")
         args = [x if isinstance(x, torch.Tensor) else torch.tensor(x, dtype=torch_dtype(t.dtype))
-                for x, t in zip(inputs, self._inputs, strict=True)]
+                for x, t in zip(inputs, self._inputs, strict=True)]  # scalars: 0-d CPU tensors
         return self._custom(*args)
 
     def _backward_formula(self, ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
@@ -185,7 +188,11 @@ class TorchOp:
         result = self._backward(*inputs, *seeds)
         result = (result,) if isinstance(result, torch.Tensor) else tuple(result)
         by_name = dict(zip(self.grad.wrt, result, strict=True))
-        return tuple(by_name.get(t.name) for t in self._inputs)
+        grads_in = []
+        for t, x in zip(self._inputs, inputs, strict=True):
+            g = by_name.get(t.name)
+            grads_in.append(g if g is None or g.device == x.device else g.to(x.device))
+        return tuple(grads_in)
 
 
 def _save_inputs(ctx: Any, inputs: Sequence[torch.Tensor], output: Any) -> None:
