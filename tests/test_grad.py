@@ -46,9 +46,10 @@ def as_tuple(x):
 
 def check_vjp(fn: tc.TCFunction, args: list[np.ndarray], rng, eps: float = 1e-6,
               tol: float = 1e-6) -> None:
-    """<derived gradient, v> == d/dt <f(x + t v), seeds> (central differences), twice."""
+    """<derived gradient, v> == d/dt <f(x + t v), seeds> (central differences), twice; the
+    gradient runs on ``fn``'s target."""
     program = derive(fn)
-    grad_fn = program.define(target="numpy")
+    grad_fn = program.define(target=fn.target)
     outs = as_tuple(fn(*args))
     names = [t.name for t in fn.ir.outputs]
     seeds = [rng.standard_normal(outs[names.index(o)].shape) for o in program.outputs]
@@ -186,3 +187,58 @@ def test_dump_grad_prints_the_derived_source(tmp_path, capsys):
     bad.write_text(case_by_name("embedding_gather").source)
     assert dump_main([str(bad), "--grad"]) == 2
     assert "scatter-add" in capsys.readouterr().err
+
+
+def test_derived_program_is_tuned_and_cached_under_its_own_key(tmp_path, rng):
+    fn = tc.define("def mm(float(M, K) A, float(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }",
+                   target="cpu")
+    grad_fn = derive(fn).define(target="cpu")
+    a, b = rng.standard_normal((6, 5)).astype(np.float32), rng.standard_normal((5, 4)).astype(np.float32)
+    seed = rng.standard_normal((6, 4)).astype(np.float32)
+    db = str(tmp_path / "tune.db")
+    config = tc.TunerConfig(generations=1, population=2, runs=1, seed=3)
+    best = grad_fn.autotune(a, b, seed, config=config, cache=db, progress=False)
+    cache = tc.OptionsCache(db)
+    assert cache.lookup(grad_fn, a, b, seed) == best
+    assert cache.lookup(fn, a, b) is None
+    dA, dB = grad_fn(a, b, seed, options=best)
+    np.testing.assert_allclose(dA, seed @ b.T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dB, a.T @ seed, rtol=1e-5, atol=1e-5)
+
+
+BUILTINS = """
+def builtins(double(N) X, double(N) Y) -> (O1, O2, O3, O4, O5, O6, O7) {
+    O1(i) = exp2(X(i)) + exp10(X(i)) + expm1(X(i)) + log2(X(i)) + log10(X(i)) + log1p(X(i))
+    O2(i) = cbrt(X(i)) + rcbrt(X(i)) + sin(X(i)) * cos(Y(i)) + tan(X(i))
+    O3(i) = sinpi(X(i)) + cospi(Y(i)) + sinh(X(i)) + cosh(Y(i)) + asin(X(i)) + acos(Y(i)) + atan(X(i))
+    O4(i) = asinh(X(i)) + acosh(1 + Y(i)) + atanh(X(i)) + erfc(X(i)) + erfinv(X(i)) + erfcinv(Y(i)) + erfcx(X(i))
+    O5(i) = normcdf(X(i)) + normcdfinv(Y(i)) + j0(X(i)) + j1(Y(i)) + y0(X(i)) + y1(Y(i)) + cyl_bessel_i0(X(i)) + cyl_bessel_i1(Y(i))
+    O6(i) = pow(X(i), Y(i)) + hypot(X(i), Y(i)) + rhypot(X(i), Y(i)) + norm3d(X(i), Y(i), 2.0) + rnorm4d(X(i), Y(i), X(i), 1.0) + fma(X(i), Y(i), X(i)) + fdim(X(i), Y(i)) + fdivide(X(i), Y(i))
+    O7(i) = fmod(X(i), 0.3 * Y(i)) + remainder(X(i), 0.3 * Y(i)) + copysign(X(i), Y(i) - 0.5) + floor(3 * X(i)) + min(X(i), Y(i)) + fmin(X(i), Y(i)) + fabs(X(i) - 0.5)
+}
+"""
+
+
+def test_every_builtin_derivative(rng):
+    fn = tc.define(BUILTINS, target="cpu")  # the reference needs scipy for erfinv, j0, ...
+    check_vjp(fn, [rng.uniform(0.2, 0.8, 9), rng.uniform(0.2, 0.8, 9)], rng)
+
+
+def test_builtins_without_a_tc_derivative_are_refused():
+    fn = tc.define("def f(double(N) X) -> (O) { O(i) = lgamma(X(i)) }")
+    with pytest.raises(GradError, match="digamma"):
+        derive(fn)
+
+
+def test_inactive_gathers_and_conditions_carry_no_gradient(rng):
+    fn = tc.define("""
+def f(double(N) A, double(V) E, int32(N) idx) -> (O) {
+    O(i) = A(i) > 0.0 ? A(i) * E(idx(i)) : E(idx(i))
+}""", target="numpy")
+    with pytest.raises(GradError, match="input E"):
+        derive(fn)
+    program = derive(fn, wrt=("A",))
+    assert program.wrt == ("A",)
+    A, E, idx = rng.standard_normal(6), rng.standard_normal(4), rng.integers(0, 4, 6).astype(np.int32)
+    (dA,) = as_tuple(program.define(target="numpy")(A, E, idx, np.ones(6)))
+    np.testing.assert_allclose(dA, np.where(A > 0, E[idx], 0.0))
