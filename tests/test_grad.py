@@ -242,3 +242,20 @@ def f(double(N) A, double(V) E, int32(N) idx) -> (O) {
     A, E, idx = rng.standard_normal(6), rng.standard_normal(4), rng.integers(0, 4, 6).astype(np.int32)
     (dA,) = as_tuple(program.define(target="numpy")(A, E, idx, np.ones(6)))
     np.testing.assert_allclose(dA, np.where(A > 0, E[idx], 0.0))
+
+
+@pytest.mark.parametrize("name", ["matmul", "softmax_temporaries", "layernorm", "conv2d"])
+def test_derived_program_compiles_to_ptx(name, rng):
+    """The GPU path without a GPU: the gradient program's default cuda options lower to PTX
+    that ``ptxas -arch=sm_90`` accepts (float32, as a model would run it)."""
+    from tcmlir.codegen.ptx_tools import find_ptxas, ptxas_check
+
+    case = case_by_name(name)
+    program = derive(tc.define(case.source, case.entry))
+    sizes = case.sizes[1] if len(case.sizes) > 1 else case.sizes[0]
+    inputs = case.make_inputs(rng, **sizes)
+    outs = as_tuple(tc.define(case.source, case.entry, target="numpy")(*inputs))
+    kernel = program.define(target="cuda").compile(*inputs, *outs, arch="sm_90")
+    assert ".entry" in kernel.ptx
+    if find_ptxas() is not None:
+        ptxas_check(kernel.ptx, "sm_90")
