@@ -224,11 +224,15 @@ def test_gradcheck_float64_cuda(name, rng):
 def test_cuda_launch_on_the_current_stream(rng):
     op = corpus_op("matmul", target="cuda")
     a, b = (t.detach() for t in corpus_inputs("matmul", rng, device="cuda"))
-    big = torch.randn(2048, 2048, device="cuda", dtype=torch.float64)
+    op(a, b)  # compile and plan outside the timed region
+    big = torch.randn(4096, 4096, device="cuda", dtype=torch.float64)
+    torch.cuda.synchronize()
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
-        _ = big @ big  # keeps the side stream busy: a launch on another stream would race
-        out = op(a, b)
+        # x is ready only after a long matmul on the side stream: an op launched on any other
+        # stream would read it too early
+        x = (big @ big)[: a.shape[0], : a.shape[1]] * 0 + a
+        out = op(x, b)
     stream.synchronize()
     torch.testing.assert_close(out, a @ b)
     assert out.is_cuda

@@ -113,6 +113,12 @@ class _Builder:
     adjoint: list[ir.Statement] = field(default_factory=list)
     aliases: dict[str, ir.Expr] = field(default_factory=dict)      # size text -> seed size
 
+    def box(self, t: ir.Tensor) -> tuple[tuple[str, ...], tuple[ir.IndexRange, ...]]:
+        """Fresh indices over the whole of ``t``, with their ranges."""
+        idx = tuple(self.fresh(f"i{d}") for d in range(t.rank))
+        return idx, tuple(ir.IndexRange(n, ir.SizeExpr.constant(0), e)
+                          for n, e in zip(idx, t.shape, strict=True))
+
     def fresh(self, base: str) -> str:
         name, k = base, 1
         while name in self.used:
@@ -202,9 +208,7 @@ class _Builder:
             v = self.new_version(t, active)
             copy = None
             if keeps_prev:
-                idx = tuple(self.fresh(f"i{d}") for d in range(t.rank))
-                ranges = tuple(ir.IndexRange(n, ir.SizeExpr.constant(0), e)
-                               for n, e in zip(idx, t.shape, strict=True))
+                idx, ranges = self.box(t)
                 copy = ir.Statement(v.name, idx, None, False,
                                     ir.Read(prev.name, tuple(map(ir.Index, idx)), t.dtype.compute),
                                     ranges)
@@ -234,9 +238,7 @@ class _Builder:
         self.adjoint.append(ir.Statement(name, lhs, ir.Reduction.ADD, init, rhs, ranges))
 
     def zeros(self, name: str, t: ir.Tensor) -> ir.Statement:
-        idx = tuple(self.fresh(f"i{d}") for d in range(t.rank))
-        ranges = tuple(ir.IndexRange(n, ir.SizeExpr.constant(0), e)
-                       for n, e in zip(idx, t.shape, strict=True))
+        idx, ranges = self.box(t)
         zero = ir.Cast(ir.Const(0.0, t.dtype.compute), t.dtype.compute)
         return ir.Statement(name, idx, None, False, zero, ranges)
 
@@ -245,9 +247,7 @@ class _Builder:
         if v.contributions == 0:
             return v.seed
         if v.seed is not None:
-            idx = tuple(self.fresh(f"i{d}") for d in range(v.tensor.rank))
-            ranges = tuple(ir.IndexRange(n, ir.SizeExpr.constant(0), e)
-                           for n, e in zip(idx, v.tensor.shape, strict=True))
+            idx, ranges = self.box(v.tensor)
             self.contribute(v, idx, ranges, ir.Read(v.seed, tuple(map(ir.Index, idx)),
                                                     v.tensor.dtype.compute))
         return v.grad
@@ -318,9 +318,7 @@ class _Builder:
     def pass_through(self, step: _Step, gname: str) -> None:
         """The elements of ``prev`` that ``step`` keeps get the new version's gradient."""
         prev, t = step.prev, step.writes.tensor
-        idx = tuple(self.fresh(f"i{d}") for d in range(t.rank))
-        ranges = tuple(ir.IndexRange(n, ir.SizeExpr.constant(0), e)
-                       for n, e in zip(idx, t.shape, strict=True))
+        idx, ranges = self.box(t)
         ct = t.dtype.compute
         body: ir.Expr = ir.Read(gname, tuple(map(ir.Index, idx)), ct)
         if step.partial:  # only outside the rewritten box
