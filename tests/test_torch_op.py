@@ -200,6 +200,16 @@ def test_gather_input_is_refused_at_definition_and_guarded_at_backward(rng):
         out.sum().backward()
 
 
+def test_wrong_dtype_is_a_call_error_under_compile_too():
+    op = corpus_op("matmul")
+    a, b = torch.ones(2, 3), torch.ones(3, 4)  # float32 for a float64 definition
+    with pytest.raises(tc.CallError, match="input A must have dtype float64"):
+        op(a, b)
+    compiled = torch.compile(lambda a, b: op(a, b), fullgraph=True, backend="aot_eager")
+    with pytest.raises(Exception, match="input A must have dtype float64"):
+        compiled(a, b)
+
+
 def test_op_names_are_unique_and_reused():
     fn = tc.define("def twice(double(N) A) -> (O) { O(i) = 2 * A(i) }", target="cpu")
     assert tt.op(fn, "twice_test") is tt.op(fn, "twice_test")

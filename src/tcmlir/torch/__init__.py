@@ -78,6 +78,10 @@ class _Kernels:
 
     def output_meta(self, args: Sequence[torch.Tensor]) -> list[tuple[tuple[int, ...], torch.dtype]]:
         ir = self.fn.ir
+        for t, a in zip(ir.inputs, args, strict=True):
+            if a.dtype != torch_dtype(t.dtype):
+                raise CallError(f"{ir.name}: input {t.name} must have dtype {t.dtype}, got "
+                                f"{a.dtype} (convert it, e.g. x.to({torch_dtype(t.dtype)}))")
         sizes = bind_sizes(ir, [tuple(int(s) for s in a.shape) for a in args])
         return [(tuple(e.evaluate(sizes) for e in t.shape), torch_dtype(t.dtype))
                 for t in ir.outputs]
