@@ -148,23 +148,21 @@ class TorchOp:
         self._inputs = fn.ir.inputs
         self.grad: GradProgram | None = None
         self.backward_function: TCFunction | None = None
-        self._custom = _register(_Kernels(fn), name)
-        self._not_differentiable: dict[str, str] = {
-            t.name: f"it is {t.dtype}" for t in fn.ir.inputs}
-        if wrt is None or len(tuple(wrt)):
+        if wrt is None or tuple(wrt):  # derive first: a GradError registers nothing
             self.grad = derive(fn, wrt)
             self.backward_function = self.grad.define(target=fn.target,
                                                       options_factory=fn.options_factory)
+        self._custom = _register(_Kernels(fn), name)
+        if self.backward_function is not None:
             self._backward = _register(_Kernels(self.backward_function), f"{name}_grad")
-            for n in self.grad.wrt:
-                self._not_differentiable.pop(n, None)
-            chosen = tuple(wrt) if wrt is not None else None
-            for t in fn.ir.inputs:
-                if t.name in self._not_differentiable and chosen is not None and t.dtype.is_float:
-                    self._not_differentiable[t.name] = "it is not in wrt"
-        else:
-            for t in fn.ir.inputs:
-                self._not_differentiable[t.name] = "the op was made with wrt=()"
+        has = set(self.grad.wrt) if self.grad is not None else set()
+        self._not_differentiable: dict[str, str] = {}  # input -> why it has no gradient
+        for t in fn.ir.inputs:
+            if t.name in has:
+                continue
+            self._not_differentiable[t.name] = (
+                f"it is {t.dtype}" if t.dtype not in (DType.FLOAT32, DType.FLOAT64)
+                else "it is not in wrt" if has else "the op was made with wrt=()")
         self._custom.register_autograd(self._backward_formula, setup_context=_save_inputs)
 
     def __repr__(self) -> str:
