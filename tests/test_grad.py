@@ -156,6 +156,16 @@ def test_refusals_name_the_reason():
         derive(fn, wrt=())
 
 
+def test_scalar_output_and_broadcast_input(rng):
+    fn = tc.define("""
+def f(double(N, M) A, double(M) w) -> (double S, O) {
+    O(i, j) = A(i, j) * w(j)       # w is broadcast over i: its gradient reduces over i
+    S +=! O(i, j) * O(i, j)        # a scalar output read nowhere else
+}""", target="numpy")
+    check_vjp(fn, [rng.standard_normal((4, 3)), rng.standard_normal(3)], rng)
+    assert "double S_grad" in derive(fn).source.replace("float64", "double")
+
+
 def test_unreached_input_gets_zeros():
     fn = tc.define("def f(double(N) A, double(N) B) -> (O) { O(i) = A(i) * 2 }", target="numpy")
     dA, dB = derive(fn).define(target="numpy")(np.ones(3), np.ones(3), np.ones(3))
