@@ -57,6 +57,14 @@ def test_gradcheck_float64_cpu(name, rng):
     assert torch.autograd.gradcheck(op, tuple(args), fast_mode=True)
 
 
+def test_full_jacobian_gradcheck(rng):
+    """Every column of the Jacobian (the other checks use gradcheck's random projections)."""
+    case = case_by_name("layernorm")
+    args = [torch.tensor(np.asarray(x, np.float64), requires_grad=True)
+            for x in case.make_inputs(rng, T=3, D=5)]
+    assert torch.autograd.gradcheck(corpus_op("layernorm"), tuple(args))
+
+
 def test_forward_matches_torch_and_returns_tensors(rng):
     op = corpus_op("batch_matmul")
     x, y = corpus_inputs("batch_matmul", rng)
