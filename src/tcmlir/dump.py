@@ -185,6 +185,8 @@ def _arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-passes", action="store_true", help="time each pass (stderr)")
     p.add_argument("--devices", help="print how a call at --sizes splits across these GPUs, "
                                      "e.g. 0,1 (tcmlir.multi; no GPU needed)")
+    p.add_argument("--grad", action="store_true",
+                   help="dump the derived reverse-mode gradient definition instead (tcmlir.grad)")
     return p
 
 
@@ -210,6 +212,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         sizes = None if args.sizes is None else _parse_sizes(args.sizes)
+        if args.grad:  # the gradient program replaces the definition (tcmlir.grad)
+            from .grad.dump import gradient_text
+
+            text, filename, args.name = gradient_text(text, filename, args.name)
         result = dump(text, filename, args.name, args.stage, sizes, _pipeline_text(args),
                       args.print_after_all, args.time_passes, err=sys.stderr,
                       devices=_parse_devices(args.devices))
