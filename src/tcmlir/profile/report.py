@@ -51,10 +51,12 @@ class KernelProfile:
 
     @property
     def achieved_flops(self) -> float:
+        """FLOP/s reached: the exact flop count over the measured time (0 without a time)."""
         return self.flops / self.time_s if self.time_s > 0 else 0.0
 
     @property
     def achieved_bandwidth(self) -> float:
+        """Bytes/s reached: the minimal DRAM bytes over the measured time (0 without a time)."""
         return self.bytes / self.time_s if self.time_s > 0 else 0.0
 
     @property
@@ -64,9 +66,11 @@ class KernelProfile:
 
     @property
     def kernels(self) -> tuple[KernelProfile, ...]:
+        """A kernel has no sub-kernels (the same field as `Profile.kernels`)."""
         return ()
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as plain JSON-ready values (for tools and ``--json``)."""
         return {
             "name": self.name, "time_s": self.time_s, "flops": self.flops, "bytes": self.bytes,
             "ops": dict(self.ops), "statements": list(self.statements),
@@ -110,17 +114,21 @@ class Profile:
 
     @property
     def achieved_flops(self) -> float:
+        """FLOP/s reached: the exact flop count over the measured time (0 without a time)."""
         return self.flops / self.time_s if self.time_s > 0 else 0.0
 
     @property
     def achieved_bandwidth(self) -> float:
+        """Bytes/s reached: the minimal DRAM bytes over the measured time (0 without a time)."""
         return self.bytes / self.time_s if self.time_s > 0 else 0.0
 
     @property
     def intensity(self) -> float:
+        """FLOP per byte of minimal DRAM traffic (inf without traffic)."""
         return self.flops / self.bytes if self.bytes else float("inf")
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as plain JSON-ready values (for tools and ``--json``)."""
         return {
             "entry": self.entry, "target": self.target, "sizes": dict(self.sizes),
             "time_s": self.time_s, "flops": self.flops, "bytes": self.bytes,
