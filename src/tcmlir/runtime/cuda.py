@@ -421,7 +421,7 @@ class CudaRuntime:
             # where the driver lacks cuFuncGetParamCount), so typed arguments skip the query.
             untyped = any(isinstance(a, int | float) and not isinstance(a, bool) for a in args)
             sizes = function.param_sizes if untyped else None
-            if sizes is None and any(isinstance(a, float) for a in args):
+            if sizes is None and any(type(a) is float for a in args):  # not np.float64
                 # without the sizes a Python float is packed as a double, and a float
                 # parameter would read the low half of it (3.0 arrives as 0.0); a Python int
                 # packed as i64 reads right as any integer parameter (little-endian)
