@@ -95,7 +95,7 @@ def test_linear_analyses_agree_with_the_direct_ones_on_the_corpus():
                         (name, m)
                     checked += 1
         assert violations(schedule, validity).is_empty(), name
-    assert checked > 100
+    assert checked > 50
 
 
 def test_violations_reports_the_instance_pairs_a_schedule_breaks():
