@@ -49,11 +49,11 @@ def test_output_aliasing_an_input_is_a_call_error_naming_both(target, rng):
     with pytest.raises(CallError, match=r"output C \(given with outputs=\) shares memory with "
                                         r"input A"):
         mm(X, eye, outputs=(X,))
-    with pytest.raises(CallError, match="output C .* shares memory with input B"):
+    with pytest.raises(CallError, match=r"output C .* shares memory with input B"):
         mm(eye, X, outputs=X)
     base = rng.standard_normal(16).astype(np.float32)
     add = tc.define(ADD, target=target)
-    with pytest.raises(CallError, match="output z .* input x"):  # partial overlap of slices
+    with pytest.raises(CallError, match=r"output z .* input x"):  # partial overlap of slices
         add(base[0:8], np.ones(8, np.float32), outputs=base[4:12])
     out = base[8:16]  # adjacent, not overlapping: fine
     expected = base[0:8] + 1
@@ -65,7 +65,7 @@ def test_output_aliasing_an_input_is_a_call_error_naming_both(target, rng):
 def test_two_outputs_sharing_memory_are_refused(target):
     fn = tc.define(TWO, target=target)
     buf = np.zeros(5, np.float32)
-    with pytest.raises(CallError, match="output b .* shares memory with output a"):
+    with pytest.raises(CallError, match=r"output b .* shares memory with output a"):
         fn(np.ones(5, np.float32), outputs=(buf, buf))
     a, b = np.zeros(5, np.float32), np.zeros(5, np.float32)
     fn(np.ones(5, np.float32), outputs=(a, b))
@@ -84,9 +84,9 @@ def test_cuda_outputs_aliasing_device_or_host_inputs_are_refused(monkeypatch, rn
     x = rng.standard_normal(8).astype(np.float32)
     y = rng.standard_normal(8).astype(np.float32)
     dx, dy = device_array(x), device_array(y)
-    with pytest.raises(CallError, match="output z .* shares memory with input x"):
+    with pytest.raises(CallError, match=r"output z .* shares memory with input x"):
         fn(dx, dy, outputs=device_array(x))  # the same device memory as x
-    with pytest.raises(CallError, match="output z .* shares memory with input y"):
+    with pytest.raises(CallError, match=r"output z .* shares memory with input y"):
         fn(x, y, outputs=y)  # numpy arrays
     assert not [c for c in driver.calls if c[0] == "cuLaunchKernel"], "refused before launching"
     out = np.zeros(8, np.float32)
@@ -104,7 +104,7 @@ def test_torch_cuda_outputs_aliasing_inputs_are_refused():
         pytest.skip("no CUDA device for torch")
     fn = tc.define(ADD, target="cuda")
     base = torch.randn(16, device="cuda")
-    with pytest.raises(CallError, match="output z .* input x"):
+    with pytest.raises(CallError, match=r"output z .* input x"):
         fn(base[0:8], base[8:16], outputs=base[4:12])
     out = torch.empty(8, device="cuda")
     fn(base[0:8], base[8:16], outputs=out)
@@ -136,8 +136,10 @@ def test_byte_swapped_arrays_are_refused_by_the_cuda_binder(monkeypatch):
         faked(x, x, outputs=np.zeros(4, ">f4"))
 
     class BigEndianDevice:  # a __cuda_array_interface__ producer with '>f4' elements
-        __cuda_array_interface__ = {"shape": (4,), "typestr": ">f4", "data": (x.ctypes.data, False),
-                                    "version": 3, "strides": None}
+        @property
+        def __cuda_array_interface__(self):
+            return {"shape": (4,), "typestr": ">f4", "data": (x.ctypes.data, False),
+                    "version": 3, "strides": None}
 
     with pytest.raises(CallError, match="big-endian"):
         bind_device_inputs(fn.ir, [BigEndianDevice(), x])
@@ -204,7 +206,7 @@ def test_random_inputs_are_made_in_their_dtype_without_a_float64_copy():
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    A, h, c, b = arrays
+    A, h, c, _ = arrays
     assert [a.dtype for a in arrays] == [np.float32, np.float16, np.int8, np.bool_]
     assert A.min() >= -1 and A.max() < 1 and abs(float(A.mean())) < 0.01
     assert h.min() >= -1 and h.max() <= 1 and c.min() >= 0 and c.max() < 8
