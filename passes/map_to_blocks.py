@@ -14,6 +14,7 @@ from ..poly.gpu_mapping import (
     KernelMark,
     first_band_below,
     kernel_groups,
+    member_extent,
     member_filter,
     parallel_members,
     pin_unused,
@@ -32,7 +33,8 @@ class MapToBlocks(Pass):
     """Wrap each top-level group of statements in a ``kernel grid=... block=1,1,1`` mark and map
     the leading dependence-free members of its first band (the tile band after `tile`) to
     ``blockIdx``: member value ``mod grid`` equals the block index, the innermost mapped member
-    on ``.x``. Groups without such a member become one-block kernels. Requires a schedule; must
+    on ``.x``. The grid option is an upper bound: a member of a specialised kernel with fewer values
+gets that many blocks. Groups without such a member become one-block kernels. Requires a schedule; must
     run before `map-to-threads` and only once.
     """
 
@@ -63,8 +65,12 @@ class MapToBlocks(Pass):
                 members = parallel_members(band, state.deps.validity, len(self.grid))
                 # innermost mapped member -> x: member members[-1] gets grid[0] on _bx, ...
                 for hw, member in enumerate(reversed(members)):
-                    grid[hw] = self.grid[hw]
-                    filt = member_filter(band, member, 1, self.grid[hw], BLOCK_PARAMS[hw])
+                    # A specialised member with fewer values than the grid option launches only
+                    # the blocks that have work (a grid of 1024 x 1024 for 16 tiles spent most of
+                    # a small matmul's time launching empty blocks).
+                    span = member_extent(band, member)
+                    grid[hw] = self.grid[hw] if span is None else min(self.grid[hw], span)
+                    filt = member_filter(band, member, 1, grid[hw], BLOCK_PARAMS[hw])
                     band = band.insert_filter(filt).child(0)
                 node = node_at(band.get_schedule(), path)
             node = pin_unused(node, BLOCK_PARAMS, grid)

@@ -322,6 +322,9 @@ class FakeTensor:
     def data_ptr(self) -> int:
         return self.array.ctypes.data
 
+    def get_device(self) -> int:
+        return self.device.index
+
 
 FakeTensor.__module__ = "torch"  # what tcmlir recognises torch tensors by
 

@@ -175,3 +175,21 @@ def test_unroll_factors_agree_with_the_oracle(factor, rng):
     assert_case_matches(_define(case.source, case.entry, "cpu"), inputs, case.expected(*inputs),
                         full_write=case.full_write, rtol=case.rtol,
                         options=_BASE.tile(3, 3).unroll(factor), context=f"unroll {factor}")
+
+
+def test_small_calls_run_on_the_calling_thread():
+    """Below SERIAL_INSTANCES a cached host call runs as one chunk (no thread-pool hand-off);
+    above it the parallel loop is cut into one chunk per thread."""
+    import numpy as np
+
+    from tcmlir.runtime.host_plan import SERIAL_INSTANCES, host_plan
+
+    fn = tc.define("def add(float(N) x, float(N) y) -> (z) { z(i) = x(i) + y(i) }", target="cpu")
+    small, big = 1024, 4 * SERIAL_INSTANCES
+    for n, serial in ((small, True), (big, False)):
+        x = np.arange(n, dtype=np.float32)
+        np.testing.assert_array_equal(fn(x, x), 2 * x)
+        kernel = fn.compile(x, x, options=tc.MappingOptions.naive().with_threads(2))
+        plan = host_plan(kernel.runner, fn.ir, {"N": n})
+        chunks = [len(c) for _, c in plan._groups]
+        assert (chunks == [1]) if serial else max(chunks) == 2, (n, chunks)

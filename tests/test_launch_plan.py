@@ -274,9 +274,11 @@ def test_softmax_temporaries_come_from_the_pool(monkeypatch, rng):
 def test_benchmark_times_the_launch_sequence_with_events(monkeypatch, rng):
     x = rng.standard_normal((4, 9)).astype(np.float32)
     _, kernel, driver = _faked(monkeypatch, SOFTMAX, x)
-    assert kernel.benchmark(x, runs=3) == [0.25e-3] * 3
+    # the fake events always measure 0.25 ms: the warm-up says 0.25 ms per call, so each
+    # sample queues 4 calls back to back (a millisecond) and reports a quarter of its time
+    assert kernel.benchmark(x, runs=3) == [0.25e-3 / 4] * 3
     launches = [c for c in driver.calls if c[0] == "cuLaunchKernel"]
-    assert len(launches) == 4 * len(kernel.runner.image.kernels)  # warm-up + 3 runs
+    assert len(launches) == (1 + 3 * 4) * len(kernel.runner.image.kernels)  # warm-up + 3 x 4
     assert len({c[5][0] for c in launches}) == 1  # one staged copy of the input, reused
 
 
@@ -479,6 +481,7 @@ def test_torch_kind_plan_over_fakes(monkeypatch, rng):
     np.testing.assert_array_equal(z.array, x.array + y.array)
     (plan,) = kernel.runner.plans
     assert plan.last_stream == 0x51  # torch's current stream
+    assert plan._torch_call is not None  # torch tensors only: the short warm path
     driver.calls.clear()
     torch.allocations.clear()
     with torch.cuda.stream(FakeStream(0x77)):
@@ -532,3 +535,33 @@ def test_first_call_inside_a_capture_is_refused_with_advice(torch_cuda):
     with pytest.raises(CallError, match="once before capturing"), torch.cuda.graph(graph):
         fn(x, y)
     torch.testing.assert_close(fn(x, y), x + y)  # outside the capture it runs
+
+
+def test_direct_driver_calls_only_for_the_real_driver():
+    """The ctypes launch path is taken only with cuda-python's real driver module (never with
+    the fake one, whose handles are not the driver's), and only where libcuda loads."""
+    import types
+
+    from tcmlir.runtime import fast_driver
+
+    fake = types.ModuleType("fake_driver")
+    assert fast_driver.direct_calls(fake) is None
+    real_name = types.ModuleType("cuda.bindings.driver")
+    calls = fast_driver.direct_calls(real_name)
+    assert (calls is None) == (fast_driver._libcuda() is None)
+    if calls is not None:  # a machine with the driver: the entry points answer
+        err, _ = calls.current_context()
+        assert isinstance(err, int)
+
+
+@pytest.mark.gpu
+def test_direct_launch_path_is_used_on_the_gpu():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    fn = tc.define("def add(float(N) x, float(N) y) -> (z) { z(i) = x(i) + y(i) }", target="cuda")
+    x = torch.arange(1000, device="cuda", dtype=torch.float32)
+    torch.testing.assert_close(fn(x, x), 2 * x)
+    plan = fn._plans[next(iter(fn._plans))][1].__self__
+    assert plan._direct is not None
+    torch.testing.assert_close(fn(x, x + 1), 2 * x + 1)

@@ -170,3 +170,17 @@ def test_bad_arch():
     with pytest.raises(CodegenError, match="sm_90"):
         _compile(case_by_name("transpose")).function.compile(
             *_inputs(case_by_name("transpose")), target="cuda", arch="compute_90")
+
+
+def test_grid_launches_only_blocks_with_work():
+    """The grid option is an upper bound: 16 tiles of a specialised kernel launch 16 blocks,
+    not a 1024 x 1024 grid of which all but 16 exit at once; a parametric kernel keeps it."""
+    fn = tc.define("def tmm(float(M,K) A, float(N,K) B) -> (C) { C(m,n) +=! A(m,k) * B(n,k) }")
+    a, b = np.ones((128, 64), np.float32), np.ones((1024, 64), np.float32)
+    opts = tc.MappingOptions.cuda_contraction()  # tiles 128 x 64, grid (1024, 1024)
+    kernel = fn.compile(a, b, target="cuda", arch="sm_90", options=opts)
+    assert [k.grid for k in _image(kernel).kernels] == [(16, 1, 1)]
+    naive = fn.compile(a, b, target="cuda", arch="sm_90", options=tc.MappingOptions.naive())
+    assert all(g <= 1024 for k in _image(naive).kernels for g in k.grid)
+    param = fn.compile(a, b, target="cuda", arch="sm_90", options=opts.with_parametric())
+    assert [k.grid for k in _image(param).kernels] == [(1024, 1024, 1)]

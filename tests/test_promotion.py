@@ -95,6 +95,29 @@ def test_contraction_promotes_both_operands_and_the_accumulator():
     assert bufs["C_reg0"].fill == 0  # S0_init runs on the registers before the loop
 
 
+TRANSPOSE = "def tr(float(N, M) A) -> (B) { B(m, n) = A(n, m) }"
+
+
+def test_transpose_goes_through_a_padded_shared_tile():
+    """Threads along x read A(n, m) down a column: A's 64 x 64 tile is copied by rows
+    (coalesced) into a buffer padded by one element, so the column reads hit 32 banks."""
+    opts = MO.default_for(tc.define(TRANSPOSE), "cuda")
+    assert opts.use_shared_memory
+    (buf,) = _buffers(TRANSPOSE, {"N": 256, "M": 128}, opts)
+    assert buf.tensor == "A" and buf.order == (0, 1) and buf.storage == (64, 65)
+    # an elementwise read along rows stays unpromoted
+    assert _buffers("def f(float(N, M) A) -> (B) { B(n, m) = A(n, m) * 2 }", {"N": 64, "M": 64},
+                    opts) == []
+
+
+@pytest.mark.parametrize("shape", [(37, 70), (1, 5), (33, 1), (64, 32)])
+def test_transpose_default_is_simulated_correct(shape, rng):
+    fn = tc.define(TRANSPOSE)
+    a = rng.standard_normal(shape).astype(np.float32)
+    (b,) = simulate_call(fn.ir, [a], MO.default_for(fn, "cuda"))
+    np.testing.assert_array_equal(b, a.T)
+
+
 def test_planted_copy_schedule_bug_is_caught(monkeypatch, rng):
     """Scheduling the copies by their element coordinates under the modulo thread filter makes
     isl drop copy instances (seen on the H200 as wrong results): the simulator must see it."""
@@ -200,7 +223,7 @@ def test_default_matmul_kernel_resources(tmp_path):
     fn = tc.define(MM)
     a = np.zeros((4096, 4096), np.float32)
     kernel = fn.compile(a, a, target="cuda", arch="sm_90")
-    assert kernel.options == MO.cuda_contraction()
+    assert kernel.options == MO.cuda_contraction((128, 128, 16), (8, 8))  # 1024 tiles of 128 x 128
     ptx = kernel.ptx
     assert "ld.shared.v4" in ptx and "fma.rn.f32" in ptx and "cp.async.ca.shared.global" in ptx
     assert ".local" not in ptx
@@ -210,6 +233,37 @@ def test_default_matmul_kernel_resources(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "0 bytes spill stores" in r.stderr and "0 bytes spill loads" in r.stderr
+
+
+@pytest.mark.parametrize("shape, tile", [
+    ((4096, 4096), (128, 128, 16)),   # 1024 blocks
+    ((1536, 2048), (128, 64, 16)),    # 128 x 128 tiles: 192 blocks, too few for two per SM
+    ((1024, 1024), (64, 32, 16)),     # fc 1024 x 2048 -> 1024: 512 blocks
+    ((128, 1024), (32, 32, 16)),      # TMM: the smallest tiles still give only 128 blocks
+    ((1, 1), (32, 32, 16)),
+])
+def test_contraction_default_tiles_by_size(shape, tile):
+    """default_for picks the largest contraction tiles that give every SM two blocks."""
+    from tcmlir.options import CONTRACTION_TILES
+
+    fn = tc.define("def tmm(float(M,K) A, float(N,K) B) -> (C) { C(m,n) +=! A(m,k) * B(n,k) }")
+    opts = MO.default_for(fn, "cuda", {"M": shape[0], "N": shape[1], "K": 64})
+    reg = dict(CONTRACTION_TILES)[tile]
+    assert opts == MO.cuda_contraction(tile, reg) and opts.thread_block() == (16, 16)
+    assert MO.default_for(fn, "cuda") == MO.cuda_contraction()  # sizes unknown: 128 x 64
+
+
+def test_batched_contraction_default_is_simulated_correct():
+    tbmm = "def tbmm(float(B,N,K) X, float(B,M,K) Y) -> (Z) { Z(b,n,m) +=! X(b,n,k) * Y(b,m,k) }"
+    fn = tc.define(tbmm)
+    opts = MO.default_for(fn, "cuda", {"B": 3, "N": 5, "M": 7, "K": 11})
+    assert opts == MO.cuda_batched_contraction()
+    rng = np.random.default_rng(1)
+    x, y = rng.standard_normal((3, 33, 11)), rng.standard_normal((3, 7, 11))
+    x, y = x.astype(np.float32), y.astype(np.float32)
+    out = simulate_call(fn.ir, [x, y], opts)
+    out = out[0] if isinstance(out, (tuple, list)) else out
+    np.testing.assert_allclose(out, np.einsum("bnk,bmk->bnm", x, y), rtol=1e-5, atol=1e-5)
 
 
 def test_register_tile_options_round_trip_and_pipeline():

@@ -19,6 +19,7 @@ import islpy as isl
 import numpy as np
 
 from . import ir
+from .array_kinds import array_library, convert_hint, torch_numpy
 from .dtypes import DType
 from .errors import CallError
 from .lang.ranges import SIZE_LIMIT
@@ -46,8 +47,10 @@ def _size_name(fn: ir.Function, extent: ir.SizeExpr) -> str | None:
     return text if text in fn.sizes else None
 
 
-def bind_sizes(fn: ir.Function, shapes: Sequence[tuple[int, ...]]) -> dict[str, int]:
-    """Size values from input shapes; CallError on rank or size conflicts or a violated context."""
+def bind_sizes(fn: ir.Function, shapes: Sequence[tuple[int, ...]], *,
+               allow_empty: bool = False) -> dict[str, int]:
+    """Size values from input shapes; CallError on rank or size conflicts or a violated context
+    (``allow_empty``: sizes with a 0 skip the context, for `empty_call`)."""
     sizes: dict[str, int] = {}
     bound_by: dict[str, tuple[str, int]] = {}
     for tensor, shape in zip(fn.inputs, shapes, strict=True):
@@ -75,6 +78,8 @@ def bind_sizes(fn: ir.Function, shapes: Sequence[tuple[int, ...]]) -> dict[str, 
     missing = [s for s in fn.sizes if s not in sizes]
     if missing:  # sizes only used by outputs cannot be bound from inputs
         raise CallError(f"{fn.name}: size(s) {', '.join(missing)} are not determined by any input")
+    if allow_empty and 0 in sizes.values():
+        return sizes
     _check_context(fn, sizes)
     return sizes
 
@@ -163,9 +168,13 @@ def _as_host_array(fn: ir.Function, tensor: ir.Tensor, value: Any) -> np.ndarray
     if hasattr(value, "__cuda_array_interface__") or _is_cuda_dlpack(value):
         raise CallError(
             f"{fn.name}: input {tensor.name} lives on a GPU; this target runs on the host "
-            "(use target='cuda', or copy the input to the host)")
+            "(use target='cuda', or copy the input to the host"
+            + (f": {tensor.name}.cpu())" if array_library(value) == "torch" else ")"))
     if isinstance(value, np.ndarray):
         arr = value
+    elif array_library(value) == "torch" and getattr(value, "device", None) is not None \
+            and value.device.type == "cpu":
+        arr = torch_numpy(value)
     elif hasattr(value, "__array__") or hasattr(value, "__dlpack__"):
         try:
             arr = np.asarray(value)
@@ -178,7 +187,7 @@ def _as_host_array(fn: ir.Function, tensor: ir.Tensor, value: Any) -> np.ndarray
     if got is not tensor.dtype:
         raise CallError(
             f"{fn.name}: input {tensor.name} must have dtype {tensor.dtype}, got {arr.dtype} "
-            f"(convert it, e.g. x.astype(np.{tensor.dtype.numpy.name}))")
+            f"(convert it, e.g. {convert_hint(value, tensor.dtype, tensor.name)})")
     check_byte_order(f"{fn.name}: input {tensor.name}", arr)
     return arr
 
@@ -273,9 +282,11 @@ def _is_cuda_dlpack(value: Any) -> bool:
     return int(kind) in (2, 3, 13)  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
 
 
-def bind_host_inputs(fn: ir.Function, inputs: Sequence[Any]) -> BoundCall:
-    """Validate host inputs against ``fn`` and bind its sizes (shapes are checked before
-    any non-contiguous input is copied, and the copies and outputs must fit in memory)."""
+def bind_host_inputs(fn: ir.Function, inputs: Sequence[Any], *,
+                     allow_empty: bool = False) -> BoundCall:
+    """Validate host inputs against ``fn`` and bind its sizes (``allow_empty``: see
+    `bind_sizes`); shapes are checked before any non-contiguous input is copied, and the
+    copies, outputs and temporaries must fit in the host memory available."""
     if len(inputs) != len(fn.inputs):
         names = ", ".join(t.name for t in fn.inputs)
         raise CallError(f"{fn.name} takes {len(fn.inputs)} input(s) ({names}), got {len(inputs)}")
@@ -285,7 +296,7 @@ def bind_host_inputs(fn: ir.Function, inputs: Sequence[Any]) -> BoundCall:
             raise CallError(f"{fn.name}: input {tensor.name} must be an array of rank "
                             f"{tensor.rank}, got a Python scalar")
         arrays[tensor.name] = _as_host_array(fn, tensor, value)
-    sizes = bind_sizes(fn, [arrays[t.name].shape for t in fn.inputs])
+    sizes = bind_sizes(fn, [arrays[t.name].shape for t in fn.inputs], allow_empty=allow_empty)
     check_host_memory(fn, sizes, [(f"copy of input {name}", a.size * a.itemsize)
                                   for name, a in arrays.items() if not a.flags.c_contiguous])
     arrays = {name: contiguous_copy(f"{fn.name}: input {name}", a) for name, a in arrays.items()}
@@ -374,12 +385,8 @@ def _host_memory_of(x: Any) -> np.ndarray | None:
     or None for anything else (scalars, device arrays)."""
     if isinstance(x, np.ndarray):
         return x
-    if type(x).__module__.split(".")[0] == "torch" and getattr(getattr(x, "device", None),
-                                                                "type", None) == "cpu":
-        try:
-            return x.detach().numpy()
-        except Exception:  # noqa: BLE001 - e.g. bfloat16, which numpy cannot view
-            return None
+    if array_library(x) == "torch" and getattr(getattr(x, "device", None), "type", None) == "cpu":
+        return torch_numpy(x)
     return None
 
 

@@ -4,6 +4,7 @@
         [--stage ast|ir|scop|deps|schedule|loops|all]
         [--pipeline 'schedule{fusion=max},tile{sizes=32,32}' | --options JSON]
         [--print-after-all] [--time-passes]
+    python -m tcmlir.dump FILE --sizes M=8192,K=8192,N=8192 --devices 0,1   # the split plan
 
 Stages: ``ast`` the parsed definition in canonical TC, ``ir`` the checked IR, ``scop`` the
 polyhedral model (parameters, context, per statement domain and accesses), ``deps`` the
@@ -67,8 +68,10 @@ def _pipeline_text(args: argparse.Namespace) -> str | None:
 
 def dump(text: str, filename: str, entry: str | None, stage: str = "all",
          sizes: dict[str, int] | None = None, pipeline: str | None = DEFAULT_PIPELINE,
-         print_after_all: bool = False, time_passes: bool = False, err=None) -> str:
-    """The text of ``stage`` (or of every stage) for definition ``entry`` of ``text``."""
+         print_after_all: bool = False, time_passes: bool = False, err=None,
+         devices: tuple[int, ...] | None = None) -> str:
+    """The text of ``stage`` (or of every stage) for definition ``entry`` of ``text``; with
+    ``devices``, the multi-GPU split plan of a call at ``sizes`` instead."""
     from .lang.parser import parse_program
     from .lang.sema import check_program
 
@@ -87,6 +90,17 @@ def dump(text: str, filename: str, entry: str | None, stage: str = "all",
             check_program(program, entry, source=source)  # raises the located "no definition"
         out["ast"] = format_program(chosen).rstrip()
     fn = check_program(program, entry, source=source)
+    if devices is not None:  # --devices: the split plan (tcmlir.multi.plan), not the stages
+        from .multi.plan import make_plan
+
+        missing = [s for s in fn.sizes if s not in (sizes or {})]
+        unknown = sorted(set(sizes or {}) - set(fn.sizes))
+        if unknown:
+            raise OptionsError(f"--sizes: {', '.join(unknown)} is not a size of {fn.name}")
+        if missing:
+            raise OptionsError(f"--devices needs every size: give {', '.join(missing)} with "
+                               "--sizes")
+        return str(make_plan(fn, sizes or {}, devices)) + "\n"
     if "ir" in stages:
         out["ir"] = str(fn).rstrip()
     if not set(stages) & {"scop", "deps", "schedule", "buffers", "loops"}:
@@ -105,7 +119,7 @@ def dump(text: str, filename: str, entry: str | None, stage: str = "all",
     if pipeline is None:  # a cuda call's default options
         from .options import MappingOptions
 
-        pipeline = MappingOptions.default_for(fn, "cuda").to_pipeline("cuda")
+        pipeline = MappingOptions.default_for(fn, "cuda", sizes).to_pipeline("cuda")
     passes = parse_pipeline(pipeline)
     state = CompileState.initial(fn, sizes)
     if "scop" in stages:
@@ -169,7 +183,20 @@ def _arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--print-after-all", action="store_true",
                    help="print the schedule tree after each pass (stderr)")
     p.add_argument("--time-passes", action="store_true", help="time each pass (stderr)")
+    p.add_argument("--devices", help="print how a call at --sizes splits across these GPUs, "
+                                     "e.g. 0,1 (tcmlir.multi; no GPU needed)")
+    p.add_argument("--grad", action="store_true",
+                   help="dump the derived reverse-mode gradient definition instead (tcmlir.grad)")
     return p
+
+
+def _parse_devices(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        return tuple(int(d) for d in text.split(","))
+    except ValueError:
+        raise OptionsError(f"--devices takes device ordinals like 0,1, got '{text}'") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -185,8 +212,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         sizes = None if args.sizes is None else _parse_sizes(args.sizes)
+        if args.grad:  # the gradient program replaces the definition (tcmlir.grad)
+            from .grad.dump import gradient_text
+
+            text, filename, args.name = gradient_text(text, filename, args.name)
         result = dump(text, filename, args.name, args.stage, sizes, _pipeline_text(args),
-                      args.print_after_all, args.time_passes, err=sys.stderr)
+                      args.print_after_all, args.time_passes, err=sys.stderr,
+                      devices=_parse_devices(args.devices))
     except TCError as exc:
         print(str(exc), file=sys.stderr)
         return 2

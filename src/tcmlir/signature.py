@@ -51,7 +51,8 @@ def _numpy_key(x: np.ndarray) -> tuple:
 
 
 def _torch_key(x: Any) -> tuple:
-    return (x.__class__, x.shape, x.dtype, x.stride(), x.device)
+    # get_device(): the CUDA ordinal, -1 on the CPU (cheaper than building x.device)
+    return (x.__class__, x.shape, x.dtype, x.stride(), x.get_device())
 
 
 def _cupy_key(x: Any) -> tuple:

@@ -124,6 +124,27 @@ def with_params(schedule: isl.Schedule, names: tuple[str, ...]) -> isl.Schedule:
     return schedule.align_params(space)
 
 
+def member_extent(band: isl.ScheduleNode, member: int, divisor: int = 1) -> int | None:
+    """``max + 1`` of ``floor(v / divisor)`` for ``band``'s member ``v`` over the band's domain,
+    when that maximum is a known constant and the minimum is at least 0, else None.
+
+    A specialised kernel whose member takes only 16 values needs only 16 blocks (or threads)
+    along it: the rest would be launched only to exit.
+    """
+    ctx = band.get_ctx()
+    upa = band.band_get_partial_schedule().get_at(member)
+    if divisor > 1:
+        upa = upa.scale_down_val(isl.Val.int_from_si(ctx, divisor)).floor()
+    rng = isl.UnionMap.from_union_pw_aff(upa).intersect_domain(band.get_domain()).range()
+    if rng.is_empty():
+        return None
+    values = isl.Set.from_union_set(rng)
+    lo, hi = values.dim_min_val(0), values.dim_max_val(0)
+    if not (lo.is_int() and hi.is_int()) or lo.to_python() < 0:
+        return None
+    return int(hi.to_python()) + 1
+
+
 def member_filter(band: isl.ScheduleNode, member: int, divisor: int, extent: int,
                   param: str) -> isl.UnionSet:
     """Instances of ``band``'s domain with ``floor(v / divisor) mod extent == param``."""

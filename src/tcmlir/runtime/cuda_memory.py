@@ -112,11 +112,19 @@ class PrimaryContext:
                             f"cuDevicePrimaryCtxRetain(device {ordinal})")
         self._lock = threading.Lock()
         self._released = False
+        from .fast_driver import direct_calls
+
+        self._direct = direct_calls(driver)
+        self._address = int(self.handle) if self._direct is not None else None
 
     def activate(self) -> None:
         """Make this context current on the calling thread (cheap when it already is)."""
         if self._released:
             raise CudaError(f"the CUDA context of device {self.ordinal} was already released")
+        if self._direct is not None:  # the warm-call check, straight into libcuda
+            err, address = self._direct.current_context()
+            if err == 0 and address == self._address:
+                return
         current = check(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
         if current is None or int(current) != int(self.handle):
             check(driver.cuCtxSetCurrent(self.handle), f"cuCtxSetCurrent(device {self.ordinal})")

@@ -3,7 +3,7 @@
 Place: `tcmlir.api.TCFunction.__call__` → `HostPlan.call` → the JIT entry points of a
 `HostKernel`. Everything `HostKernel.run` works out on every call depends only on the
 signature — each tensor's shape, the size array, the chunks each group's parallel loop is cut
-into, which fresh buffers must start at zero — so a plan computes it once. A call then only
+into (one, on the calling thread, below `SERIAL_INSTANCES` statement instances), which fresh buffers must start at zero — so a plan computes it once. A call then only
 takes the inputs' addresses, allocates outputs and temporaries (``np.empty`` where the first
 statement sets every element, else ``np.zeros``), rewrites the pointer array and calls the
 groups. The caller guarantees the inputs match the plan's signature (`signature.call_key`
@@ -21,9 +21,25 @@ import numpy as np
 
 from .. import ir as tc
 from ..binding import needs_zero_fill
-from .host import HostKernel
+from .host import _HI, _LO, HostKernel
 
-__all__ = ["HostPlan", "host_plan"]
+# Below this many statement instances a call runs on the calling thread: handing chunks to the
+# pool costs tens of microseconds, more than the whole kernel (z = x + y on 1024 floats ran in
+# 78 us on two threads).
+SERIAL_INSTANCES = 1 << 16
+
+
+def instances(fn: tc.Function, sizes: Mapping[str, int]) -> int:
+    """Statement instances of ``fn`` at ``sizes``, counting each statement's whole box."""
+    total = 0
+    for st in fn.statements:
+        n = 1
+        for r in st.ranges:
+            n *= max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes))
+        total += n
+    return total
+
+__all__ = ["SERIAL_INSTANCES", "HostPlan", "host_plan", "instances"]
 
 
 _char_at = ctypes.c_char.from_buffer
@@ -56,7 +72,8 @@ class HostPlan:
         self._n_outputs = len(fn.outputs)
         self._n_tensors = len(tensors)
         self._size_array = (ctypes.c_int64 * max(1, len(fn.sizes)))(*(sizes[s] for s in fn.sizes))
-        self._groups = tuple((entry, tuple(kernel._chunks(entry, self._size_array)))
+        serial = instances(fn, sizes) < SERIAL_INSTANCES
+        self._groups = tuple((entry, ((_LO, _HI),) if serial else tuple(kernel._chunks(entry, self._size_array)))
                              for entry in kernel.entries)
         self._pointers = (ctypes.c_void_p * max(1, self._n_tensors))()
         self._errors = [[ctypes.c_int32(0) for _ in chunks] for _, chunks in self._groups]

@@ -196,7 +196,7 @@ def compute_reference(fn: Any, inputs: Sequence[Any], target: str, *,
     else:
         from .evaluate import compile_candidate
 
-        kernel = compile_candidate(fn, host, MappingOptions.default_for(fn.ir, target), target)
+        kernel = compile_candidate(fn, host, MappingOptions.default_for(fn.ir, target, sizes), target)
         outs = _as_tuple(kernel.launch(*host, outputs=outs))
         source = "default kernel"
     return Reference(names, dtypes, tuple(_expected_form(o) for o in outs), tols, poison, source)

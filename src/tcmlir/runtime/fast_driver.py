@@ -1,0 +1,74 @@
+"""The driver calls of a cached launch, made through ctypes straight into ``libcuda``.
+
+Place: `launch_plan.CudaPlan` takes `direct_calls(driver)` once per plan. A warm call makes two
+driver calls per kernel: ``cuCtxGetCurrent`` (is the plan's context current on this thread?)
+and ``cuLaunchKernel``. Through cuda-python each costs microseconds of argument conversion
+(handles wrapped in Python objects, result tuples); the issue's budget for a whole cached call
+is 10 µs. The same driver functions called through ctypes with fixed argument types cost a
+fraction of that. Everything else (module loading, memory, events, graphs) stays with
+cuda-python.
+
+`direct_calls` returns None — and the plan keeps cuda-python's functions — when ``driver`` is not
+the real ``cuda.bindings.driver`` (the tests' fake driver) or ``libcuda`` cannot be opened
+through ctypes; results are then the same, only slower. Errors come back as ``CUresult`` codes,
+turned into messages by the caller with cuda-python's ``error_text``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["DirectCalls", "direct_calls"]
+
+_u32 = ctypes.c_uint
+_ptr = ctypes.c_void_p
+
+
+@dataclass(frozen=True)
+class DirectCalls:
+    """``launch(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)`` returns the
+    ``CUresult`` code (0 on success); `current_context` the code and the current context."""
+
+    launch: Any
+    get_current: Any
+
+    def current_context(self) -> tuple[int, int]:
+        """(CUresult, the current context's handle or 0)."""
+        out = _ptr()
+        err = self.get_current(ctypes.byref(out))
+        return err, out.value or 0
+
+
+@functools.cache
+def _libcuda() -> Any:
+    for name in ("libcuda.so.1", ctypes.util.find_library("cuda")):
+        if not name:
+            continue
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    return None
+
+
+def direct_calls(driver: Any) -> DirectCalls | None:
+    """The ctypes entry points, when ``driver`` is the real cuda-python driver module."""
+    if getattr(driver, "__name__", "") != "cuda.bindings.driver":
+        return None
+    lib = _libcuda()
+    if lib is None:
+        return None
+    try:
+        launch = lib.cuLaunchKernel
+        get_current = lib.cuCtxGetCurrent
+    except AttributeError:
+        return None
+    launch.argtypes = [_ptr, _u32, _u32, _u32, _u32, _u32, _u32, _u32, _ptr, _ptr, _ptr]
+    launch.restype = ctypes.c_int
+    get_current.argtypes = [ctypes.POINTER(_ptr)]
+    get_current.restype = ctypes.c_int
+    return DirectCalls(launch, get_current)
