@@ -167,3 +167,18 @@ def test_parallel_mark_skips_members_with_a_single_value(rng):
     kernel = fn.compile(X, Y, options=tc.MappingOptions.naive())
     assert _first_loop_after_parallel(kernel.loops).startswith("for (int c1 = 0; c1 <= 2;")
     np.testing.assert_allclose(kernel.launch(X, Y), X @ Y, rtol=1e-4, atol=1e-4)
+
+
+# ---------------------------------------------------------------- on the GPU
+
+
+@pytest.mark.gpu
+def test_empty_domain_and_widest_parameter_list_run_on_the_gpu():
+    """What the driver does with them: the no-op call zero-fills, and a kernel whose
+    parameters fill the 4352 bytes ptxas accepts also loads and launches."""
+    x = np.full(1, 7.0, np.float32)
+    np.testing.assert_array_equal(tc.define(EMPTY, target="cuda")(x), [0.0])
+    most = (PARAM_SPACE_BYTES - 16) // 8 - 1
+    inputs = [np.full(3, k, np.float32) for k in range(most)]
+    out = tc.define(_many_inputs(most), target="cuda")(*inputs)
+    np.testing.assert_array_equal(out, np.full(3, sum(range(most)), np.float32))
