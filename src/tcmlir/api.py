@@ -325,7 +325,7 @@ class TCFunction:
             if remember and all(_host_ready(x) for x in inputs):
                 self._remember(inputs, _host_call(plan))
             return in_input_kind(self.ir, inputs, plan.call(list(bound.arrays.values())))
-        outs = check_outputs(self.ir, bound.sizes, outputs)
+        outs = check_outputs(self.ir, bound.sizes, outputs, inputs)
         if outs is None:
             outs = allocate_outputs(self.ir, bound.sizes)
         if kernel.target == "numpy":

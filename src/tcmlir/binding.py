@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,7 +161,8 @@ def scalar_array(fn_name: str, tensor: ir.Tensor, value: bool | int | float | np
     return arr
 
 
-def _to_host_array(fn: ir.Function, tensor: ir.Tensor, value: Any) -> np.ndarray:
+def _as_host_array(fn: ir.Function, tensor: ir.Tensor, value: Any) -> np.ndarray:
+    """``value`` as a numpy array of ``tensor``'s dtype, checked, not copied yet."""
     if tensor.rank == 0 and isinstance(value, bool | int | float | np.generic):
         return scalar_array(fn.name, tensor, value)
     if hasattr(value, "__cuda_array_interface__") or _is_cuda_dlpack(value):
@@ -186,8 +188,87 @@ def _to_host_array(fn: ir.Function, tensor: ir.Tensor, value: Any) -> np.ndarray
         raise CallError(
             f"{fn.name}: input {tensor.name} must have dtype {tensor.dtype}, got {arr.dtype} "
             f"(convert it, e.g. {convert_hint(value, tensor.dtype, tensor.name)})")
+    check_byte_order(f"{fn.name}: input {tensor.name}", arr)
+    return arr
+
+
+def check_byte_order(what: str, arr: np.ndarray) -> None:
+    """Byte-swapped arrays (``>f4`` on a little-endian host) are refused by every target: the
+    kernels read memory in the machine's order, and a silent conversion would be a copy the
+    user did not ask for (and, for ``outputs=``, writes the user would not see)."""
+    if not arr.dtype.isnative:
+        raise CallError(f"{what} has byte-swapped elements (dtype {arr.dtype.str}); tcmlir reads "
+                        f"arrays in the machine's byte order: pass "
+                        f"x.astype(x.dtype.newbyteorder('='))")
+
+
+def contiguous_copy(what: str, arr: np.ndarray) -> np.ndarray:
+    """``arr`` itself when C-contiguous, else a C-contiguous copy; a `CallError` before
+    allocating when the copy would not fit in the host memory available (a broadcast view
+    of a few bytes can stand for terabytes)."""
+    if arr.flags.c_contiguous:
+        return arr
+    check_copy_fits(what, arr)
     # np.ascontiguousarray would turn a 0-d array into shape (1,)
-    return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr).reshape(arr.shape)
+    return np.ascontiguousarray(arr).reshape(arr.shape)
+
+
+def check_copy_fits(what: str, arr: np.ndarray) -> None:
+    """A `CallError` saying how large the copy would be when a contiguous copy of the
+    non-contiguous ``arr`` needs more host memory than is available."""
+    if arr.flags.c_contiguous:
+        return
+    nbytes = arr.size * arr.itemsize
+    available = host_memory_available()
+    if available is not None and nbytes > available:
+        kind = ("a broadcast (zero-stride) view" if any(s == 0 and n > 1 for s, n in
+                                                          zip(arr.strides, arr.shape, strict=True))
+                else "a non-contiguous view")
+        raise CallError(
+            f"{what} is {kind} (shape {arr.shape}, byte strides {arr.strides}); tcmlir copies "
+            f"such inputs into contiguous memory, which would take {format_bytes(nbytes)}, more "
+            f"than the {format_bytes(available)} of memory available: pass a smaller or a "
+            "contiguous array (kernels do not take strides)")
+
+
+def host_memory_available() -> int | None:
+    """Bytes of host memory available now (Linux: MemAvailable + SwapFree), None if unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            fields = {k: v for k, _, v in (line.partition(":") for line in f)}
+        return sum(int(fields[k].split()[0]) * 1024 for k in ("MemAvailable", "SwapFree")
+                   if k in fields) or None
+    except (OSError, ValueError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def format_bytes(n: int) -> str:
+    for unit, scale in (("EiB", 2**60), ("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30),
+                        ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def check_host_memory(fn: ir.Function, sizes: Mapping[str, int],
+                      extra: Sequence[tuple[str, int]] = ()) -> None:
+    """A `CallError` when the outputs and temporaries of ``fn`` at ``sizes``, plus the
+    ``extra`` (name, bytes) allocations, need more host memory than is available (checked
+    before anything is allocated)."""
+    parts = [*extra, *((f"{t.role.value} {t.name}",
+                        math.prod(e.evaluate(sizes) for e in t.shape) * t.dtype.itemsize)
+                       for t in (*fn.outputs, *fn.temporaries))]
+    need = sum(n for _, n in parts)
+    available = host_memory_available()
+    if available is not None and need > available:
+        listed = ", ".join(f"{name} {format_bytes(n)}" for name, n in parts if n)
+        raise CallError(f"{fn.name}: at sizes {', '.join(f'{k}={v}' for k, v in sizes.items())} "
+                        f"the arrays need {format_bytes(need)} of host memory ({listed}), more "
+                        f"than the {format_bytes(available)} available")
 
 
 def _is_cuda_dlpack(value: Any) -> bool:
@@ -204,7 +285,8 @@ def _is_cuda_dlpack(value: Any) -> bool:
 def bind_host_inputs(fn: ir.Function, inputs: Sequence[Any], *,
                      allow_empty: bool = False) -> BoundCall:
     """Validate host inputs against ``fn`` and bind its sizes (``allow_empty``: see
-    `bind_sizes`)."""
+    `bind_sizes`); shapes are checked before any non-contiguous input is copied, and the
+    copies, outputs and temporaries must fit in the host memory available."""
     if len(inputs) != len(fn.inputs):
         names = ", ".join(t.name for t in fn.inputs)
         raise CallError(f"{fn.name} takes {len(fn.inputs)} input(s) ({names}), got {len(inputs)}")
@@ -213,8 +295,11 @@ def bind_host_inputs(fn: ir.Function, inputs: Sequence[Any], *,
         if tensor.rank > 0 and isinstance(value, bool | int | float):
             raise CallError(f"{fn.name}: input {tensor.name} must be an array of rank "
                             f"{tensor.rank}, got a Python scalar")
-        arrays[tensor.name] = _to_host_array(fn, tensor, value)
+        arrays[tensor.name] = _as_host_array(fn, tensor, value)
     sizes = bind_sizes(fn, [arrays[t.name].shape for t in fn.inputs], allow_empty=allow_empty)
+    check_host_memory(fn, sizes, [(f"copy of input {name}", a.size * a.itemsize)
+                                  for name, a in arrays.items() if not a.flags.c_contiguous])
+    arrays = {name: contiguous_copy(f"{fn.name}: input {name}", a) for name, a in arrays.items()}
     signature = Signature(tuple(
         ArgSpec(tuple(a.shape), str(fn.tensor(name).dtype),
                 tuple(s // max(1, a.itemsize) for s in a.strides))
@@ -226,9 +311,10 @@ def output_shapes(fn: ir.Function, sizes: Mapping[str, int]) -> dict[str, tuple[
     return {t.name: tuple(e.evaluate(sizes) for e in t.shape) for t in fn.outputs}
 
 
-def check_outputs(fn: ir.Function, sizes: Mapping[str, int], outputs: Sequence[Any] | None
-                  ) -> dict[str, np.ndarray] | None:
-    """Validate user-given output arrays (shape, dtype, contiguity, writability)."""
+def check_outputs(fn: ir.Function, sizes: Mapping[str, int], outputs: Sequence[Any] | None,
+                  inputs: Sequence[Any] = ()) -> dict[str, np.ndarray] | None:
+    """Validate user-given output arrays (shape, dtype, byte order, contiguity, writability,
+    no memory shared with an input or another output)."""
     if outputs is None:
         return None
     if not isinstance(outputs, list | tuple):
@@ -247,10 +333,61 @@ def check_outputs(fn: ir.Function, sizes: Mapping[str, int], outputs: Sequence[A
         if DType.from_numpy(arr.dtype) is not tensor.dtype:
             raise CallError(f"{fn.name}: output {tensor.name} must have dtype {tensor.dtype}, "
                             f"got {arr.dtype}")
+        check_byte_order(f"{fn.name}: output {tensor.name}", arr)
         if not arr.flags.c_contiguous or not arr.flags.writeable:
             raise CallError(f"{fn.name}: output {tensor.name} must be a writable C-contiguous array")
         result[tensor.name] = arr
+    named_inputs = [(f"input {t.name}", a) for t, x in zip(fn.inputs, inputs, strict=False)
+                    if (a := _host_memory_of(x)) is not None]
+    check_no_overlap(fn.name, [(f"output {n}", a) for n, a in result.items()], named_inputs)
     return result
+
+
+def check_no_overlap(fn_name: str, outputs: Sequence[tuple[str, Any]],
+                     inputs: Sequence[tuple[str, Any]],
+                     overlap: Callable[[Any, Any], bool] | None = None) -> None:
+    """A `CallError` naming both when an output array shares memory with an input or with
+    another output (``overlap``: `arrays_overlap` for numpy arrays; the CUDA binder passes one
+    for device views). Kernels read inputs while they write outputs, in an order no target
+    promises, so an overlap would give results that differ between targets; tcmlir refuses
+    it rather than copy (a copy would hide the cost, and for outputs lose the writes)."""
+    overlap = overlap or arrays_overlap
+    for i, (out_name, out) in enumerate(outputs):
+        for other_name, other in (*outputs[:i], *inputs):
+            if overlap(out, other):
+                raise CallError(
+                    f"{fn_name}: {out_name} (given with outputs=) shares memory with "
+                    f"{other_name}; kernels read inputs while writing outputs, so the result "
+                    f"would depend on the order of the writes: pass separate arrays (e.g. a "
+                    f"copy of the {other_name.split()[0]})")
+
+
+#: Work limit of the exact overlap test (``np.shares_memory``); past it, overlapping byte
+#: bounds count as sharing (refused: when in doubt, do not race).
+_OVERLAP_WORK = 100_000
+
+
+_TOO_HARD = getattr(np, "exceptions", np).TooHardError
+
+
+def arrays_overlap(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two host arrays share an element's bytes (exactly, within a work limit)."""
+    if a.size == 0 or b.size == 0 or not np.may_share_memory(a, b):
+        return False
+    try:
+        return bool(np.shares_memory(a, b, max_work=_OVERLAP_WORK))
+    except _TOO_HARD:
+        return True
+
+
+def _host_memory_of(x: Any) -> np.ndarray | None:
+    """The numpy view of a user's host array (numpy, torch CPU tensor) without copying it,
+    or None for anything else (scalars, device arrays)."""
+    if isinstance(x, np.ndarray):
+        return x
+    if array_library(x) == "torch" and getattr(getattr(x, "device", None), "type", None) == "cpu":
+        return torch_numpy(x)
+    return None
 
 
 def allocate_outputs(fn: ir.Function, sizes: Mapping[str, int]) -> dict[str, np.ndarray]:

@@ -16,6 +16,7 @@ cannot be read is reported the same way by every command (`file_error`); Ctrl-C 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -87,20 +88,40 @@ def gather_index_bounds(fn_ir: ir.Function, sizes: dict[str, int]) -> dict[str, 
 
 
 def random_inputs(fn_ir: ir.Function, sizes: dict[str, int], seed: int = 0) -> list[np.ndarray]:
-    """Random inputs for a checked function at the given sizes (ints small, floats in [-1, 1))."""
+    """Random inputs for a checked function at the given sizes (ints small, gather indices in
+    range, floats in [-1, 1)), made directly in each input's dtype. A `CallError` before anything is allocated when the
+    inputs, outputs and temporaries would not fit in the host memory available."""
+    from .binding import check_host_memory
+
+    shapes = [tuple(e.evaluate(sizes) for e in t.shape) for t in fn_ir.inputs]
+    check_host_memory(fn_ir, sizes, [(f"input {t.name}", math.prod(s) * t.dtype.itemsize)
+                                     for s, t in zip(shapes, fn_ir.inputs, strict=True)])
     rng = np.random.default_rng(seed)
     index_bounds = gather_index_bounds(fn_ir, sizes)
-    arrays = []
-    for t in fn_ir.inputs:
-        shape = tuple(e.evaluate(sizes) for e in t.shape)
-        if t.dtype.is_float:
-            arrays.append(rng.uniform(-1, 1, size=shape).astype(t.dtype.numpy))
-        elif t.dtype.value == "bool":
-            arrays.append(rng.integers(0, 2, size=shape).astype(bool))
-        else:
-            high = index_bounds.get(t.name, 8)  # gather indices in range, other ints small
-            arrays.append(rng.integers(0, high, size=shape).astype(t.dtype.numpy))
-    return arrays
+    return [_random_array(rng, t.dtype, shape, index_bounds.get(t.name, 8))
+            for t, shape in zip(fn_ir.inputs, shapes, strict=True)]
+
+
+def _random_array(rng: np.random.Generator, dtype, shape: tuple[int, ...], high: int
+                  ) -> np.ndarray:
+    """Floats in [-1, 1), bools, integers in [0, high) (gather indices in range)."""
+    if dtype.value == "bool":
+        return rng.integers(0, 2, size=shape, dtype=np.bool_)
+    if not dtype.is_float:
+        return rng.integers(0, high, size=shape, dtype=dtype.numpy)
+    if dtype.numpy in (np.float32, np.float64):
+        out = rng.random(size=shape, dtype=dtype.numpy)
+        out *= 2
+        out -= 1
+        return out
+    # float16/bfloat16: numpy draws only float32/64; convert a chunk at a time
+    out = np.empty(shape, dtype=dtype.numpy)
+    flat = out.reshape(-1)
+    step = 1 << 20
+    for lo in range(0, flat.size, step):
+        chunk = rng.random(size=min(step, flat.size - lo), dtype=np.float32)
+        flat[lo:lo + chunk.size] = chunk * 2 - 1
+    return out
 
 
 def file_error(path: str | Path, exc: OSError | UnicodeDecodeError) -> TCError:

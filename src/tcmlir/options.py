@@ -131,7 +131,8 @@ class MappingOptions:
         ``sizes``: the call's size values, when known).
 
         On the CPU, nests of three or more loops (matmul, convolutions) get the naive 32³
-        tiling, which keeps their operands in cache; shallower programs (elementwise chains,
+        tiling, which keeps their operands in cache (a batched contraction with its batch
+        dimensions untiled, so they are the parallel loop); shallower programs (elementwise chains,
         row reductions, softmax) are fused instead of tiled (measured: softmax 4096×1024
         15.5 ms fused and untiled, 42.6 ms naive). On the GPU, row programs (softmax,
         layernorm, row, column and full reductions: bandwidth-bound) get
@@ -148,6 +149,10 @@ class MappingOptions:
         statements = ir_fn.statements
         if target == "cpu" and max((len(s.ranges) for s in statements), default=0) < 3:
             return cls(fusion="max")
+        if target == "cpu" and (batch := _batch_dims(statements)):
+            # batched contraction: batch dimensions untiled (the parallel loop), the 32^3 tiles
+            # on (m, n, k) (16x256^3 batched matmul: 231 -> 67 ms on 2 cores)
+            return cls.naive().tile(*(0,) * batch, 32, 32, 32)
         if target == "cuda":
             from .gpu_defaults import elementwise_defaults, reduction_defaults
 
@@ -429,6 +434,18 @@ def _is_convolution(statements: Any) -> Any:
         return None
     st = statements[0]
     return st if len(st.lhs) >= 4 and len(st.index_names) - len(st.lhs) >= 2 else None
+
+
+def _batch_dims(statements: Any) -> int:
+    """The number of leading batch dimensions of a batched contraction (one reduction
+    statement with lhs rank r >= 3 and one reduction index: r - 2), else 0."""
+    reductions = [s for s in statements if s.reduction is not None]
+    if len(reductions) != 1:
+        return 0
+    st = reductions[0]
+    if len(st.lhs) < 3 or len(st.index_names) != len(st.lhs) + 1:
+        return 0
+    return len(st.lhs) - 2
 
 
 # (tile, register tile) for contractions, largest first; each gives 16 x 16 threads. Measured on

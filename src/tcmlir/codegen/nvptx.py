@@ -303,12 +303,51 @@ def _has_kernel_mark(node: isl.AstNode) -> bool:
     return bool(hit)
 
 
+def _has_statement(node: isl.AstNode) -> bool:
+    found: list[isl.AstNode] = []
+
+    def visit(n: isl.AstNode) -> bool:
+        if n.get_type() == isl.ast_node_type.user:
+            found.append(n)
+        return not found
+
+    node.foreach_descendant_top_down(visit)
+    return bool(found)
+
+
+#: Kernel parameter space ptxas accepts at the PTX ISA we emit (8.0): 0x1100 bytes. (ISA 8.1
+#: with a CUDA 12.1+ driver allows 32764 bytes on sm_70+; we keep 8.0 for older drivers.)
+PARAM_SPACE_BYTES = 4352
+
+
+def check_parameter_space(fn: tc.Function) -> None:
+    """A located `CodegenError` when the kernel ABI (8 bytes per tensor, per size and for the
+    error flag) needs more parameter space than ptxas accepts, before any code is generated."""
+    fixed = 8 * (len(fn.sizes) + 1)
+    need = 8 * len(fn.tensors) + fixed
+    if need <= PARAM_SPACE_BYTES:
+        return
+    most = (PARAM_SPACE_BYTES - fixed) // 8
+    culprit = fn.tensors[max(0, min(most, len(fn.tensors) - 1))]
+    what = (f"the CUDA kernels of {fn.name} would take {len(fn.tensors)} tensor, "
+            f"{len(fn.sizes)} size and 1 flag parameters of 8 bytes: {need} bytes, more than "
+            f"the {PARAM_SPACE_BYTES} bytes of kernel parameter space ptxas accepts "
+            f"(PTX ISA 8.0); {culprit.name} is tensor {most + 1} of at most {most}")
+    fix = ("use fewer tensors (stack inputs of one shape into one tensor with an extra "
+           "dimension), or run it with target='cpu'")
+    if fn.source is None:
+        raise CodegenError(f"{what}\n  fix: {fix}")
+    raise CodegenError.at(fn.source, culprit.span, what, fix)
+
+
 class _KernelLowerer(Lowerer):
     """The shared `Lowerer`, emitting one ``ptx_kernel`` per kernel mark instead of groups."""
 
     def kernels(self, ast: isl.AstNode) -> tuple[KernelLaunch, ...]:
         if not _has_kernel_mark(ast):
-            raise CodegenError("cuda target needs the mapping passes map-to-blocks/map-to-threads")
+            if _has_statement(ast):
+                raise CodegenError("cuda target needs the mapping passes map-to-blocks/map-to-threads")
+            return ()  # every statement's domain is empty at these sizes: nothing to launch
         found = find_kernels(ast)
         launches = []
         for k, (mark, node, guards) in enumerate(found):
@@ -478,6 +517,7 @@ def compile_cuda_from_ast(fn: tc.Function, ast: isl.AstNode, sizes: Mapping[str,
     """
     if not re.fullmatch(r"sm_\d+a?", arch or ""):
         raise CodegenError(f"cuda arch must look like sm_90, got {arch!r}")
+    check_parameter_space(fn)
     sizes = {k: int(v) for k, v in (sizes or {}).items() if k in fn.sizes}
     lowerer = _KernelLowerer(fn, NvptxTarget(arch), sizes, fn.name)
     lowerer.promotion = promotion

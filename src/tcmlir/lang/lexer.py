@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ..errors import ParseError, Source, Span
 
-__all__ = ["KEYWORDS", "TYPE_NAMES", "Token", "tokenize"]
+__all__ = ["KEYWORDS", "MAX_IDENTIFIER", "TYPE_NAMES", "Token", "tokenize"]
 
 # Scalar type names as written in TC (aliases included: `float` = float32, `double` = float64).
 TYPE_NAMES = frozenset({
@@ -42,6 +42,9 @@ _DIGITS = frozenset("0123456789")
 _IDENT_CHARS = _IDENT_START | _DIGITS
 _WHITESPACE = frozenset(" \t\r\n")
 _MAX_INT_DIGITS = 100
+#: Longest identifier (README "Limits"): names reach LLVM, which truncates local names past
+#: 1024 characters (two long names could then clash), and PTX.
+MAX_IDENTIFIER = 256
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,9 @@ class _Lexer:
         while pos < len(text) and text[pos] in _IDENT_CHARS:
             pos += 1
         word = text[start:pos]
+        if len(word) > MAX_IDENTIFIER:
+            raise self.error(start, pos, f"identifier is too long ({len(word)} characters; "
+                             f"at most {MAX_IDENTIFIER})", "use a shorter name")
         if word in ("min", "max") and text.startswith("=", pos) and not text.startswith("==", pos):
             end = pos + 2 if text.startswith("=!", pos) and not text.startswith("=!=", pos) else pos + 1
             self.add(text[start:end], start, end)

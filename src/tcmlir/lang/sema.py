@@ -56,7 +56,7 @@ def check_program(program: ast.Program, entry: str | None = None, *,
 #: Documented limits that answer at once instead of stalling isl (README "Limits"): the rank
 #: of a tensor and the indices of one statement, and the statements of one definition.
 MAX_RANK = 16
-MAX_STATEMENTS = 200
+MAX_STATEMENTS = 1000
 
 #: The most IR nodes a right-hand side may have once lets are substituted (each let is
 #: built once and shared, but the code generators and the reference walk trees).

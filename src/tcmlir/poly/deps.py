@@ -44,16 +44,10 @@ class Dependences:
 
 def compute_dependences(scop: Scop) -> Dependences:
     """RAW, WAR, WAW of ``scop`` relative to ``scop.schedule``, and the reduction subset."""
-    sched = scop.schedule
-    raw = (isl.UnionAccessInfo.from_sink(scop.all_reads)
-           .set_must_source(scop.writes).set_schedule(sched)
-           .compute_flow().get_may_dependence())
-    waw = (isl.UnionAccessInfo.from_sink(scop.writes)
-           .set_must_source(scop.writes).set_schedule(sched)
-           .compute_flow().get_may_dependence())
-    war = (isl.UnionAccessInfo.from_sink(scop.writes)
-           .set_may_source(scop.all_reads).set_kill(scop.writes).set_schedule(sched)
-           .compute_flow().get_may_dependence())
+    flows = _PerArrayFlow(scop)
+    raw = flows.compute(sinks=scop.all_reads, must=scop.writes)
+    waw = flows.compute(sinks=scop.writes, must=scop.writes)
+    war = flows.compute(sinks=scop.writes, may=scop.all_reads, kill=scop.writes)
     # A statement instance does not depend on itself (its read precedes its write).
     war = war.subtract(scop.domain.identity())
     raw, war, waw = raw.coalesce(), war.coalesce(), waw.coalesce()
@@ -61,6 +55,56 @@ def compute_dependences(scop: Scop) -> Dependences:
     reduction = validity.intersect(_accumulator_pairs(scop)).coalesce()
     coincidence = validity.subtract(reduction).coalesce()
     return Dependences(raw, war, waw, reduction, validity, coincidence)
+
+
+class _PerArrayFlow:
+    """isl's dataflow analysis, one array at a time.
+
+    A dependence only joins accesses of one array, so the analysis of each array alone, over
+    the statements that access it, gives the same relation; one call over the whole program
+    compares every sink with every source (quadratic in the number of statements)."""
+
+    def __init__(self, scop: Scop):
+        self.empty = isl.UnionMap.empty(scop.domain.get_space())
+        self.schedule_of: dict[str, isl.Map] = {}
+        for m in maps_of(scop.schedule.get_map()):
+            self.schedule_of[m.get_tuple_name(isl.dim_type.in_)] = m
+
+    @staticmethod
+    def _by_array(umap: isl.UnionMap | None) -> dict[str, list[isl.Map]]:
+        found: dict[str, list[isl.Map]] = {}
+        if umap is not None:
+            for m in maps_of(umap):
+                found.setdefault(m.get_tuple_name(isl.dim_type.out), []).append(m)
+        return found
+
+    def _union(self, maps: list[isl.Map]) -> isl.UnionMap:
+        umap = self.empty
+        for m in maps:
+            umap = umap.union(isl.UnionMap.from_map(m))
+        return umap
+
+    def compute(self, sinks: isl.UnionMap, must: isl.UnionMap | None = None,
+                may: isl.UnionMap | None = None, kill: isl.UnionMap | None = None) -> isl.UnionMap:
+        parts = [self._by_array(u) for u in (sinks, must, may, kill)]
+        result = self.empty
+        for array, sink_maps in parts[0].items():
+            must_maps, may_maps, kill_maps = (p.get(array, []) for p in parts[1:])
+            if not must_maps and not may_maps:
+                continue
+            statements = {m.get_tuple_name(isl.dim_type.in_)
+                          for m in (*sink_maps, *must_maps, *may_maps, *kill_maps)}
+            schedule = self._union([self.schedule_of[s] for s in sorted(statements)])
+            info = isl.UnionAccessInfo.from_sink(self._union(sink_maps))
+            if must_maps:
+                info = info.set_must_source(self._union(must_maps))
+            if may_maps:
+                info = info.set_may_source(self._union(may_maps))
+            if kill_maps:
+                info = info.set_kill(self._union(kill_maps))
+            flow = info.set_schedule_map(schedule).compute_flow().get_may_dependence()
+            result = result.union(flow)
+        return result
 
 
 def _accumulator_pairs(scop: Scop) -> isl.UnionMap:

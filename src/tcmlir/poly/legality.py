@@ -19,20 +19,26 @@ __all__ = ["band_is_permutable", "check_legal", "member_is_parallel", "violation
 
 
 def violations(schedule: isl.Schedule, validity: isl.UnionMap) -> isl.UnionMap:
-    """The dependences of ``validity`` that ``schedule`` does not run source-before-sink."""
+    """The dependences of ``validity`` that ``schedule`` does not run source-before-sink.
+
+    Each dependence map (one statement to another) goes through the two statements' own
+    schedule maps, so the work is linear in the number of dependence maps."""
     sched = schedule.get_map()
-    domain = schedule.get_domain()
-    deps = validity.intersect_domain(domain).intersect_range(domain)
-    times = deps.apply_domain(sched).apply_range(sched)
+    of = {m.get_tuple_name(isl.dim_type.in_): m for m in maps_of(sched)}
+    deps = validity.intersect_domain(schedule.get_domain()).intersect_range(schedule.get_domain())
     bad = isl.UnionMap.empty(deps.get_space())
-    for m in maps_of(times):
-        forward = isl.Map.lex_lt(m.get_space().domain())
-        backward = m.subtract(forward)
+    for dep in maps_of(deps):
+        src = of.get(dep.get_tuple_name(isl.dim_type.in_))
+        dst = of.get(dep.get_tuple_name(isl.dim_type.out))
+        if src is None or dst is None:  # an empty dependence of a statement with no instance
+            assert dep.is_empty(), f"dependence {dep} of a statement the schedule lacks"
+            continue
+        times = dep.apply_domain(src).apply_range(dst)
+        backward = times.subtract(isl.Map.lex_lt(times.get_space().domain()))
         if not backward.is_empty():
             # Report the instance pairs, not the time pairs.
-            back = isl.UnionMap.from_map(backward)
-            bad = bad.union(deps.intersect(
-                sched.apply_range(back).apply_range(sched.reverse())))
+            pairs = src.apply_range(backward).apply_range(dst.reverse())
+            bad = bad.union(isl.UnionMap.from_map(dep.intersect(pairs)))
     return bad
 
 
@@ -50,17 +56,44 @@ def check_legal(schedule: isl.Schedule, deps) -> None:
         f"schedule violates dependences\n  {bad}\nschedule tree:\n{schedule}")
 
 
-def _active_pairs(node: isl.ScheduleNode, deps: isl.UnionMap) -> isl.UnionMap:
-    """Dependences between instances below ``node`` that the outer schedule does not separate."""
+def _time_pairs(node: isl.ScheduleNode, deps: isl.UnionMap, members: int) -> tuple[list[isl.Map], int]:
+    """The dependences between instances below ``node``, as pairs of times: the prefix
+    schedule then band members ``0 .. members-1`` of ``node``, flattened into one space
+    (one map, or none). Returns the maps and the number of prefix dimensions.
+
+    Mapping into one time space keeps this linear in the number of statements; relating
+    instances by ``prefix ∘ prefix⁻¹`` pairs every statement with every other (quadratic).
+    """
     domain = node.get_domain()
     prefix = node.get_prefix_schedule_union_map()
-    same_prefix = prefix.apply_range(prefix.reverse())
-    return deps.intersect_domain(domain).intersect_range(domain).intersect(same_prefix)
+    n_prefix = _range_dim(prefix)
+    sched = prefix
+    partial = node.band_get_partial_schedule()
+    for m in range(members):
+        sched = sched.flat_range_product(isl.UnionMap.from_union_pw_aff(partial.get_at(m)))
+    active = deps.intersect_domain(domain).intersect_range(domain)
+    return maps_of(active.apply_domain(sched).apply_range(sched)), n_prefix
 
 
-def _member_map(node: isl.ScheduleNode, member: int) -> isl.UnionMap:
-    upa = node.band_get_partial_schedule().get_at(member)
-    return isl.UnionMap.from_union_pw_aff(upa)
+def _range_dim(umap: isl.UnionMap) -> int:
+    found: list[int] = []
+    umap.foreach_map(lambda m: found.append(m.dim(isl.dim_type.out)))
+    return found[0] if found else 0
+
+
+def _equal_upto(times: isl.Map, n: int) -> isl.Map:
+    """The pairs of ``times`` whose first ``n`` time dimensions are equal."""
+    for i in range(n):
+        times = times.equate(isl.dim_type.in_, i, isl.dim_type.out, i)
+    return times
+
+
+def _dimension(times: isl.Map, d: int) -> isl.Map:
+    """``times`` projected onto time dimension ``d`` (a map of one dimension to one)."""
+    n = times.dim(isl.dim_type.in_)
+    for kind in (isl.dim_type.in_, isl.dim_type.out):
+        times = times.project_out(kind, d + 1, n - d - 1).project_out(kind, 0, d)
+    return times
 
 
 def member_is_parallel(node: isl.ScheduleNode, member: int, deps: isl.UnionMap) -> bool:
@@ -68,23 +101,23 @@ def member_is_parallel(node: isl.ScheduleNode, member: int, deps: isl.UnionMap) 
 
     Members before ``member`` count as outer loops: dependences they carry are not active.
     """
-    pairs = _active_pairs(node, deps)
-    for m in range(member):
-        mm = _member_map(node, m)
-        pairs = pairs.intersect(mm.apply_range(mm.reverse()))
-    mm = _member_map(node, member)
-    return pairs.is_subset(mm.apply_range(mm.reverse()))
+    times, n_prefix = _time_pairs(node, deps, member + 1)
+    d = n_prefix + member
+    for t in times:
+        same_outer = _dimension(_equal_upto(t, d), d)
+        if not same_outer.is_subset(isl.Map.identity(same_outer.get_space())):
+            return False
+    return True
 
 
 def band_is_permutable(node: isl.ScheduleNode, deps: isl.UnionMap) -> bool:
     """True if every active dependence has a non-negative distance on every band member."""
-    pairs = _active_pairs(node, deps)
-    if pairs.is_empty():
-        return True
-    for m in range(node.band_n_member()):
-        mm = _member_map(node, m)
-        times = pairs.apply_domain(mm).apply_range(mm)
-        for t in maps_of(times):
-            if not t.subtract(isl.Map.lex_le(t.get_space().domain())).is_empty():
+    n_members = node.band_n_member()
+    times, n_prefix = _time_pairs(node, deps, n_members)
+    for t in times:
+        active = _equal_upto(t, n_prefix)
+        for m in range(n_members):
+            dist = _dimension(active, n_prefix + m)
+            if not dist.subtract(isl.Map.lex_le(dist.get_space().domain())).is_empty():
                 return False
     return True

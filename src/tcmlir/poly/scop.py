@@ -206,19 +206,31 @@ class _Builder:
 
 def _program_order(ctx: isl.Context, domain: isl.UnionSet, infos: list[StatementInfo],
                    domains: list[isl.Set]) -> isl.Schedule:
-    """The original schedule: statements in sequence, each in its own loops in index order."""
-    children = []
-    for info, dom in zip(infos, domains, strict=True):
-        child = isl.Schedule.from_domain(isl.UnionSet.from_set(dom))
+    """The original schedule: statements in sequence, each in its own loops in index order.
+
+    The sequence node is made once with every filter (chaining ``Schedule.sequence`` copies
+    the growing tree at each step: quadratic in the number of statements)."""
+    bands = []
+    for info in infos:
         if info.dims:
             parts = ", ".join(f"{{ {info.name}[{', '.join(info.dims)}] -> [({d})] }}" for d in info.dims)
-            mupa = isl.MultiUnionPwAff.read_from_str(ctx, f"[{parts}]")
-            child = child.insert_partial_schedule(mupa)
-        children.append(child)
-    schedule = children[0] if children else isl.Schedule.from_domain(domain)
-    for child in children[1:]:
-        schedule = schedule.sequence(child)
-    return schedule.intersect_domain(domain)
+            bands.append(isl.MultiUnionPwAff.read_from_str(ctx, f"[{parts}]"))
+        else:
+            bands.append(None)
+    root = isl.Schedule.from_domain(domain).get_root()
+    if len(infos) <= 1:
+        node = root.child(0)
+        if bands and bands[0] is not None:
+            node = node.insert_partial_schedule(bands[0])
+        return node.get_schedule()
+    filters = isl.UnionSetList.alloc(ctx, len(domains))
+    for dom in domains:
+        filters = filters.add(isl.UnionSet.from_set(dom).universe())  # as Schedule.sequence
+    node = root.child(0).insert_sequence(filters)
+    for k, band in enumerate(bands):
+        if band is not None:
+            node = node.child(k).child(0).insert_partial_schedule(band).parent().parent()
+    return node.get_schedule()
 
 
 def format_scop(scop: Scop) -> str:

@@ -35,6 +35,7 @@ __all__ = [
     "HostArrayView",
     "allocate_like_kind",
     "bind_device_inputs",
+    "check_output_overlap",
     "classify",
     "stage_input",
     "stage_output",
@@ -252,10 +253,13 @@ def classify(x: Any, name: str = "array", *, require_contiguous: bool = True,
     """Describe a user array; CallError for unsupported objects, dtypes or non-contiguous
     device arrays (``require_contiguous``)."""
     if isinstance(x, np.ndarray) or isinstance(x, (np.generic, bool, int, float)):
+        from ..binding import check_byte_order
+
         array = np.asarray(x)
         dtype = DType.from_numpy(array.dtype)
         if dtype is None:
             raise CallError(f"{name}: numpy element type {array.dtype} is not supported by TC")
+        check_byte_order(name, array)
         return HostArrayView(array, dtype)
     if _is_torch_tensor(x):
         view = _torch_view(x, name)
@@ -391,6 +395,43 @@ def stage_output(x: Any, name: str = "output", *, device: int = 0,
     return DeviceOutput(staged, x, lambda: buf.copy_to_host(host))
 
 
+def _byte_range(view: DeviceArrayView) -> tuple[int, int]:
+    lo = view.ptr + sum(min(0, (n - 1) * s) for n, s in zip(view.shape, view.strides_bytes,
+                                                            strict=True))
+    hi = view.ptr + sum(max(0, (n - 1) * s) for n, s in zip(view.shape, view.strides_bytes,
+                                                            strict=True))
+    return lo, hi + view.dtype.itemsize
+
+
+def views_overlap(a: HostArrayView | DeviceArrayView, b: HostArrayView | DeviceArrayView) -> bool:
+    """Whether two arrays share memory: `np.shares_memory` for host arrays, intersecting
+    byte ranges on one device for device arrays (device arrays here are contiguous, so the
+    range is exact)."""
+    from ..binding import arrays_overlap
+
+    if isinstance(a, HostArrayView) and isinstance(b, HostArrayView):
+        return arrays_overlap(a.array, b.array)
+    if isinstance(a, DeviceArrayView) and isinstance(b, DeviceArrayView):
+        if a.size == 0 or b.size == 0 or a.device_ordinal != b.device_ordinal:
+            return False
+        (alo, ahi), (blo, bhi) = _byte_range(a), _byte_range(b)
+        return alo < bhi and blo < ahi
+    return False
+
+
+def check_output_overlap(fn: Any, bound: DeviceBoundCall, outputs: Any,
+                         runtime: CudaRuntime | None = None) -> None:
+    """A `CallError` naming both when an array given with ``outputs=`` shares memory with an
+    input or another output (numpy or device arrays alike; see `binding.check_no_overlap`)."""
+    from ..binding import check_no_overlap
+
+    outs = [(f"output {t.name}", classify(x, f"{fn.name}: output {t.name}", runtime=runtime))
+            for t, x in zip(fn.outputs, outputs, strict=False)]
+    ins = [(f"input {name}", v) for name, v in bound.views.items()
+           if fn.tensor(name).rank > 0 or isinstance(v, DeviceArrayView)]
+    check_no_overlap(fn.name, outs, ins, views_overlap)
+
+
 @dataclass(frozen=True)
 class DeviceBoundCall:
     """A call's inputs for the CUDA target: views by tensor name (nothing copied yet), the size
@@ -412,7 +453,7 @@ class DeviceBoundCall:
 def bind_device_inputs(fn: Any, inputs: Any) -> DeviceBoundCall:
     """Check inputs (numpy, torch, CuPy, CUDA-array-interface or DLPack arrays) against ``fn``
     (an ``ir.Function``): count, rank, dtype, one device, contiguity; bind the sizes."""
-    from ..binding import bind_sizes, scalar_array
+    from ..binding import bind_sizes, check_copy_fits, scalar_array
     from ..signature import ArgSpec, Signature
 
     if len(inputs) != len(fn.inputs):
@@ -440,6 +481,9 @@ def bind_device_inputs(fn: Any, inputs: Any) -> DeviceBoundCall:
         where = ", ".join(f"{name} on device {d}" for d, name in devices.items())
         raise CallError(f"{fn.name}: inputs live on different GPUs ({where}); move them to one")
     sizes = bind_sizes(fn, [views[t.name].shape for t in fn.inputs])
+    for name, view in views.items():  # host inputs are copied to the device, contiguous
+        if isinstance(view, HostArrayView):
+            check_copy_fits(f"{fn.name}: input {name}", view.array)
 
     def strides(view: HostArrayView | DeviceArrayView) -> tuple[int, ...]:
         if isinstance(view, HostArrayView):

@@ -35,7 +35,7 @@ import numpy as np
 
 from .. import ir as tc
 from ..errors import CallError, format_located
-from .arrays import DeviceArray, bind_device_inputs
+from .arrays import DeviceArray, bind_device_inputs, check_output_overlap
 from .cuda import CudaRuntime, Module, get_runtime
 from .cuda_memory import DeviceBuffer, check, driver, elapsed_ms
 
@@ -180,6 +180,8 @@ def launch_cuda(kernel: Any, inputs: Sequence[Any], outputs: Sequence[Any] | Non
         bound = bind_device_inputs(fn, inputs)
     _check_compiled(kernel, bound)
     given = None if outputs is None else _given_outputs(fn, outputs)
+    if given is not None:
+        check_output_overlap(fn, bound, given, runner.runtime)
     plan = runner.plan(fn, bound, inputs, stream)
     return plan.call(inputs, stream, given), plan
 

@@ -168,6 +168,8 @@ class CudaPlan:
         return f"<CudaPlan {self.entry} [{names}] device {self.device} {self.kind.value}>"
 
     def __str__(self) -> str:
+        if not self._launch_info:  # every statement's domain is empty: nothing is launched
+            return f"{self.entry} (no kernel) on stream {self.last_stream:#x}"
         name, grid, block = self._launch_info[-1]
         return f"kernel {name} with grid {grid}, block {block} on stream {self.last_stream:#x}"
 

@@ -1,0 +1,160 @@
+"""Issue 12 item 15: limits that answer at once, and compile time that scales with the number
+of statements.
+
+The linear versions of the isl proofs and analyses (per-dependence legality, per-array
+dataflow, band parallelism in one time space, the program order built in one step, the
+scheduler in chunks of statements) are checked against the direct (quadratic) formulations
+on the corpus, and a chain of statements beyond the old limit of 200 compiles and runs.
+"""
+
+from __future__ import annotations
+
+import time
+
+import islpy as isl
+import numpy as np
+import pytest
+from corpus.programs import CASES
+
+import tcmlir as tc
+from tcmlir.lang.sema import MAX_RANK, MAX_STATEMENTS
+from tcmlir.poly import scheduler
+from tcmlir.poly.deps import compute_dependences
+from tcmlir.poly.legality import band_is_permutable, member_is_parallel, violations
+from tcmlir.poly.scop import build_scop, maps_of
+from tcmlir.poly.tree import bands
+
+# ---------------------------------------------------------------- the direct formulations
+
+
+def _direct_active(node, deps):
+    prefix = node.get_prefix_schedule_union_map()
+    same = prefix.apply_range(prefix.reverse())
+    dom = node.get_domain()
+    return deps.intersect_domain(dom).intersect_range(dom).intersect(same)
+
+
+def _member(node, m):
+    return isl.UnionMap.from_union_pw_aff(node.band_get_partial_schedule().get_at(m))
+
+
+def _direct_parallel(node, member, deps):
+    pairs = _direct_active(node, deps)
+    for m in range(member):
+        mm = _member(node, m)
+        pairs = pairs.intersect(mm.apply_range(mm.reverse()))
+    mm = _member(node, member)
+    return pairs.is_subset(mm.apply_range(mm.reverse()))
+
+
+def _direct_permutable(node, deps):
+    pairs = _direct_active(node, deps)
+    for m in range(node.band_n_member()):
+        mm = _member(node, m)
+        for t in maps_of(pairs.apply_domain(mm).apply_range(mm)):
+            if not t.subtract(isl.Map.lex_le(t.get_space().domain())).is_empty():
+                return False
+    return True
+
+
+def _direct_flow(scop):
+    sched = scop.schedule
+    raw = (isl.UnionAccessInfo.from_sink(scop.all_reads).set_must_source(scop.writes)
+           .set_schedule(sched).compute_flow().get_may_dependence())
+    waw = (isl.UnionAccessInfo.from_sink(scop.writes).set_must_source(scop.writes)
+           .set_schedule(sched).compute_flow().get_may_dependence())
+    war = (isl.UnionAccessInfo.from_sink(scop.writes).set_may_source(scop.all_reads)
+           .set_kill(scop.writes).set_schedule(sched).compute_flow().get_may_dependence())
+    return raw, war.subtract(scop.domain.identity()), waw
+
+
+def _states():
+    from tcmlir.compiler import lower
+
+    for case in CASES[::5]:  # a fifth of the corpus keeps this test at a few seconds
+        fn = tc.define(case.source, case.entry, target="cpu")
+        for target in ("cpu", "cuda"):
+            opts = tc.MappingOptions.default_for(fn, target)
+            yield case.name, lower(fn.ir, case.sizes[0], opts, target, verify=False)
+
+
+def test_linear_analyses_agree_with_the_direct_ones_on_the_corpus():
+    checked = 0
+    for name, state in _states():
+        scop = state.scop
+        for new, old in zip((state.deps.raw, state.deps.war, state.deps.waw), _direct_flow(scop),
+                            strict=True):
+            assert new.is_equal(old), name
+        schedule = state.proof_schedule
+        validity = state.deps.validity
+        for node in bands(schedule):
+            assert band_is_permutable(node, validity) == _direct_permutable(node, validity), name
+            for m in range(node.band_n_member()):
+                for deps in (validity, state.deps.coincidence):
+                    assert member_is_parallel(node, m, deps) == _direct_parallel(node, m, deps), \
+                        (name, m)
+                    checked += 1
+        assert violations(schedule, validity).is_empty(), name
+    assert checked > 50
+
+
+def test_violations_reports_the_instance_pairs_a_schedule_breaks():
+    fn = tc.define("def f(float(N) A) -> (B, C) { B(i) = A(i) \n C(i) = B(i) + 1 }", target="cpu")
+    scop = build_scop(fn.ir, {"N": 4})
+    deps = compute_dependences(scop)
+    reversed_order = isl.Schedule.read_from_str(
+        scop.ctx, '{ domain: "[N] -> { S0[i] : N = 4 and 0 <= i < 4; S1[i] : N = 4 and 0 <= i < 4 }", '
+        'child: { sequence: [ { filter: "{ S1[i] }" }, { filter: "{ S0[i] }" } ] } }')
+    bad = violations(reversed_order, deps.validity)
+    assert bad.is_equal(deps.raw), bad  # every B(i) read before its write
+
+
+# ---------------------------------------------------------------- many statements
+
+
+def _chain(n: int) -> str:
+    body = "\n".join(f"  T{k}(i) = {'A' if k == 0 else f'T{k - 1}'}(i) + 1.0" for k in range(n))
+    return f"def chain(float(N) A) -> (T{n - 1}) {{\n{body}\n}}"
+
+
+def test_a_chain_beyond_200_statements_compiles_and_runs_on_the_cpu(monkeypatch, rng):
+    """Beyond the old limit of 200; the scheduler runs on chunks of statements (smaller
+    chunks here than by default, to keep the test short)."""
+    n = 210
+    monkeypatch.setattr(scheduler, "SCHEDULE_WHOLE_UP_TO", 100)
+    monkeypatch.setattr(scheduler, "CHUNK_STATEMENTS", 64)
+    assert n <= MAX_STATEMENTS
+    fn = tc.define(_chain(n), target="cpu")
+    a = rng.integers(-8, 8, 37).astype(np.float32)
+    kernel = fn.compile(a)
+    np.testing.assert_array_equal(kernel.launch(a), a + n)
+    # one fused loop per chunk of statements, run in sequence
+    chunks = -(-n // scheduler.CHUNK_STATEMENTS)
+    assert kernel.loops.count("parallel") >= chunks
+
+
+def test_chunked_schedule_keeps_dependences_across_chunks(monkeypatch, rng):
+    """Small chunks on a program whose statements read across chunk boundaries."""
+    monkeypatch.setattr(scheduler, "SCHEDULE_WHOLE_UP_TO", 2)
+    monkeypatch.setattr(scheduler, "CHUNK_STATEMENTS", 2)
+    src = """def f(float(N) A) -> (D) {
+        B(i) = A(i) * 2.0
+        S +=! B(i)
+        C(i) = B(N - 1 - i) + S
+        D(i) +=! C(j) * B(i) where j in 0:N
+    }"""
+    fn = tc.define(src, target="cpu")
+    a = rng.standard_normal(11).astype(np.float32)
+    ref = tc.define(src, target="numpy")(a)
+    np.testing.assert_allclose(fn(a), ref, rtol=1e-5)
+
+
+def test_limits_answer_at_once():
+    started = time.process_time()
+    dims = ", ".join(f"N{k}" for k in range(64))
+    with pytest.raises(tc.SemaError, match="rank 64; tcmlir supports at most"):
+        tc.define(f"def f(float({dims}) A) -> (O) {{ O(i) = A(i) }}")
+    with pytest.raises(tc.SemaError, match=f"{MAX_STATEMENTS + 1} statements"):
+        tc.define(_chain(MAX_STATEMENTS + 1))
+    assert MAX_RANK == 16
+    assert time.process_time() - started < 10
