@@ -12,6 +12,7 @@ call with an equal key and the same hot knobs goes straight to the plan.
 
 from __future__ import annotations
 
+import hashlib
 import sys
 import threading
 import time
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from . import ir
+from .benchmark import BenchmarkResult
 from .binding import allocate_outputs, bind_host_inputs, check_outputs
 from .config import get_config, hot_path_token
 from .errors import CallError, Source, TCError
@@ -114,9 +116,27 @@ class Kernel:
     def launch(self, *inputs: Any, outputs: Sequence[Any] | None = None, stream: Any = None) -> Any:
         return self.function._launch(self, inputs, outputs, stream=stream)
 
-    def benchmark(self, *inputs: Any, runs: int = 5) -> list[float]:
-        """Seconds per run for ``runs`` runs (CUDA events on the GPU, a wall clock on the host)."""
-        return self.function._benchmark(self, inputs, runs)
+    def benchmark(self, *inputs: Any, runs: int = 5) -> BenchmarkResult:
+        """Time ``runs`` runs on ``inputs`` (CUDA events after a warm-up run on the GPU, a wall
+        clock on the host): a `BenchmarkResult` with ``median``, ``min`` and ``runs``, which is
+        also the sequence of the seconds per run."""
+        if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+            raise TCError(f"benchmark: runs must be an integer >= 1, got {runs!r}")
+        times = self.function._benchmark(self, inputs, runs)
+        return BenchmarkResult.of(times, self.function.entry, self.target)
+
+    def __repr__(self) -> str:
+        """``<tcmlir kernel matmul target=cuda arch=sm_90 options=3f2a9c1e sizes=M=64,...>``:
+        which kernel this is, not its IR (print ``kernel.schedule``, ``.loops``, ... for that)."""
+        sizes = ("parametric" if self.options.parametric
+                 else ",".join(f"{k}={v}" for k, v in self.sizes.items()) or "none")
+        return (f"<tcmlir kernel {self.function.entry} target={self.target} "
+                f"arch={self.arch or '-'} options={options_digest(self.options)} sizes={sizes}>")
+
+
+def options_digest(options: MappingOptions) -> str:
+    """8 hex digits naming ``options`` (of their exact JSON), as `Kernel.__repr__` shows them."""
+    return hashlib.sha256(options.to_json().encode("utf-8")).hexdigest()[:8]
 
 
 class TCFunction:
