@@ -44,26 +44,32 @@ class BenchmarkResult(Sequence[float]):
 
     @classmethod
     def of(cls, times: Iterable[float], entry: str = "", target: str = "") -> BenchmarkResult:
+        """The result of these per-run seconds (any iterable) of kernel ``entry`` on ``target``."""
         return cls(tuple(times), entry, target)
 
     @property
     def runs(self) -> int:
+        """How many runs were timed."""
         return len(self.times)
 
     @property
     def median(self) -> float:
+        """The median seconds per run (the figure to compare)."""
         return statistics.median(self.times)
 
     @property
     def min(self) -> float:
+        """The fastest run, in seconds."""
         return min(self.times)
 
     @property
     def max(self) -> float:
+        """The slowest run, in seconds."""
         return max(self.times)
 
     @property
     def mean(self) -> float:
+        """The mean seconds per run."""
         return statistics.fmean(self.times)
 
     # ------------------------------------------------------------ the sequence of times
