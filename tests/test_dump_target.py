@@ -188,3 +188,13 @@ def test_pipeline_stage_names_what_runs(capsys, tmp_path):
     assert "origin: --pipeline" in out and "pipeline: schedule,tile{sizes=8}" in out
     assert "options:" not in out
     json.loads(default.to_json())  # the printed options are the JSON --options takes
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_machine_the_default_dump_is_the_cuda_call():
+    text, file, entry, sizes, fn, inputs = _program("matmul")
+    got = _stages(text, file, entry, sizes, ["pipeline", "schedule", "ptx"])
+    kernel = fn.compile(*inputs)
+    assert got["pipeline"].startswith("target: cuda\n") and kernel.target == "cuda"
+    assert got["schedule"] == kernel.schedule and got["ptx"] == kernel.ptx.rstrip()
+    assert f".target {kernel.arch}" in got["ptx"]
