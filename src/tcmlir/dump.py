@@ -174,6 +174,10 @@ def dump(text: str, filename: str, entry: str | None, stage: str = "all",
             check_program(program, entry, source=source)  # raises the located "no definition"
         out["ast"] = format_program(chosen).rstrip()
     fn = check_program(program, entry, source=source)
+    unknown = sorted(set(sizes or {}) - set(fn.sizes))
+    if unknown:
+        raise OptionsError(f"--sizes: {', '.join(unknown)} is not a size of {fn.name} "
+                           f"(its sizes: {', '.join(fn.sizes) or 'none'})")
     plan = plan_for(fn, target, options, pipeline, sizes)
     if arch is not None:  # checked before anything runs
         if plan.target != "cuda":
@@ -201,10 +205,6 @@ def _poly_stages(out: dict[str, str], fn: Any, plan: DumpPlan, stages: Sequence[
     from .poly.state import CompileState
     from .pretty import format_schedule
 
-    unknown = sorted(set(sizes or {}) - set(fn.sizes))
-    if unknown:
-        raise OptionsError(f"--sizes: {', '.join(unknown)} is not a size of {fn.name} "
-                           f"(its sizes: {', '.join(fn.sizes) or 'none'})")
     passes = parse_pipeline(plan.pipeline)
     parametric = plan.options is not None and plan.options.parametric
     state = CompileState.initial(fn, None if parametric else sizes)   # as `compiler.lower`
