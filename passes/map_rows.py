@@ -60,6 +60,7 @@ from ..poly.gpu_mapping import (
     BLOCK_PARAMS,
     THREAD_PARAMS,
     KernelMark,
+    member_extent,
     member_filter,
     pin_unused,
     with_params,
@@ -78,6 +79,9 @@ _FILTER = isl.schedule_node_type.filter
 # values the block combine shuffles (codegen.gpu_reduce); half types compute in float32
 _SHUFFLED = (DType.FLOAT32, DType.FLOAT64, DType.INT32, DType.INT64, DType.UINT32, DType.UINT64)
 
+
+# stride loops of at most this many trips are unrolled by isl (`_split_over_threads`)
+UNROLL_STRIDES = 16
 
 def rows_mark_name(threads: int, local: tuple[str, ...]) -> str:
     return f"rows threads={threads} local={','.join(local)}"
@@ -311,6 +315,12 @@ def _split_over_threads(band: isl.ScheduleNode, b: int) -> isl.ScheduleNode:
     node = band.delete().insert_partial_schedule(mupa).band_set_permutable(band.band_get_permutable())
     for i, c in enumerate(coincident):
         node = node.band_member_set_coincident(i, c)
+    # a short stride loop is unrolled by isl itself: every phase then reads the row's elements
+    # in straight-line code, and LLVM reuses the first phase's loads in the later ones (left
+    # to LLVM, softmax's last phase was unrolled only after value numbering and loaded again)
+    trips = member_extent(node, m)
+    if trips is not None and trips <= UNROLL_STRIDES:
+        node = node.band_member_set_ast_loop_type(m, isl.ast_loop_type.unroll)
     return node.insert_filter(filt)
 
 

@@ -4,7 +4,10 @@ For each kernel (``kernel`` mark) whose first band is the tile band ``T`` (the b
 members and the sequential tile loops, e.g. a matmul's ``kt``), the promotion node is ``N``, the
 child of ``T``: below it the threads work on one tile. For every tensor the kernel only reads
 (affine accesses, no gather in the kernel) and re-reads inside one tile (the access relation,
-with the prefix schedule, is not injective: two instances of one tile read one element), the
+with the prefix schedule, is not injective: two instances of one tile read one element) or
+reads across its rows where consecutive threads along x move (`strided_along_x`: a transpose;
+the copy then reads rows, coalesced, into a buffer in the tensor's order padded by one element,
+so the column reads hit distinct banks), the
 footprint per tile (`poly.promotion.footprint`) gets a box; boxes are promoted in order of first
 access while they fit in ``max-bytes``. The tree becomes::
 
@@ -35,7 +38,7 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from ..poly.gpu_mapping import THREAD_PARAMS, first_band_below, kernel_marks
+from ..poly.gpu_mapping import THREAD_PARAMS, first_band_below, kernel_marks, parallel_members
 from ..poly.legality import member_is_parallel
 from ..poly.promotion import (
     Buffer,
@@ -51,6 +54,7 @@ from ..poly.promotion import (
     sync_extension,
     thread_copy_filter,
 )
+from ..poly.scheduler import band_members
 from ..poly.scop import maps_of
 from ..poly.state import CompileState
 from ..poly.tree import node_at, path_of
@@ -137,6 +141,7 @@ class PromoteShared(Pass):
             sequential = not member_is_parallel(tile, tile.band_n_member() - 1, state.deps.validity)
             stages = 2 if self.double_buffer and sequential else 1
             reads = scop.reads.intersect_domain(dom)
+            strided = strided_along_x(node, reads, km.block, state.deps.validity)
             written = {m.get_tuple_name(isl.dim_type.out) for m in maps_of(scop.writes.intersect_domain(dom))}
             tagged = prefix.range_product(reads)
             budget = self.max_bytes
@@ -146,8 +151,13 @@ class PromoteShared(Pass):
                     continue
                 acc = [m for m in maps_of(tagged) if m.get_tuple_name(isl.dim_type.out) is None
                        and _range_tensor(m) == t.name]
-                if not acc or all(m.is_injective() for m in acc):
-                    continue  # not re-read inside a tile
+                if not acc:
+                    continue
+                # promoted when re-read inside a tile, or when the threads along x read it
+                # across its rows (a transpose): the copy then reads rows, coalesced
+                transposed = t.name in strided
+                if all(m.is_injective() for m in acc) and not transposed:
+                    continue
                 fp = footprint(prefix, reads, t.name)
                 if fp is None:
                     continue
@@ -160,8 +170,12 @@ class PromoteShared(Pass):
                     order = (0,)
                 esize = element_bytes(t.dtype)
                 t_stages = stages if esize in (4, 8) else 1
-                pad = max(1, 16 // esize) if rank > 1 else 0
-                inner = _round_up(box.extent[order[-1]], max(1, 16 // esize)) + pad
+                if transposed:  # read down columns: one element of padding, no bank conflict
+                    order = tuple(range(rank))
+                    inner = box.extent[-1] + (1 if rank > 1 else 0)
+                else:  # 16-byte rows, for vector reads along them
+                    pad = max(1, 16 // esize) if rank > 1 else 0
+                    inner = _round_up(box.extent[order[-1]], max(1, 16 // esize)) + pad
                 storage = (*(box.extent[d] for d in order[:-1]), inner)
                 slots = 1
                 for e in storage:
@@ -183,6 +197,45 @@ class PromoteShared(Pass):
             return state
         return dataclasses.replace(state, schedule=schedule, base_schedule=base,
                                    promotion=promotion.with_buffers(made))
+
+
+def strided_along_x(node: isl.ScheduleNode, reads: isl.UnionMap, block: tuple[int, ...],
+                    validity: isl.UnionMap) -> set[str]:
+    """Tensors that consecutive threads along ``threadIdx.x`` read with a stride: the thread
+    band's x member (as `map-to-threads` chose it) moves along a statement dimension that some
+    index of the access uses but its last (contiguous) index does not — a transpose's
+    ``A(n, m)`` with ``n`` on ``x``. Reads that do not move with ``x`` (broadcasts) are not
+    strided."""
+    band = first_band_below(node)
+    if band is None:
+        return set()
+    members = parallel_members(band, validity, sum(1 for b in block if b > 1) or 1)
+    if not members:
+        return set()
+    x_dims: dict[str, set[int]] = {}
+    for aff in band_members(band)[members[-1]]:
+        name = aff.get_domain_space().get_tuple_name(isl.dim_type.set)
+        x_dims.setdefault(name, set()).update(
+            d for d in range(aff.dim(isl.dim_type.in_))
+            if not aff.get_coefficient_val(isl.dim_type.in_, d).is_zero())
+    out: set[str] = set()
+    for m in maps_of(reads):
+        dims = x_dims.get(m.get_tuple_name(isl.dim_type.in_))
+        rank = m.dim(isl.dim_type.out)
+        if not dims or rank < 2:
+            continue
+        for ma in _pieces(isl.PwMultiAff.from_map(m)):
+            uses = [{d for d in dims if not ma.get_aff(j).get_coefficient_val(
+                isl.dim_type.in_, d).is_zero()} for j in range(rank)]
+            if not uses[-1] and any(uses[:-1]):
+                out.add(m.get_tuple_name(isl.dim_type.out))
+    return out
+
+
+def _pieces(pma: isl.PwMultiAff) -> list[isl.MultiAff]:
+    out: list[isl.MultiAff] = []
+    pma.foreach_piece(lambda _set, ma: out.append(ma))
+    return out
 
 
 def _outer_members(band: isl.ScheduleNode) -> int:

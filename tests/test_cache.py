@@ -10,7 +10,6 @@ import contextlib
 import json
 import logging
 import multiprocessing
-import os
 import sqlite3
 import sys
 import threading
@@ -295,8 +294,7 @@ def test_four_processes_write_at_once(db: Path) -> None:
 def _hold_exclusive_lock(path: Path, locked: threading.Event, seconds: float) -> None:
     conn = sqlite3.connect(path, isolation_level=None)
     try:
-        conn.execute("BEGIN EXCLUSIVE")
-        conn.execute("CREATE TABLE IF NOT EXISTS other_program (x)")
+        conn.execute("BEGIN EXCLUSIVE")  # on an empty file: locked, and nothing written
         locked.set()
         time.sleep(seconds)
         conn.execute("COMMIT")
@@ -383,12 +381,14 @@ def _valid_then_truncated(path: Path) -> None:
         f.truncate(size // 2)
 
 
-@pytest.mark.parametrize("spoil", ["garbage", "bad-header", "truncated"])
+@pytest.mark.parametrize("spoil", ["our-header", "truncated"])
 def test_damaged_database_file_moved_aside(db: Path, spoil: str) -> None:
-    if spoil == "garbage":
-        db.write_bytes(os.urandom(8192))
-    elif spoil == "bad-header":
-        db.write_bytes(b"SQLite format 3\x00" + b"\xff" * 4000)
+    """Only a file that is recognisably tcmlir's (the SQLite header's application id) is
+    moved aside; tests/test_cache_trust.py checks that other files are never touched."""
+    if spoil == "our-header":
+        header = bytearray(b"SQLite format 3\x00" + b"\xff" * 4000)
+        header[68:72] = (0x54434D4C).to_bytes(4, "big")
+        db.write_bytes(bytes(header))
     else:
         _valid_then_truncated(db)
     with pytest.warns(CacheCorruptionWarning, match="moved it to"):
@@ -464,32 +464,42 @@ def test_tables_dropped_meanwhile_is_a_miss(db: Path) -> None:
 # -- export / import --------------------------------------------------------------------------
 
 def test_export_import_round_trip(tmp_path: Path) -> None:
+    """Exports are JSON of tuned options only; imports merge them (best time wins) and never
+    bring compiled code (tests/test_cache_trust.py checks old SQLite exports)."""
     src = OptionsCache(tmp_path / "a.sqlite3")
     for m in (16, 32, 64):
         src.store(SRC, "mm", sig(m), "sm_90", opts(m), m * 1e-6, 9, sizes=sizes(m))
     src.store(SRC, "mm", sig(16), "sm_80", opts(5), 1e-6, 9, sizes=sizes(16))
     KernelCache(store=src.db).put(akey(), b"cubin bytes", {"block": [32, 8, 1]})
-    KernelCache(store=src.db).put(akey(arch="sm_80"), b"other", {})
-    counts = src.export(tmp_path / "out" / "sm90.tcache", arch="sm_90", artifacts=True)
-    assert counts == {"tuned_rows": 3, "artifacts": 1}
+    out = tmp_path / "out" / "sm90.json"
+    counts = src.export(out, arch="sm_90")
+    assert counts == {"tuned_rows": 3}
+    document = json.loads(out.read_text())
+    assert document["format"] == "tcmlir-tuned-options" and len(document["tuned"]) == 3
+    assert "artifacts" not in document and "cubin" not in out.read_text()
+    with pytest.raises(CacheError, match="not exported"):
+        src.export(out, artifacts=True)
 
     dst = OptionsCache(tmp_path / "b.sqlite3")
     dst.store(SRC, "mm", sig(16), "sm_90", opts(16), 1e-9, 2)    # better: kept
     dst.store(SRC, "mm", sig(32), "sm_90", opts(32), 1.0, 2)     # worse: replaced
-    merged = dst.import_(tmp_path / "out" / "sm90.tcache")
-    assert merged == {"tuned_rows": 2, "artifacts": 1, "skipped": 0}
+    merged = dst.import_(out)
+    assert merged == {"tuned_rows": 2, "skipped": 0, "ignored_artifacts": 0}
     assert dst.lookup_options(SRC, "mm", sig(16), "sm_90")[1] == 1e-9
     assert dst.lookup_options(SRC, "mm", sig(32), "sm_90")[1] == 32e-6
     assert dst.lookup_options(SRC, "mm", sig(64), "sm_90")[1] == 64e-6
     assert dst.lookup_options(SRC, "mm", sig(16), "sm_80") is None
-    kernels = KernelCache(store=dst.db)
-    assert kernels.get(akey()) == (b"cubin bytes", {"block": [32, 8, 1]})
-    assert kernels.get(akey(arch="sm_80")) is None
+    # imported rows are real rows: nearest-size lookups see their sizes
+    near = dst.lookup_options(SRC, "mm", sig(60), "sm_90", exact=False, sizes=sizes(60))
+    assert near[1] == 64e-6
+    assert KernelCache(store=dst.db).entries() == []
     assert not list(tmp_path.joinpath("out").glob(".*tmp"))  # no temp file left behind
 
     (tmp_path / "junk").write_bytes(b"not a cache at all" * 100)
     with pytest.raises(CacheError, match="cannot import"):
         dst.import_(tmp_path / "junk")
+    with pytest.raises(CacheError, match="no such file"):
+        dst.import_(tmp_path / "missing.json")
 
 
 # -- keys and paths ---------------------------------------------------------------------------

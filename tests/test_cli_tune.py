@@ -35,10 +35,11 @@ def test_tune_prints_best_options_and_speedup_and_stores(tc_file, tmp_path, caps
     assert "best" in out.err and "naive" in out.err
     assert main(["cache", "ls", "--path", str(db)]) == 0
     listing = capsys.readouterr().out
-    assert "mm\t" in listing and "M=12" in listing
-    assert main(["cache", "show", "--path", str(db)]) == 0
+    assert " mm " in listing and "M=12" in listing
+    key = next(line.split()[0] for line in listing.splitlines() if " mm " in line)
+    assert main(["cache", "show", key, "--json", "--path", str(db)]) == 0
     shown = json.loads(capsys.readouterr().out)
-    assert shown["tuned"] and shown["tuned"][0]["entry"] == "mm"
+    assert shown["tuned"]["candidates"][0]["entry"] == "mm"
 
 
 def test_cache_export_import_clear(tc_file, tmp_path, capsys):
@@ -48,12 +49,12 @@ def test_cache_export_import_clear(tc_file, tmp_path, capsys):
     assert "exported" in capsys.readouterr().out
     assert main(["cache", "import", str(export), "--path", str(other)]) == 0
     assert "imported" in capsys.readouterr().out
-    assert main(["cache", "show", "--path", str(other)]) == 0
-    assert json.loads(capsys.readouterr().out)["tuned"]
+    assert main(["cache", "stats", "--json", "--path", str(other)]) == 0
+    assert json.loads(capsys.readouterr().out)["tuned_rows"] > 0
     assert main(["cache", "clear", "--path", str(other)]) == 0
     assert "cleared" in capsys.readouterr().out
-    assert main(["cache", "show", "--path", str(other)]) == 0
-    assert json.loads(capsys.readouterr().out)["tuned"] == []
+    assert main(["cache", "stats", "--json", "--path", str(other)]) == 0
+    assert json.loads(capsys.readouterr().out)["tuned_rows"] == 0
 
 
 @pytest.mark.parametrize("argv, message", [

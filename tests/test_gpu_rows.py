@@ -212,12 +212,12 @@ FULL = "def f({t}(N) A) -> (s) {{ s {op}=! A(i) }}"
 def test_full_reduction_spans_the_grid(t, op):
     src = FULL.format(t=t, op=op)
     fn = tc.define(src)
-    assert tc.MappingOptions.default_for(fn.ir, "cuda").row_block == 512
+    assert tc.MappingOptions.default_for(fn.ir, "cuda").row_block == 1024
     kernel = _compile(src, np.zeros(1 << 20, DTYPES[t]))
     # the identity first (one thread), then every block folds its share by compare-and-swap
     assert "kernel grid=1,1,1 block=1,1,1" in kernel.schedule
-    assert "kernel grid=528,1,1 block=512,1,1" in kernel.schedule
-    assert "reduction S0 threads=512 atomic" in kernel.schedule
+    assert "kernel grid=264,1,1 block=1024,1,1" in kernel.schedule
+    assert "reduction S0 threads=1024 atomic" in kernel.schedule
     ptx = _checked_ptx(kernel)
     assert ptx.count(".entry") == 2 and "atom.relaxed.sys.global.cas" in ptx
     assert "bar.sync" in ptx and "shfl.sync.bfly" in ptx
@@ -225,7 +225,7 @@ def test_full_reduction_spans_the_grid(t, op):
 
 @pytest.mark.parametrize(("n", "schedule"), [(1, "kernel grid=1,1,1 block=1,1,1"),
                                              (5, "block=4,1,1"), (1000, "grid=1,1,1 block=512,1,1"),
-                                             (4099, "grid=8,1,1 block=512,1,1")])
+                                             (4099, "grid=4,1,1 block=1024,1,1")])
 def test_short_full_reductions(n, schedule):
     kernel = _compile(FULL.format(t="float", op="+"), np.zeros(n, np.float32))
     assert schedule in kernel.schedule

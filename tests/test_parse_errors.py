@@ -40,7 +40,7 @@ CASES = [
      "close the definition"),
     ("def f(float(N) A) -> () {\n}\n", 1, 23, "a definition needs at least one output", "-> (C)"),
     ("def f(float(N) A) (B) {\n}\n", 1, 19, "expected '->' after the parameters but found '('", None),
-    ("def f(floaty(N) A) -> (B) {\n}\n", 1, 7, "expected a parameter type", None),
+    ("def f(floaty(N) A) -> (B) {\n}\n", 1, 7, "unknown type floaty", "did you mean `float`?"),
     ("def f(float(,) A) -> (B) {\n}\n", 1, 13, "expected a dimension", None),
     ("def in(float(N) A) -> (B) {\n}\n", 1, 5, "expected a definition name but found 'in'", "reserved"),
     ("def f(float(N) A, float(N)) -> (B) {\n}\n", 1, 27, "expected a tensor name after the type but found ')'",

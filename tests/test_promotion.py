@@ -95,6 +95,29 @@ def test_contraction_promotes_both_operands_and_the_accumulator():
     assert bufs["C_reg0"].fill == 0  # S0_init runs on the registers before the loop
 
 
+TRANSPOSE = "def tr(float(N, M) A) -> (B) { B(m, n) = A(n, m) }"
+
+
+def test_transpose_goes_through_a_padded_shared_tile():
+    """Threads along x read A(n, m) down a column: A's 64 x 64 tile is copied by rows
+    (coalesced) into a buffer padded by one element, so the column reads hit 32 banks."""
+    opts = MO.default_for(tc.define(TRANSPOSE), "cuda")
+    assert opts.use_shared_memory
+    (buf,) = _buffers(TRANSPOSE, {"N": 256, "M": 128}, opts)
+    assert buf.tensor == "A" and buf.order == (0, 1) and buf.storage == (64, 65)
+    # an elementwise read along rows stays unpromoted
+    assert _buffers("def f(float(N, M) A) -> (B) { B(n, m) = A(n, m) * 2 }", {"N": 64, "M": 64},
+                    opts) == []
+
+
+@pytest.mark.parametrize("shape", [(37, 70), (1, 5), (33, 1), (64, 32)])
+def test_transpose_default_is_simulated_correct(shape, rng):
+    fn = tc.define(TRANSPOSE)
+    a = rng.standard_normal(shape).astype(np.float32)
+    (b,) = simulate_call(fn.ir, [a], MO.default_for(fn, "cuda"))
+    np.testing.assert_array_equal(b, a.T)
+
+
 def test_planted_copy_schedule_bug_is_caught(monkeypatch, rng):
     """Scheduling the copies by their element coordinates under the modulo thread filter makes
     isl drop copy instances (seen on the H200 as wrong results): the simulator must see it."""

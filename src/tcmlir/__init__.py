@@ -39,6 +39,9 @@ _LAZY = {
     "make_naive_options_factory": "factories",
     "make_load_from_cache_options_factory": "factories",
     "make_autotuned_options_factory": "factories",
+    "Profile": "profile",
+    "KernelProfile": "profile",
+    "Ceilings": "profile",
     "parse": "lang",
     "check": "lang",
 }

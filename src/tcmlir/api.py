@@ -12,25 +12,29 @@ call with an equal key and the same hot knobs goes straight to the plan.
 
 from __future__ import annotations
 
-import hashlib
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import ir
+from .array_kinds import empty_call, has_zero_extent, in_input_kind
 from .benchmark import BenchmarkResult
 from .binding import allocate_outputs, bind_host_inputs, check_outputs
 from .config import get_config, hot_path_token
 from .errors import CallError, Source, TCError
 from .lang import check, parse
 from .lang.printer import format_def
+from .log import setup_logging
 from .options import MappingOptions
 from .signature import Signature, call_key
+
+if TYPE_CHECKING:  # pragma: no cover - tune is imported when a tuning starts
+    from .tune.config import TunerConfig
 
 __all__ = ["TARGETS", "Kernel", "TCFunction", "define"]
 
@@ -45,6 +49,7 @@ def define(source: str, name: str | None = None, *, target: str = "auto",
     ``target``: ``"cuda"``, ``"cpu"`` (LLVM JIT on the host), ``"numpy"`` (the reference
     interpreter) or ``"auto"`` (cuda when a GPU is visible, else cpu).
     """
+    setup_logging()
     if not isinstance(source, str):
         raise TCError(f"tc.define expects TC source text, got {type(source).__name__}")
     _check_target(target)
@@ -108,12 +113,17 @@ class Kernel:
 
     @property
     def ptx(self) -> str:
+        """The PTX text (target cuda only; a TCError on other targets)."""
         if self.ptx_text is None:
             raise TCError(f"kernel {self.function.entry} was compiled for {self.target}: it has no PTX "
                           "(compile with target='cuda')")
         return self.ptx_text
 
     def launch(self, *inputs: Any, outputs: Sequence[Any] | None = None, stream: Any = None) -> Any:
+        """Run this kernel on ``inputs`` (of its signature); ``outputs``/``stream`` as for a
+        call of the function. Returns the output(s) in the inputs' kind."""
+        if has_zero_extent(inputs):  # empty outputs: nothing to launch (see `array_kinds`)
+            return empty_call(self.function, inputs, outputs)
         return self.function._launch(self, inputs, outputs, stream=stream)
 
     def benchmark(self, *inputs: Any, runs: int = 5) -> BenchmarkResult:
@@ -133,10 +143,20 @@ class Kernel:
         return (f"<tcmlir kernel {self.function.entry} target={self.target} "
                 f"arch={self.arch or '-'} options={options_digest(self.options)} sizes={sizes}>")
 
+    def profile(self, *inputs: Any, runs: int = 20, ceilings: Any = None) -> Any:
+        """Time this kernel on ``inputs`` and put it against its exact work and the device's
+        ceilings: a `tcmlir.profile.Profile` (see `TCFunction.profile`)."""
+        from .profile import profile_kernel
+
+        return profile_kernel(self, inputs, runs=runs, ceilings=ceilings)
+
 
 def options_digest(options: MappingOptions) -> str:
-    """8 hex digits naming ``options`` (of their exact JSON), as `Kernel.__repr__` shows them."""
-    return hashlib.sha256(options.to_json().encode("utf-8")).hexdigest()[:8]
+    """The short digest naming ``options`` (of their exact JSON) in `Kernel.__repr__` and in
+    the compile log lines (`tcmlir.log.options_digest`)."""
+    from .log import options_digest as digest_of_json
+
+    return digest_of_json(options.to_json())
 
 
 class TCFunction:
@@ -161,12 +181,16 @@ class TCFunction:
     # ------------------------------------------------------------ signatures
 
     def signature(self, *inputs: Any) -> Signature:
+        """The signature (shapes, dtypes, strides) these inputs bind to."""
         return bind_host_inputs(self.ir, inputs).signature
 
     def size_values(self, *inputs: Any) -> dict[str, int]:
+        """The value of each size parameter for these inputs."""
         return bind_host_inputs(self.ir, inputs).sizes
 
     def default_arch(self, target: str | None = None) -> str:
+        """The arch a compile for ``target`` uses by default (the GPU's ``sm_XX``, or the
+        host's)."""
         target = resolve_target(target or self.target)
         if target == "cuda":
             from .runtime import default_cuda_arch
@@ -179,17 +203,27 @@ class TCFunction:
     # ------------------------------------------------------------ calling
 
     def __call__(self, *inputs: Any, options: MappingOptions | None = None,
-                 outputs: Sequence[Any] | None = None, stream: Any = None) -> Any:
+                 outputs: Sequence[Any] | None = None, stream: Any = None,
+                 devices: Sequence[int] | None = None) -> Any:
         """Run on ``inputs``. ``stream`` (target cuda): the CUDA stream to launch on — a
         ``torch.cuda.Stream``, a CuPy stream, a raw ``CUstream`` handle (int) or a
         `tcmlir.runtime.cuda.Stream`; by default the current stream of the inputs' library
-        (torch's or CuPy's), else the legacy default stream."""
+        (torch's or CuPy's), else the legacy default stream. ``devices`` (or
+        ``options.devices``): split the call across these GPUs (`tcmlir.multi`, see `plan`)."""
+        if devices is not None or (options is not None and options.devices):
+            from .multi.execute import split_call
+
+            return split_call(self, inputs, options.devices if devices is None else devices,
+                              options, resolve_target(self.target), outputs=outputs,
+                              stream=stream)
         if options is None and outputs is None:
             key = call_key(inputs)
             if key is not None:
                 hit = self._plans.get(key)
                 if hit is not None and hit[0] == hot_path_token():
                     return hit[1](inputs, stream)
+        if has_zero_extent(inputs):  # empty outputs: nothing to compile or launch
+            return empty_call(self, inputs, outputs)
         # inside a capture, nothing may compile (module loads, allocations would invalidate
         # the caller's capture): a kernel not compiled yet is refused before any driver call
         kernel, bound = self._compile(inputs, options, None, None,
@@ -207,9 +241,32 @@ class TCFunction:
                 check()
 
     def compile(self, *inputs: Any, options: MappingOptions | None = None,
-                target: str | None = None, arch: str | None = None) -> Kernel:
-        """Compile for these inputs' signature without launching (no GPU needed for a named arch)."""
+                target: str | None = None, arch: str | None = None,
+                devices: Sequence[int] | None = None) -> Any:
+        """Compile for these inputs' signature without launching (no GPU needed for a named arch).
+        With ``devices`` (or ``options.devices``): a `tcmlir.multi.SplitKernel`, the split plan
+        and each part's kernel."""
+        if devices is not None or (options is not None and options.devices):
+            from .multi.execute import split_kernel
+
+            _check_target(target)
+            return split_kernel(self, inputs, options.devices if devices is None else devices,
+                                options, resolve_target(target or self.target), arch)[0]
         return self._compile(inputs, options, target, arch)[0]
+
+    def plan(self, *inputs: Any, devices: Sequence[int],
+             output_device: int | None = None) -> Any:
+        """How a call on ``inputs`` splits across ``devices`` (a `tcmlir.multi.SplitPlan`:
+        parts with their device, sub-domain, footprints and bytes to move), computed with isl
+        without a GPU; a program that cannot be split gets one part and a ``reason``."""
+        from .multi.inputs import locate_inputs
+        from .multi.plan import make_plan
+
+        views, where = locate_inputs(self.ir, inputs)
+        from .binding import bind_sizes
+
+        sizes = bind_sizes(self.ir, [tuple(views[t.name].shape) for t in self.ir.inputs])
+        return make_plan(self.ir, sizes, devices, where, output_device)
 
     def _compile(self, inputs: Sequence[Any], options: MappingOptions | None, target: str | None,
                  arch: str | None, *, compile_missing: bool = True) -> tuple[Kernel, Any]:
@@ -243,11 +300,26 @@ class TCFunction:
                 _dump(kernel, config.dump)
         return kernel, bound
 
-    def autotune(self, *inputs: Any, **kwargs: Any) -> MappingOptions:
-        """Search mapping options with the genetic tuner (see `tcmlir.tune`)."""
+    def autotune(self, *inputs: Any, generations: int | None = None,
+                 population: int | None = None, cache: bool | str | Any = True,
+                 devices: Sequence[int] | None = None, config: TunerConfig | None = None,
+                 options: MappingOptions | None = None, target: str | None = None,
+                 progress: bool = True, retune: bool = False) -> MappingOptions:
+        """Search mapping options for these inputs with the genetic tuner (`tcmlir.tune`) and
+        return the best found (the cache keeps the best few).
+
+        ``generations``/``population`` override those of ``config`` (a `tc.TunerConfig`);
+        ``cache``: True (the default database), False (none), a path or an `OptionsCache`;
+        ``devices``: GPU ordinals to evaluate on (target cuda); ``options``: a starting point
+        added to the first generation; ``target``: overrides the function's; ``progress``: a
+        progress bar (and a line on stderr when a cached result is returned). A result cached
+        for this exact signature is returned without tuning unless ``retune=True``.
+        """
         from .tune.autotune import autotune
 
-        return autotune(self, inputs, **kwargs)
+        return autotune(self, inputs, generations=generations, population=population,
+                        cache=cache, devices=devices, config=config, options=options,
+                        target=target, progress=progress, retune=retune)
 
     # ------------------------------------------------------------ launching
 
@@ -274,7 +346,7 @@ class TCFunction:
             plan = host_plan(kernel.runner, self.ir, bound.sizes)
             if remember and all(_host_ready(x) for x in inputs):
                 self._remember(inputs, _host_call(plan))
-            return plan.call(list(bound.arrays.values()))
+            return in_input_kind(self.ir, inputs, plan.call(list(bound.arrays.values())))
         outs = check_outputs(self.ir, bound.sizes, outputs)
         if outs is None:
             outs = allocate_outputs(self.ir, bound.sizes)
@@ -285,7 +357,8 @@ class TCFunction:
         else:
             kernel.runner.run({**bound.arrays, **outs}, bound.sizes)
         results = tuple(outs[t.name] for t in self.ir.outputs)
-        return results[0] if len(results) == 1 else results
+        result = results[0] if len(results) == 1 else results
+        return result if outputs is not None else in_input_kind(self.ir, inputs, result)
 
     def _remember(self, inputs: Sequence[Any], call: Callable[..., Any]) -> None:
         """File a plan under the inputs' call key (after a call with them passed every check)."""
@@ -315,6 +388,18 @@ class TCFunction:
                 kernel.runner.run(arrays, bound.sizes)
             times.append(time.perf_counter() - start)
         return times
+
+    def profile(self, *inputs: Any, options: MappingOptions | None = None, runs: int = 20,
+                ceilings: Any = None) -> Any:
+        """Profile a call on ``inputs``: a `tcmlir.profile.Profile` with the median time of
+        ``runs`` runs (CUDA events on the GPU, a wall clock on the host) of the call and of each
+        launched kernel, the exact flops and minimal DRAM bytes (counted with isl), achieved
+        FLOP/s and bytes/s, the binding ceiling and the roofline fraction, launch configuration,
+        registers and occupancy (cuda), and advice. ``ceilings``: a `tcmlir.profile.Ceilings`
+        or a dict of its fields, instead of the measured (cached) ones."""
+        from .profile import profile_function
+
+        return profile_function(self, inputs, options=options, runs=runs, ceilings=ceilings)
 
 
 def _host_ready(x: Any) -> bool:

@@ -18,6 +18,7 @@ import islpy as isl
 import numpy as np
 
 from . import ir
+from .array_kinds import array_library, convert_hint, torch_numpy
 from .dtypes import DType
 from .errors import CallError
 from .lang.ranges import SIZE_LIMIT
@@ -45,8 +46,10 @@ def _size_name(fn: ir.Function, extent: ir.SizeExpr) -> str | None:
     return text if text in fn.sizes else None
 
 
-def bind_sizes(fn: ir.Function, shapes: Sequence[tuple[int, ...]]) -> dict[str, int]:
-    """Size values from input shapes; CallError on rank or size conflicts or a violated context."""
+def bind_sizes(fn: ir.Function, shapes: Sequence[tuple[int, ...]], *,
+               allow_empty: bool = False) -> dict[str, int]:
+    """Size values from input shapes; CallError on rank or size conflicts or a violated context
+    (``allow_empty``: sizes with a 0 skip the context, for `empty_call`)."""
     sizes: dict[str, int] = {}
     bound_by: dict[str, tuple[str, int]] = {}
     for tensor, shape in zip(fn.inputs, shapes, strict=True):
@@ -74,6 +77,8 @@ def bind_sizes(fn: ir.Function, shapes: Sequence[tuple[int, ...]]) -> dict[str, 
     missing = [s for s in fn.sizes if s not in sizes]
     if missing:  # sizes only used by outputs cannot be bound from inputs
         raise CallError(f"{fn.name}: size(s) {', '.join(missing)} are not determined by any input")
+    if allow_empty and 0 in sizes.values():
+        return sizes
     _check_context(fn, sizes)
     return sizes
 
@@ -161,9 +166,13 @@ def _to_host_array(fn: ir.Function, tensor: ir.Tensor, value: Any) -> np.ndarray
     if hasattr(value, "__cuda_array_interface__") or _is_cuda_dlpack(value):
         raise CallError(
             f"{fn.name}: input {tensor.name} lives on a GPU; this target runs on the host "
-            "(use target='cuda', or copy the input to the host)")
+            "(use target='cuda', or copy the input to the host"
+            + (f": {tensor.name}.cpu())" if array_library(value) == "torch" else ")"))
     if isinstance(value, np.ndarray):
         arr = value
+    elif array_library(value) == "torch" and getattr(value, "device", None) is not None \
+            and value.device.type == "cpu":
+        arr = torch_numpy(value)
     elif hasattr(value, "__array__") or hasattr(value, "__dlpack__"):
         try:
             arr = np.asarray(value)
@@ -176,7 +185,7 @@ def _to_host_array(fn: ir.Function, tensor: ir.Tensor, value: Any) -> np.ndarray
     if got is not tensor.dtype:
         raise CallError(
             f"{fn.name}: input {tensor.name} must have dtype {tensor.dtype}, got {arr.dtype} "
-            f"(convert it, e.g. x.astype(np.{tensor.dtype.numpy.name}))")
+            f"(convert it, e.g. {convert_hint(value, tensor.dtype, tensor.name)})")
     # np.ascontiguousarray would turn a 0-d array into shape (1,)
     return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr).reshape(arr.shape)
 
@@ -192,8 +201,10 @@ def _is_cuda_dlpack(value: Any) -> bool:
     return int(kind) in (2, 3, 13)  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
 
 
-def bind_host_inputs(fn: ir.Function, inputs: Sequence[Any]) -> BoundCall:
-    """Validate host inputs against ``fn`` and bind its sizes."""
+def bind_host_inputs(fn: ir.Function, inputs: Sequence[Any], *,
+                     allow_empty: bool = False) -> BoundCall:
+    """Validate host inputs against ``fn`` and bind its sizes (``allow_empty``: see
+    `bind_sizes`)."""
     if len(inputs) != len(fn.inputs):
         names = ", ".join(t.name for t in fn.inputs)
         raise CallError(f"{fn.name} takes {len(fn.inputs)} input(s) ({names}), got {len(inputs)}")
@@ -203,7 +214,7 @@ def bind_host_inputs(fn: ir.Function, inputs: Sequence[Any]) -> BoundCall:
             raise CallError(f"{fn.name}: input {tensor.name} must be an array of rank "
                             f"{tensor.rank}, got a Python scalar")
         arrays[tensor.name] = _to_host_array(fn, tensor, value)
-    sizes = bind_sizes(fn, [arrays[t.name].shape for t in fn.inputs])
+    sizes = bind_sizes(fn, [arrays[t.name].shape for t in fn.inputs], allow_empty=allow_empty)
     signature = Signature(tuple(
         ArgSpec(tuple(a.shape), str(fn.tensor(name).dtype),
                 tuple(s // max(1, a.itemsize) for s in a.strides))

@@ -15,9 +15,12 @@ Compiled artifacts (host object code, PTX, cubins) go through the persistent `Ke
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from .log import get_logger, options_digest
 from .options import MappingOptions
 from .signature import Signature
 
@@ -28,6 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["COMPILE_COUNTS", "compile_kernel", "lower"]
 
 COMPILE_COUNTS: dict[str, int] = {"compile_kernel": 0}
+log = get_logger("compile")
 
 
 def lower(fn_ir: Any, sizes: Mapping[str, int] | None, options: MappingOptions, target: str,
@@ -39,7 +43,11 @@ def lower(fn_ir: Any, sizes: Mapping[str, int] | None, options: MappingOptions, 
 
     state = CompileState.initial(fn_ir, None if options.parametric else sizes)
     passes = parse_pipeline(options.to_pipeline("cuda" if target == "cuda" else "cpu"))
-    state = PassManager(passes, verify_each=verify).run(state)
+    manager = PassManager(passes, verify_each=verify)
+    state = manager.run(state)
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("%s: passes %s", fn_ir.name,
+                  ", ".join(f"{name} {t * 1e3:.2f} ms" for name, t in manager.timings))
     if verify and target == "cuda" and state.schedule is not None and kernel_marks(state.schedule):
         check_coverage(state.proof_schedule, state.scop.domain, state.scop.context)
     return state
@@ -47,32 +55,64 @@ def lower(fn_ir: Any, sizes: Mapping[str, int] | None, options: MappingOptions, 
 
 def compile_kernel(fn: TCFunction, target: str, options: MappingOptions, signature: Signature,
                    sizes: Mapping[str, int], arch: str | None) -> Kernel:
+    """Lower, generate code and build the runner; logs the compile (`tcmlir.log`)."""
+    from .cache.artifacts import COUNTERS
+
+    stages: dict[str, float] = {}
+    start = time.perf_counter()
+    before = (COUNTERS.hits, COUNTERS.misses)
+    kernel = _compile_kernel(fn, target, options, signature, sizes, arch, stages)
+    total = time.perf_counter() - start
+    hits, misses = COUNTERS.hits - before[0], COUNTERS.misses - before[1]
+    if hits or misses:  # (counters are process-wide: approximate under concurrent compiles)
+        log.debug("%s: compiled-artifact cache %s (%d hit(s), %d miss(es))", fn.entry,
+                  "miss" if misses else "hit", hits, misses)
+    if log.isEnabledFor(logging.INFO):
+        log.info("compiled %s for %s (%s), options %s, in %.1f ms (%s)", fn.entry, target,
+                 kernel.arch or "-", options_digest(options.to_json()), total * 1e3,
+                 ", ".join(f"{name} {t * 1e3:.1f} ms" for name, t in stages.items()))
+    return kernel
+
+
+def _compile_kernel(fn: TCFunction, target: str, options: MappingOptions, signature: Signature,
+                    sizes: Mapping[str, int], arch: str | None, stages: dict[str, float]
+                    ) -> Kernel:
     from .api import Kernel
     from .poly.loops import build_ast, format_loops
     from .pretty import format_schedule
 
     COMPILE_COUNTS["compile_kernel"] += 1
+    t0 = time.perf_counter()
     state = lower(fn.ir, sizes, options, target)
+    stages["passes"] = time.perf_counter() - t0
     kernel = Kernel(function=fn, target=target, options=options, signature=signature,
                     sizes=dict(sizes), schedule=format_schedule(state.schedule), arch=arch)
     if target == "cuda":
         from .cache.artifacts import compile_cuda_cached, make_cuda_runner
 
         arch = arch or fn.default_arch("cuda")
+        t0 = time.perf_counter()
         image, cubin_key = compile_cuda_cached(fn, state, signature, options, arch)
+        stages["llvm+ptx"] = time.perf_counter() - t0
         kernel.arch = arch
+        t0 = time.perf_counter()
         kernel.loops = format_loops(build_ast(state))
+        stages["loops"] = time.perf_counter() - t0
         kernel.llvm_ir, kernel.ptx_text = image.llvm_ir, image.ptx
         kernel.runner = make_cuda_runner(image, cubin_key, device=0)
         return kernel
+    t0 = time.perf_counter()
     kernel.loops = format_loops(build_ast(state))
+    stages["loops"] = time.perf_counter() - t0
     if target == "cpu":
         from .cache.artifacts import compile_host_cached
         from .config import get_config
 
         threads = options.threads or get_config().threads
         kernel.arch = fn.default_arch("cpu")
+        t0 = time.perf_counter()
         runner = compile_host_cached(fn, state, signature, options, kernel.arch, threads)
+        stages["llvm+jit"] = time.perf_counter() - t0
         kernel.runner = runner
         kernel.llvm_ir = runner.llvm_ir
     return kernel

@@ -4,6 +4,8 @@
         [--stage STAGE[,STAGE...]|all] [--target auto|cpu|cuda] [--arch sm_90]
         [--pipeline 'schedule{fusion=max},tile{sizes=32,32}' | --options JSON_OR_FILE]
         [--flow] [--print-after-all] [--time-passes]
+    python -m tcmlir.dump FILE --sizes M=8192,K=8192,N=8192 --devices 0,1   # the split plan
+    python -m tcmlir.dump FILE --grad ...   # the stages of the derived gradient definition
 
 Stages: ``pipeline`` the target, options and pass pipeline that run; ``ast`` the parsed
 definition in canonical TC; ``ir`` the checked IR; ``scop`` the polyhedral model (parameters,
@@ -152,9 +154,10 @@ def dump(text: str, filename: str, entry: str | None, stage: str = "all",
          sizes: dict[str, int] | None = None, pipeline: str | None = None,
          print_after_all: bool = False, time_passes: bool = False, err: TextIO | None = None,
          *, target: str = "auto", options: Any = None, arch: str | None = None,
-         flow: bool = False) -> str:
+         flow: bool = False, devices: tuple[int, ...] | None = None) -> str:
     """The text of ``stage`` (a stage, stages separated by commas, or ``all``) for definition
-    ``entry`` of ``text``; target, options and pipeline as `plan_for` chooses them."""
+    ``entry`` of ``text``; target, options and pipeline as `plan_for` chooses them. With
+    ``devices``, the multi-GPU split plan of a call at ``sizes`` instead."""
     from .api import resolve_target
     from .lang.parser import parse_program
     from .lang.sema import check_program
@@ -178,6 +181,14 @@ def dump(text: str, filename: str, entry: str | None, stage: str = "all",
     if unknown:
         raise OptionsError(f"--sizes: {', '.join(unknown)} is not a size of {fn.name} "
                            f"(its sizes: {', '.join(fn.sizes) or 'none'})")
+    if devices is not None:  # --devices: the split plan (tcmlir.multi.plan), not the stages
+        from .multi.plan import make_plan
+
+        missing = [s for s in fn.sizes if s not in (sizes or {})]
+        if missing:
+            raise OptionsError(f"--devices needs every size: give {', '.join(missing)} with "
+                               "--sizes")
+        return str(make_plan(fn, sizes or {}, devices)) + "\n"
     plan = plan_for(fn, target, options, pipeline, sizes)
     if arch is not None:  # checked before anything runs
         if plan.target != "cuda":
@@ -308,7 +319,20 @@ def _arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--print-after-all", action="store_true",
                    help="print the schedule tree after each pass (stderr)")
     p.add_argument("--time-passes", action="store_true", help="time each pass (stderr)")
+    p.add_argument("--devices", help="print how a call at --sizes splits across these GPUs, "
+                                     "e.g. 0,1 (tcmlir.multi; no GPU needed)")
+    p.add_argument("--grad", action="store_true",
+                   help="dump the derived reverse-mode gradient definition instead (tcmlir.grad)")
     return p
+
+
+def _parse_devices(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        return tuple(int(d) for d in text.split(","))
+    except ValueError:
+        raise OptionsError(f"--devices takes device ordinals like 0,1, got '{text}'") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -325,9 +349,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         sizes = None if args.sizes is None else _parse_sizes(args.sizes)
         options = None if args.options is None else _read_options(args.options)
+        if args.grad:  # the gradient program replaces the definition (tcmlir.grad)
+            from .grad.dump import gradient_text
+
+            text, filename, args.name = gradient_text(text, filename, args.name)
         result = dump(text, filename, args.name, args.stage, sizes, args.pipeline,
                       args.print_after_all, args.time_passes, err=sys.stderr,
-                      target=args.target, options=options, arch=args.arch, flow=args.flow)
+                      target=args.target, options=options, arch=args.arch, flow=args.flow,
+                      devices=_parse_devices(args.devices))
     except TCError as exc:
         print(str(exc), file=sys.stderr)
         return 2

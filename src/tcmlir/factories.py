@@ -9,9 +9,12 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .options import MappingOptions
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .tune.config import TunerConfig
 
 __all__ = [
     "make_autotuned_options_factory",
@@ -59,6 +62,8 @@ def make_load_from_cache_options_factory(cache: Any = True) -> Factory:
             state["store"] = open_cache(cache)
         store = state["store"]
         record = store.lookup_record(fn, *inputs, exact=True) if store is not None else None
+        if record is not None:
+            log.info("%s: tuned options found in the cache for this signature", fn.entry)
         if record is None and store is not None:
             record = store.lookup_record(fn, *inputs, exact=False)
             if record is not None:
@@ -101,10 +106,18 @@ def _verified_or_default(fn: Any, inputs: Sequence[Any], store: Any, record: Any
     return MappingOptions.default_for(fn.ir, resolve_target(fn.target))
 
 
-def make_autotuned_options_factory(config: Any = None, cache: Any = True,
-                                   **autotune_kwargs: Any) -> Factory:
+def make_autotuned_options_factory(config: TunerConfig | None = None,
+                                   cache: bool | str | Any = True, *,
+                                   generations: int | None = None,
+                                   population: int | None = None,
+                                   devices: Sequence[int] | None = None,
+                                   target: str | None = None,
+                                   progress: bool = True) -> Factory:
     """Tune once per new signature (the result is stored in ``cache`` and served from it, in
-    this process and later ones); extra keyword arguments go to ``fn.autotune``."""
+    this process and later ones). ``config`` (a `tc.TunerConfig`), ``generations``,
+    ``population``, ``devices``, ``target`` and ``progress`` are passed to ``fn.autotune``."""
+    autotune_kwargs = {"generations": generations, "population": population,
+                       "devices": devices, "target": target, "progress": progress}
     state: dict[str, Any] = {}
     memo: dict[tuple, MappingOptions] = {}
 

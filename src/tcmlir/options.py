@@ -68,6 +68,8 @@ class MappingOptions:
     double_buffer: bool = False                  # shared copies one tile ahead (cp.async), GPU
     row_block: int = 0                           # cuda: >0 maps a row program to one kernel
                                                  # (map-rows), this many threads per row; 0 off
+    devices: tuple[int, ...] = ()                # split a call across these GPUs (tcmlir.multi);
+                                                 # (): one device, the inputs'
 
     def __post_init__(self) -> None:
         if self.fusion not in FUSION_STRATEGIES:
@@ -79,6 +81,8 @@ class MappingOptions:
         object.__setattr__(self, "grid", _positive_tuple("grid", self.grid, max_len=3))
         object.__setattr__(self, "register_tile",
                            _positive_tuple("register tile", self.register_tile, max_len=3))
+        object.__setattr__(self, "devices",
+                           _positive_tuple("devices", self.devices, allow_zero=True))
         if not self.block or not self.grid:
             raise OptionsError("block and grid need at least one dimension")
         for name in ("unroll_factor",):
@@ -92,25 +96,31 @@ class MappingOptions:
 
     @classmethod
     def naive(cls) -> MappingOptions:
+        """TC's naive options: fusion preserve3coincident, 32³ tiles, 32×8 threads, a
+        256×256 grid, no unrolling."""
         return cls(fusion="preserve3coincident", tile_sizes=(32, 32, 32), block=(32, 8),
                    grid=(256, 256), unroll_factor=1)
 
     @classmethod
     def pointwise(cls) -> MappingOptions:
+        """TC's preset for elementwise programs: maximal fusion, 32×4×4 threads, unroll 128."""
         return cls(fusion="max", tile_sizes=(32, 32, 32), block=(32, 4, 4), grid=(100, 100, 100),
                    unroll_factor=128)
 
     @classmethod
     def mlp(cls) -> MappingOptions:
+        """TC's preset for fully connected layers: maximal fusion, 1-wide tiles, 128 threads."""
         return cls(fusion="max", tile_sizes=(1,), block=(128,), grid=(128,), unroll_factor=1)
 
     @classmethod
     def convolution(cls) -> MappingOptions:
+        """TC's preset for convolutions: maximal fusion, 4×8×8 tiles, 4×16×4 threads."""
         return cls(fusion="max", tile_sizes=(4, 8, 8), block=(4, 16, 4), grid=(128, 128),
                    unroll_factor=1)
 
     @classmethod
     def group_convolution(cls) -> MappingOptions:
+        """TC's preset for grouped convolutions: maximal fusion, 1×1 tiles, 4×16×4 threads."""
         return cls(fusion="max", tile_sizes=(1, 1), block=(4, 16, 4), grid=(128, 128),
                    unroll_factor=1)
 
@@ -131,7 +141,9 @@ class MappingOptions:
         `cuda_contraction` with the largest tiles that still give every SM two blocks at
         ``sizes`` (`contraction_tiles`); a batched contraction (three lhs indices, one
         reduction index: batched matmul) `cuda_batched_contraction`; a convolution
-        `cuda_convolution`; everything else the naive options."""
+        `cuda_convolution`; a program that reads a tensor across its rows where it writes
+        along them (a transpose) the naive options with `promote-shared`, whose tile copies
+        read rows; everything else the naive options."""
         ir_fn = getattr(fn, "ir", fn)
         statements = ir_fn.statements
         if target == "cpu" and max((len(s.ranges) for s in statements), default=0) < 3:
@@ -151,6 +163,11 @@ class MappingOptions:
             return cls.cuda_batched_contraction()
         if target == "cuda" and _is_convolution(statements):
             return cls.cuda_convolution(len(_is_convolution(statements).lhs))
+        if target == "cuda" and _is_transpose_like(statements):
+            # 64 x 64 tiles, 64 x 4 threads: 85% of the copy ceiling on an 8192^2 transpose
+            # (32 x 32 tiles with 32 x 8 threads: 80%)
+            return cls.naive().tile(64, 64).map_to_threads(64, 4).map_to_blocks(1024, 1024) \
+                .shared_memory(True)
         return cls.naive()
 
     @classmethod
@@ -192,34 +209,45 @@ class MappingOptions:
         return dataclasses.replace(self, **changes)
 
     def tile(self, *sizes: int) -> MappingOptions:
+        """Tile the outermost permutable band with these sizes (0: leave that member untiled)."""
         return self._with(tile_sizes=tuple(sizes))
 
     def map_to_threads(self, *block: int) -> MappingOptions:
+        """The CUDA block: threads along x, y, z (innermost coincident member on x)."""
         return self._with(block=tuple(block))
 
     def map_to_blocks(self, *grid: int) -> MappingOptions:
+        """The CUDA grid's upper bounds along x, y, z (blocks loop when there are more tiles)."""
         return self._with(grid=tuple(grid))
 
     def unroll(self, factor: int) -> MappingOptions:
+        """Unroll innermost loops up to ``factor`` iterations (1: no unrolling)."""
         return self._with(unroll_factor=int(factor))
 
     def outer_schedule_fusion_strategy(self, strategy: str) -> MappingOptions:
+        """isl's fusion strategy: ``max``, ``preserve3coincident`` or ``min``."""
         return self._with(fusion=strategy.lower())
 
     def schedule_fusion_strategy(self, strategy: str) -> MappingOptions:
+        """The same as `outer_schedule_fusion_strategy` (TC's second name for it)."""
         return self.outer_schedule_fusion_strategy(strategy)
 
     def outer_schedule_allow_skewing(self, allow: bool) -> MappingOptions:
+        """Whether isl's scheduler may skew loops."""
         return self._with(allow_skewing=bool(allow))
 
     def outer_schedule_positive_orthant(self, positive: bool) -> MappingOptions:
+        """Whether isl's scheduler keeps schedule coefficients non-negative."""
         return self._with(positive_orthant=bool(positive))
 
     def fix_parameters(self, fix: bool = True) -> MappingOptions:
+        """Fix the size parameters to the call's values before scheduling."""
         return self._with(fix_parameters_before_scheduling=bool(fix))
 
     def shared_memory(self, use: bool = True, depth: int | None = None,
                       max_bytes: int | None = None) -> MappingOptions:
+        """Promote reused or uncoalesced tiles to shared memory (``depth``: the band depth
+        of the copies; ``max_bytes``: a cap, 0 = the device's limit)."""
         changes: dict[str, Any] = {"use_shared_memory": bool(use)}
         if depth is not None:
             changes["shared_depth"] = depth
@@ -228,6 +256,7 @@ class MappingOptions:
         return self._with(**changes)
 
     def private_memory(self, use: bool = True, depth: int | None = None) -> MappingOptions:
+        """Promote per-thread data to registers (``depth``: the band depth of the promotion)."""
         changes: dict[str, Any] = {"use_private_memory": bool(use)}
         if depth is not None:
             changes["private_depth"] = depth
@@ -244,9 +273,12 @@ class MappingOptions:
         return self._with(double_buffer=bool(use))
 
     def with_threads(self, threads: int) -> MappingOptions:
+        """CPU threads for ``target='cpu'`` (0: ``TCMLIR_THREADS`` or all cores)."""
         return self._with(threads=int(threads))
 
     def with_parametric(self, parametric: bool = True) -> MappingOptions:
+        """Keep the sizes symbolic: one kernel serves every size of a signature's ranks and
+        dtypes."""
         return self._with(parametric=bool(parametric))
 
     def map_rows(self, threads: int) -> MappingOptions:
@@ -254,12 +286,21 @@ class MappingOptions:
         ``grid[0]`` caps the blocks; 0 turns it off."""
         return self._with(row_block=int(threads))
 
+    def on_devices(self, *devices: int) -> MappingOptions:
+        """Split each call across these CUDA devices (`tcmlir.multi`; ``on_devices(0, 0)``: two
+        parts on device 0); no argument: one device. A part's kernel uses these options without
+        ``devices``, so it is the single-device kernel of the chunk's size."""
+        return self._with(devices=tuple(devices))
+
     # ------------------------------------------------------------ serialisation
 
     def to_dict(self) -> dict[str, Any]:
+        """The options as a JSON-ready dict (every field, tuples as lists, with a ``version``)."""
         out: dict[str, Any] = {"version": _JSON_VERSION}
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name == "devices" and not value:
+                continue  # one device: kept out so kernel cache keys stay those of before
             out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
 
@@ -273,6 +314,7 @@ class MappingOptions:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MappingOptions:
+        """Options from `to_dict`'s form; unknown or ill-typed fields are an `OptionsError`."""
         data = dict(data)
         version = data.pop("version", _JSON_VERSION)
         if version != _JSON_VERSION:
@@ -303,6 +345,7 @@ class MappingOptions:
 
     @classmethod
     def from_json(cls, text: str) -> MappingOptions:
+        """Options from `to_json`'s text (round-trips exactly); bad JSON is an `OptionsError`."""
         try:
             data = json.loads(text)
         except (json.JSONDecodeError, TypeError) as exc:
@@ -420,6 +463,25 @@ def _output_extents(statements: Any, sizes: Mapping[str, int] | None) -> tuple[i
         return box[st.lhs[0]], box[st.lhs[1]]
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def _is_transpose_like(statements: Any) -> bool:
+    """Some elementwise statement reads a tensor of rank >= 2 whose last index is a plain
+    index other than the statement's last lhs index, and that lhs index is one of the read's
+    other indices (``B(m, n) = A(n, m)``): consecutive threads would read it with a stride."""
+    from . import ir
+
+    for st in statements:
+        if st.reduction is not None or not st.lhs:
+            continue
+        inner = st.lhs[-1]
+        for rd in (x for x in ir.walk(st.rhs) if isinstance(x, ir.Read)):
+            if len(rd.indices) < 2 or not isinstance(rd.indices[-1], ir.Index):
+                continue
+            others = {x.name for i in rd.indices[:-1] for x in ir.walk(i) if isinstance(x, ir.Index)}
+            if rd.indices[-1].name != inner and inner in others:
+                return True
+    return False
 
 
 def _is_batched_contraction(statements: Any) -> bool:

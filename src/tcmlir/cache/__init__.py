@@ -1,21 +1,19 @@
 """Persistent caches: tuned mapping options and compiled artifacts in one SQLite database.
 
-`OptionsCache` (tuned options, nearest-size reuse, export/import) and `KernelCache` (PTX,
-cubins, host objects) share the storage layer `CacheStore`; keys are built in `keys`, the
-location is resolved in `paths` (``TCMLIR_CACHE_DIR`` or the user cache directory).
+`OptionsCache` (tuned options, nearest-size reuse, JSON export/import) and `KernelCache` (PTX,
+cubins, host objects; a least-recently-used size cap) share the storage layer `CacheStore`;
+keys are built in `keys`, the location is resolved in `paths` (``TCMLIR_CACHE_DIR`` or the user
+cache directory), who may write it is checked in `trust`, `manage` lists, prunes and counts
+(``tcmlir.cache.stats()``), and `cli` is the ``tcmlir cache`` command.
 """
 
-from .kernel_cache import ArtifactRecord, KernelCache
+from .errors import CacheCorruptionWarning, CacheError, CacheWriteWarning
+from .kernel_cache import ArtifactRecord, EvictionResult, KernelCache
 from .keys import artifact_digest, artifact_key
+from .manage import CacheStats, TunedKey, prune, stats
 from .options_cache import OptionsCache, TunedRecord, log_size_distance
 from .paths import default_cache_path
-from .store import (
-    SCHEMA_VERSION,
-    CacheCorruptionWarning,
-    CacheCounters,
-    CacheError,
-    CacheStore,
-)
+from .store import SCHEMA_VERSION, CacheCounters, CacheStore
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -23,12 +21,18 @@ __all__ = [
     "CacheCorruptionWarning",
     "CacheCounters",
     "CacheError",
+    "CacheStats",
     "CacheStore",
+    "CacheWriteWarning",
+    "EvictionResult",
     "KernelCache",
     "OptionsCache",
+    "TunedKey",
     "TunedRecord",
     "artifact_digest",
     "artifact_key",
     "default_cache_path",
     "log_size_distance",
+    "prune",
+    "stats",
 ]

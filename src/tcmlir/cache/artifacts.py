@@ -22,6 +22,7 @@ itself is logged and the kernel is compiled as if there were no cache.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -53,6 +54,8 @@ class ArtifactCounters:
 
 
 COUNTERS = ArtifactCounters()
+if hasattr(os, "register_at_fork"):  # the counts are this process's (`tcmlir.cache.stats`)
+    os.register_at_fork(after_in_child=lambda: COUNTERS.__init__())
 _LOCK = threading.Lock()
 _CACHES: dict[str, Any] = {}
 _SETTING: Any = True  # True: the default database; False: off; else a path

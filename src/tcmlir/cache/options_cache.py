@@ -6,7 +6,12 @@ candidates with their median time and number of runs. Options are stored as JSON
 the options tuned for the nearest size: among rows with the same source, entry, arch, ranks
 and dtypes, the one minimising ``sum(|log a - log b|)`` over the size parameters.
 
-Public form (DESIGN §3): ``tc.OptionsCache(path).lookup(fn, *inputs, exact=True)``.
+Public form (DESIGN §3): ``tc.OptionsCache(path).lookup(fn, *inputs, exact=True)``. The
+lookups by function (`lookup`, `lookup_record`) hand back only options that parse as this
+tcmlir's `MappingOptions`: a row whose checksum holds but whose options no longer parse (written
+by another tcmlir version) is dropped and reported like a damaged row, and the next candidate
+is used. `save_tuned` is how the tuner stores its results: a cache that cannot be written
+(a full disk) is a `CacheWriteWarning`, and the tuned options are still returned.
 """
 
 from __future__ import annotations
@@ -16,11 +21,13 @@ import math
 import os
 import sqlite3
 import time
-from collections.abc import Mapping
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..signature import Signature
+from .errors import CacheWriteWarning
 from .keys import (
     canonical_json,
     ranks_dtypes_json,
@@ -30,7 +37,13 @@ from .keys import (
 )
 from .store import CacheCounters, CacheError, CacheStore, logger, row_checksum
 
-__all__ = ["DEFAULT_TOP_K", "OptionsCache", "TunedRecord", "log_size_distance"]
+__all__ = ["DEFAULT_TOP_K", "PROCESS_COUNTERS", "OptionsCache", "TunedRecord",
+           "log_size_distance"]
+
+# lookups of tuned options by every OptionsCache of this process (`tcmlir.cache.stats`)
+PROCESS_COUNTERS = CacheCounters()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: PROCESS_COUNTERS.__init__())
 
 DEFAULT_TOP_K = 5
 
@@ -114,6 +127,24 @@ class _Row:
                            self.created)
 
 
+def _parses_as_options(options_json: str) -> str | None:
+    """Why these stored options are not this tcmlir's `MappingOptions`, or None if they are."""
+    from ..errors import TCError
+    from ..options import MappingOptions
+
+    try:
+        MappingOptions.from_json(options_json)
+    except (TCError, ValueError, TypeError) as exc:
+        return str(exc)
+    return None
+
+
+def _warn_unwritable(what: str, exc: CacheError) -> None:
+    message = f"tcmlir cache: {what}: {exc}"
+    logger.warning("%s", message)
+    warnings.warn(message, CacheWriteWarning, stacklevel=4)
+
+
 def tuned_checksum(key_hash: str, family_hash: str, source: str, entry: str, signature: str,
                    arch: str, ranks_dtypes: str, sizes: str, options: str, time_s: float,
                    runs: int) -> str:
@@ -162,16 +193,21 @@ class OptionsCache:
     def lookup_record(self, fn: Any, *inputs: Any, exact: bool = True) -> TunedRecord | None:
         """Like `lookup`, but the stored `TunedRecord` (to `discard` it if it proves wrong)."""
         return self.find(fn.canonical_source, fn.entry, fn.signature(*inputs),
-                         fn.default_arch(), exact=exact, sizes=fn.size_values(*inputs))
+                         fn.default_arch(), exact=exact, sizes=fn.size_values(*inputs),
+                         usable=_parses_as_options)
 
     def discard(self, record: TunedRecord) -> int:
         """Delete the stored candidate ``record`` (e.g. options that computed a wrong result);
         returns how many rows went (0 if another process deleted it first)."""
         key_hash = tuned_key_hash(record.source, record.entry, record.signature, record.arch)
         options = canonical_json(record.options_json)
-        gone = self.db.write(lambda conn: conn.execute(
-            "DELETE FROM tuned_options WHERE key_hash = ? AND options = ?",
-            (key_hash, options)).rowcount, 0)
+        try:
+            gone = self.db.write(lambda conn: conn.execute(
+                "DELETE FROM tuned_options WHERE key_hash = ? AND options = ?",
+                (key_hash, options)).rowcount, 0)
+        except CacheError as exc:  # a full disk: the caller still goes on without these options
+            _warn_unwritable(f"could not drop the tuned options of {record.entry}", exc)
+            return 0
         if gone:
             logger.warning("tcmlir cache %s: dropped the tuned options %s of %s (%s)",
                            self.db.path, options, record.entry, record.arch)
@@ -184,6 +220,25 @@ class OptionsCache:
                           fn.default_arch(), text, time_s, runs,
                           sizes=fn.size_values(*inputs))
 
+    def save_tuned(self, fn: Any, inputs: Sequence[Any],
+                   results: Iterable[tuple[Any, float, int]]) -> int:
+        """Store tuned ``(options, time_s, runs)`` results; returns how many rows changed.
+
+        The tuning is done and its result is the caller's either way: a cache that cannot be
+        written (a full disk, a read-only file) gives a `CacheWriteWarning` saying what was
+        lost, never an error."""
+        todo = list(results)
+        changed = done = 0
+        try:
+            for options, time_s, runs in todo:
+                changed += self.record(fn, *inputs, options=options, time_s=time_s, runs=runs)
+                done += 1
+        except CacheError as exc:
+            _warn_unwritable(f"the tuned options of {fn.entry} were not saved ({done} of "
+                             f"{len(todo)} candidates stored; the best is still returned: "
+                             "tune again once the cache can be written)", exc)
+        return changed
+
     # -- key parts ----------------------------------------------------------------------
 
     def store(self, source_text: str, entry: str, signature: Signature | str, arch: str,
@@ -194,6 +249,18 @@ class OptionsCache:
         The same options stored again keep the better time; each key keeps its ``top_k``
         fastest candidates. ``sizes`` (name -> value) enable nearest-size lookups.
         """
+        values = self.prepare_row(source_text, entry, signature, arch, options_json, time_s,
+                                  runs, sizes)
+        changed = self.db.write(lambda conn: self._upsert(conn, values), False)
+        if changed:
+            self.counters.writes += 1
+        return changed
+
+    def prepare_row(self, source_text: str, entry: str, signature: Signature | str, arch: str,
+                    options_json: str, time_s: float, runs: int,
+                    sizes: Mapping[str, int] | None = None) -> tuple:
+        """The checked column values (``TUNED_COLUMNS``) of a candidate, keys and checksum
+        computed here; `CacheError` (or ValueError for JSON that is not) when malformed."""
         if not (isinstance(time_s, int | float) and math.isfinite(time_s) and time_s > 0):
             raise CacheError(f"time_s must be a positive finite number of seconds, got {time_s!r}")
         if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
@@ -210,12 +277,8 @@ class OptionsCache:
         time_s = float(time_s)
         checksum = tuned_checksum(key_hash, family, source_text, entry, sig_text, arch, ranks,
                                   sizes_text, options, time_s, runs)
-        values = (key_hash, family, source_text, entry, sig_text, arch, ranks, sizes_text,
-                  options, time_s, runs, time.time(), checksum)
-        changed = self.db.write(lambda conn: self._upsert(conn, values), False)
-        if changed:
-            self.counters.writes += 1
-        return changed
+        return (key_hash, family, source_text, entry, sig_text, arch, ranks, sizes_text,
+                options, time_s, runs, time.time(), checksum)
 
     def _upsert(self, conn: sqlite3.Connection, values: tuple) -> bool:
         """Insert or improve one candidate, then keep the key's top_k (inside a write txn)."""
@@ -234,58 +297,78 @@ class OptionsCache:
                      "ORDER BY time_s, id LIMIT ?)", (key_hash, key_hash, self.top_k))
         return True
 
-    def _read_rows(self, where: str, params: tuple) -> list[_Row]:
-        """Rows matching ``where``, corrupt ones deleted and counted, fastest first."""
+    def _read_rows(self, where: str, params: tuple,
+                   usable: Callable[[str], str | None] | None = None) -> list[_Row]:
+        """Rows matching ``where``, fastest first; damaged ones (a checksum that does not
+        match, or options ``usable`` rejects: it returns why) are deleted and counted."""
         rows = self.db.read(
             lambda conn: [_Row(*r) for r in conn.execute(
                 f"{_SELECT} WHERE {where} ORDER BY time_s, id", params)], [])
-        intact = [r for r in rows if r.is_intact()]
-        broken = [r for r in rows if not r.is_intact()]
-        if broken:
+        intact, broken, unusable = [], [], []
+        for r in rows:
+            if not r.is_intact():
+                broken.append(r)
+            elif usable is not None and (why := usable(r.options)) is not None:
+                unusable.append((r, why))
+            else:
+                intact.append(r)
+        if broken or unusable:
+            doomed = broken + [r for r, _ in unusable]
+
             def drop(conn: sqlite3.Connection) -> None:
-                for r in broken:  # only if still the same bytes (another process may rewrite)
+                for r in doomed:  # only if still the same bytes (another process may rewrite)
                     conn.execute("DELETE FROM tuned_options WHERE id = ? AND checksum IS ?",
                                  (r.id, r.checksum))
-            self.db.write(drop, None)
-            self.counters.corrupt_dropped += len(broken)
-            logger.warning("tcmlir cache %s: dropped %d tuned-options row(s) whose checksum "
-                           "did not match", self.db.path, len(broken))
+            try:
+                self.db.write(drop, None)
+            except CacheError as exc:  # they are not used either way
+                logger.warning("tcmlir cache %s: could not delete damaged rows (%s)",
+                               self.db.path, exc)
+            self.counters.corrupt_dropped += len(doomed)
+            if broken:
+                logger.warning("tcmlir cache %s: dropped %d tuned-options row(s) whose checksum "
+                               "did not match", self.db.path, len(broken))
+            for r, why in unusable:
+                logger.warning("tcmlir cache %s: dropped the tuned options of %s (%s) that "
+                               "this tcmlir cannot read: %s", self.db.path, r.entry, r.arch, why)
         return intact
 
     def candidates(self, source_text: str, entry: str, signature: Signature | str,
-                   arch: str) -> list[TunedRecord]:
-        """Every stored candidate for this exact key, fastest first (seeds for the tuner)."""
+                   arch: str, usable: Callable[[str], str | None] | None = None
+                   ) -> list[TunedRecord]:
+        """Every stored candidate for this exact key, fastest first (seeds for the tuner);
+        ``usable(options_json)`` returns why a row cannot be used (it is dropped), or None."""
         sig_text = signature_json(signature)
         key_hash = tuned_key_hash(source_text, entry, sig_text, arch)
-        rows = self._read_rows("key_hash = ?", (key_hash,))
+        rows = self._read_rows("key_hash = ?", (key_hash,), usable)
         return [r.record() for r in rows
                 if (r.source, r.entry, r.signature, r.arch) == (source_text, entry, sig_text,
                                                                 arch)]
 
     def find(self, source_text: str, entry: str, signature: Signature | str, arch: str,
-             exact: bool = True, sizes: Mapping[str, int] | None = None) -> TunedRecord | None:
-        """The best stored candidate (see `lookup_options`), as a `TunedRecord`."""
+             exact: bool = True, sizes: Mapping[str, int] | None = None,
+             usable: Callable[[str], str | None] | None = None) -> TunedRecord | None:
+        """The best stored candidate (see `lookup_options`), as a `TunedRecord`; rows that
+        ``usable`` rejects are dropped (see `candidates`)."""
         sig = Signature.from_json(signature) if isinstance(signature, str) else signature
-        best = self.candidates(source_text, entry, sig, arch)
-        if best:
-            self.counters.hits += 1
-            return best[0]
-        if exact:
-            self.counters.misses += 1
-            return None
-        found = self._nearest(source_text, entry, sig, arch, sizes)
-        if found is None:
-            self.counters.misses += 1
-        else:
-            self.counters.hits += 1
+        best = self.candidates(source_text, entry, sig, arch, usable)
+        found = best[0] if best else None
+        if found is None and not exact:
+            found = self._nearest(source_text, entry, sig, arch, sizes, usable)
+        for counters in (self.counters, PROCESS_COUNTERS):
+            if found is None:
+                counters.misses += 1
+            else:
+                counters.hits += 1
         return found
 
     def _nearest(self, source_text: str, entry: str, sig: Signature, arch: str,
-                 sizes: Mapping[str, int] | None) -> TunedRecord | None:
+                 sizes: Mapping[str, int] | None,
+                 usable: Callable[[str], str | None] | None = None) -> TunedRecord | None:
         ranks = ranks_dtypes_json(sig)
         family = tuned_family_hash(source_text, entry, arch, ranks)
         wanted = json.loads(_sizes_json(sizes, sig))
-        rows = [r for r in self._read_rows("family_hash = ?", (family,))
+        rows = [r for r in self._read_rows("family_hash = ?", (family,), usable)
                 if (r.source, r.entry, r.arch, r.ranks_dtypes) == (source_text, entry, arch, ranks)]
         scored = [(log_size_distance(wanted, json.loads(r.sizes)), r.time_s, r.id, r)
                   for r in rows]
@@ -328,14 +411,20 @@ class OptionsCache:
 
     def export(self, path: str | os.PathLike[str], arch: str | None = None,
                artifacts: bool = False) -> dict[str, int]:
-        """Write the tuned options (of ``arch``, or all; with compiled artifacts if asked) to a
-        standalone SQLite file at ``path``, replaced atomically. Returns row counts."""
-        from .transfer import export_store
+        """Write the tuned options (of ``arch``, or all) to ``path`` as JSON, replaced
+        atomically; returns ``{"tuned_rows": n}``. Compiled artifacts are never exported:
+        each machine compiles its own (``artifacts=True`` is a `CacheError` saying so)."""
+        from .transfer import export_tuned
 
-        return export_store(self.db, path, arch=arch, artifacts=artifacts)
+        if artifacts:
+            raise CacheError("compiled artifacts are not exported: native code is only run "
+                             "where it was compiled (see the README's cache trust model); "
+                             "export the tuned options and the other machine compiles them")
+        return export_tuned(self, path, arch=arch)
 
     def import_(self, path: str | os.PathLike[str]) -> dict[str, int]:
-        """Merge an exported file into this cache, keeping the best time per candidate."""
+        """Merge exported tuned options into this cache, keeping the best time per candidate
+        (compiled artifacts in an old SQLite export are ignored, see `transfer`)."""
         from .transfer import import_into
 
         return import_into(self, path)

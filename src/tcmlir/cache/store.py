@@ -12,9 +12,15 @@ mean; `options_cache` and `kernel_cache` build on it. Rules it enforces:
   an exponential back-off bounded by ``open_retry_s`` (`OPEN_RETRY_S`), then a `CacheError`.
 * Schema: a ``meta`` table holds ``schema_version``; any other version (older, newer, or a
   ``meta`` table we cannot read) drops and recreates our tables: rows are never misread.
-* Corruption: a file SQLite cannot read ("file is not a database", "malformed", a failed
-  ``quick_check``) is moved aside to ``<name>.corrupt-<time>-<pid>`` with a warning and a fresh
-  database is created; rows carry checksums (`row_checksum`) that the cache layers verify.
+* Trust (`trust`): the directory is created 0700 and refused when others can write it, the
+  database is created 0600 and refused when it is someone else's or writable by others.
+* Corruption: a tcmlir database SQLite cannot read ("file is not a database", "malformed", a
+  failed ``quick_check``) is moved aside to ``<name>.corrupt-<time>-<pid>`` with a warning and
+  a fresh database is created; a file that is not tcmlir's (recognised by the SQLite header's
+  ``application_id`` or the schema) is a `CacheError` and is never moved. Rows carry checksums
+  (`row_checksum`) that the cache layers verify.
+* Faults: an SQLite error other than a lock or corruption (a full disk, a read-only file) is a
+  `CacheError` saying what to do; a failed COMMIT is rolled back, so the connection stays usable.
 * No pickle: rows hold text, numbers, JSON text and bytes.
 """
 
@@ -33,8 +39,24 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from ..errors import TCError
+from .errors import (
+    CacheCorruptionWarning,
+    CacheError,
+    CacheWriteWarning,
+    _CorruptFile,
+    describe_failure,
+    is_corruption,
+    is_locked,
+)
 from .paths import resolve_cache_path
+from .trust import (
+    APPLICATION_ID,
+    check_private_file,
+    classify,
+    create_private_file,
+    ensure_private_dir,
+    refuse_foreign,
+)
 
 __all__ = [
     "BUSY_TIMEOUT_S",
@@ -44,6 +66,7 @@ __all__ = [
     "CacheCounters",
     "CacheError",
     "CacheStore",
+    "CacheWriteWarning",
     "create_schema",
     "row_checksum",
 ]
@@ -53,7 +76,7 @@ logger = logging.getLogger("tcmlir.cache")
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 30.0
 OPEN_RETRY_S = 10.0  # how long opening retries a locked database, in all
-_OUR_TABLES = ("tuned_options", "artifacts", "meta")
+_OUR_TABLES = ("tuned_options", "artifacts", "artifact_use", "meta")
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -85,15 +108,12 @@ _SCHEMA = (
         meta TEXT NOT NULL,           -- JSON: kernel names, grid/block, ...
         created REAL NOT NULL,
         checksum TEXT NOT NULL)""",
+    # when each artifact was last used (least-recently-used eviction); a table of its own so
+    # that a hit updates no checksummed row and databases of schema 1 gain it without a rebuild
+    """CREATE TABLE IF NOT EXISTS artifact_use (
+        digest TEXT PRIMARY KEY,
+        last_used REAL NOT NULL)""",
 )
-
-
-class CacheError(TCError):
-    """The cache cannot be used as asked (an unreadable export file, a path that is not a file)."""
-
-
-class CacheCorruptionWarning(UserWarning):
-    """A cache file or row failed its checks and was set aside; it will be rebuilt."""
 
 
 @dataclass
@@ -135,6 +155,7 @@ def create_schema(conn: sqlite3.Connection) -> None:
     """Create our tables (inside the caller's transaction) and record the schema version."""
     for statement in _SCHEMA:
         conn.execute(statement)
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
     conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
                  (str(SCHEMA_VERSION),))
 
@@ -150,25 +171,13 @@ def read_schema_version(conn: sqlite3.Connection) -> str | None:
     return None if row is None else str(row[0])
 
 
-def is_locked(exc: BaseException) -> bool:
-    """Whether an sqlite3 error means another connection holds a lock (worth retrying)."""
-    text = str(exc).lower()
-    return isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
-
-
-def is_corruption(exc: BaseException) -> bool:
-    """Whether an sqlite3 error means the file itself is damaged (as opposed to busy/locked)."""
-    if not isinstance(exc, sqlite3.DatabaseError):
-        return False
-    name = getattr(exc, "sqlite_errorname", "")
-    if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
-        return True
-    text = str(exc).lower()
-    return "not a database" in text or "malformed" in text or isinstance(exc, _CorruptFile)
-
-
-class _CorruptFile(sqlite3.DatabaseError):
-    """quick_check reported a problem."""
+def _is_current(conn: sqlite3.Connection) -> bool:
+    """Whether an up-to-date schema also has what later releases of schema 1 added (the
+    application id in the header, the artifact_use table)."""
+    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    has_use = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
+                           "name = 'artifact_use'").fetchone()
+    return app_id == APPLICATION_ID and has_use is not None
 
 
 T = TypeVar("T")
@@ -194,6 +203,7 @@ class CacheStore:
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._inode: int | None = None
+        self._identity = "empty"  # what trust.classify said of the file this store opened
         self._pid = os.getpid()
         self._abandoned: list[sqlite3.Connection] = []  # inherited across fork, see _after_fork
         self._open()
@@ -202,7 +212,7 @@ class CacheStore:
 
     def _open(self) -> None:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            ensure_private_dir(self.path.parent)
             try:
                 self._conn = self._connect_retrying()
             except sqlite3.DatabaseError as exc:
@@ -247,14 +257,20 @@ class CacheStore:
     def _connect_and_check(self, open_timeout_s: float) -> sqlite3.Connection:
         """Connect, switch to WAL, check and set up the schema, waiting at most
         ``open_timeout_s`` for each lock; the connection then waits ``busy_timeout_s``."""
-        try:
-            self._inode = os.stat(self.path).st_ino
-        except FileNotFoundError:
-            self._inode = None
+        create_private_file(self.path)
+        for suffix in ("", "-wal", "-shm"):
+            check_private_file(Path(f"{self.path}{suffix}"))
+        self._inode = os.stat(self.path).st_ino
+        self._identity = classify(self.path)
+        if self._identity not in ("ours", "empty"):
+            refuse_foreign(self.path, self._identity)
         conn = sqlite3.connect(self.path, timeout=open_timeout_s, isolation_level=None,
                                check_same_thread=False)
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(open_timeout_s * 1000)}")
+            # takes effect only on a new database (before its first table): freed pages
+            # can then be given back to the file system after eviction (`compact`)
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
             conn.execute("PRAGMA journal_mode = WAL")  # fails here on a file that is not SQLite
             # With WAL, NORMAL stays consistent after a crash; a power cut may lose the last
             # transaction, which for a cache only means redoing that work.
@@ -264,16 +280,15 @@ class CacheStore:
                 if result != ["ok"]:
                     raise _CorruptFile("quick_check: " + "; ".join(map(str, result[:3])))
             self._ensure_schema(conn)
+            self._identity = "ours"
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
-            if self._inode is None:
-                self._inode = os.stat(self.path).st_ino
         except BaseException:
             conn.close()
             raise
         return conn
 
     def _ensure_schema(self, conn: sqlite3.Connection) -> None:
-        if read_schema_version(conn) == str(SCHEMA_VERSION):
+        if read_schema_version(conn) == str(SCHEMA_VERSION) and _is_current(conn):
             return
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -287,7 +302,7 @@ class CacheStore:
                                    "recreating its tables", self.path, found, SCHEMA_VERSION)
                 for table in stale:
                     conn.execute(f"DROP TABLE {table}")
-                create_schema(conn)
+            create_schema(conn)  # idempotent: also brings a schema-1 file up to date
             conn.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
@@ -295,15 +310,20 @@ class CacheStore:
             raise
 
     def _quarantine(self, reason: str) -> None:
-        """Move a damaged database (and its -wal/-shm) aside and warn; the caller reopens."""
-        if self._conn is not None:
-            with contextlib.suppress(sqlite3.Error):
-                self._conn.close()
-            self._conn = None
+        """Move a damaged database (and its -wal/-shm) aside and warn; the caller reopens.
+
+        Only a file known to be tcmlir's is moved (`trust.classify` at open, or a database
+        this store set up); anything else is left alone and is a `CacheError`."""
         try:
             inode = os.stat(self.path).st_ino
         except FileNotFoundError:
             inode = None
+        if inode is not None and inode == self._inode and self._identity != "ours":
+            refuse_foreign(self.path, classify(self.path))
+        if self._conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+            self._conn = None
         # Another process may already have replaced the file with a fresh one: leave that alone.
         if inode is not None and (self._inode is None or inode == self._inode):
             dest = self.path.with_name(
@@ -328,11 +348,11 @@ class CacheStore:
         conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         try:
             yield conn
+            conn.execute("COMMIT")  # a failed COMMIT (disk full) leaves the txn open: roll back
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
 
     def run(self, body: Callable[[sqlite3.Connection], T], *, write: bool,
             on_corrupt: T) -> T:
@@ -366,6 +386,8 @@ class CacheStore:
                         f"tcmlir cache {self.path} stayed locked for {self.busy_timeout_s:g} s "
                         "by another process; retry, or give this process its own cache "
                         "(TCMLIR_CACHE_DIR or an explicit path)") from exc
+                if isinstance(exc, sqlite3.OperationalError):
+                    raise CacheError(describe_failure(self.path, write, exc)) from exc
                 raise
 
     def _after_fork(self) -> None:
@@ -392,7 +414,29 @@ class CacheStore:
         def body(conn: sqlite3.Connection) -> None:
             conn.execute("DELETE FROM tuned_options")
             conn.execute("DELETE FROM artifacts")
+            conn.execute("DELETE FROM artifact_use")
         self.write(body, None)
+        self.compact(full=False)
+
+    def compact(self, full: bool = False) -> None:
+        """Give freed pages back to the file system: ``incremental_vacuum`` (cheap; a no-op on
+        a database made before auto-vacuum was set), or with ``full`` a ``VACUUM`` that also
+        switches such a database to incremental auto-vacuum (rewrites the file; needs as much
+        free disk again). A failure (locked, disk full) is logged: the rows are gone anyway."""
+        with self._lock:
+            if self._pid != os.getpid():
+                self._after_fork()
+            assert self._conn is not None, "cache store used after close()"
+            try:
+                if full:
+                    self._conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+                    self._conn.execute("VACUUM")
+                    # VACUUM writes the whole new file into the WAL: fold it back in now
+                    self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                else:
+                    self._conn.execute("PRAGMA incremental_vacuum").fetchall()
+            except sqlite3.Error as exc:
+                logger.warning("tcmlir cache %s: could not compact the file (%s)", self.path, exc)
 
     def table_stats(self) -> dict[str, int]:
         def body(conn: sqlite3.Connection) -> dict[str, int]:
@@ -412,9 +456,16 @@ class CacheStore:
 
         def body(conn: sqlite3.Connection) -> int:
             if arch is None:
-                return conn.execute(f"DELETE FROM {table}").rowcount
-            return conn.execute(f"DELETE FROM {table} WHERE arch = ?", (arch,)).rowcount
-        return self.write(body, 0)
+                gone = conn.execute(f"DELETE FROM {table}").rowcount
+            else:
+                gone = conn.execute(f"DELETE FROM {table} WHERE arch = ?", (arch,)).rowcount
+            if table == "artifacts":
+                conn.execute("DELETE FROM artifact_use WHERE digest NOT IN "
+                             "(SELECT digest FROM artifacts)")
+            return gone
+        gone = self.write(body, 0)
+        self.compact(full=False)
+        return gone
 
     def stats(self) -> dict[str, object]:
         """Path, schema version, bytes on disk (database + WAL), row counts and this process's counters."""

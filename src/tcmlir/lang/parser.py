@@ -12,11 +12,14 @@ that later walk the AST recursively.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 from ..errors import ParseError, Source, Span
 from . import ast
-from .lexer import Token, tokenize_source
+from .lexer import TYPE_NAMES, Token, tokenize_source
 
-__all__ = ["MAX_DEPTH", "parse_program"]
+__all__ = ["MAX_DEPTH", "did_you_mean", "parse_program"]
 
 # Deepest expression tree (and deepest parenthesis nesting) the parser accepts.
 MAX_DEPTH = 200
@@ -128,6 +131,10 @@ class _Parser:
         return ast.Def(name, tuple(params), tuple(returns), tuple(body), span=start.merge(end))
 
     def param(self, output: bool) -> ast.Param:
+        if self.tok.kind == "IDENT" and self.peek().kind in ("(", "IDENT"):  # a misspelt type
+            raise self.error(self.tok.span, f"unknown type {self.tok.text}",
+                             did_you_mean(self.tok.text, TYPE_NAMES)
+                             or f"the types are {', '.join(sorted(TYPE_NAMES))}")
         if output and self.tok.kind == "IDENT":
             name = self.ident("an output name")
             return ast.Param(name, None, None, span=name.span)
@@ -364,6 +371,12 @@ class _Parser:
             noun = "argument" if arity == 1 else "arguments"
             raise self.error(span, f"{func} takes {arity} {noun}, but {given} "
                              f"{'was' if given == 1 else 'were'} given", f"{func} takes {arity} {noun}")
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:
+    """``did you mean `x`?`` for the closest candidate (difflib's), or None."""
+    close = difflib.get_close_matches(name, sorted(candidates), n=1)
+    return f"did you mean `{close[0]}`?" if close else None
 
 
 def parse_program(text: str, name: str = "<string>") -> ast.Program:

@@ -19,20 +19,51 @@ from ..dtypes import DType, parse_dtype, promote
 from ..errors import Span
 from ..reference_builtins import saturating_int
 from . import ast
-from .parser import MAX_DEPTH
+from .lexer import TYPE_NAMES
+from .parser import MAX_DEPTH, did_you_mean
 from .printer import format_expr
 from .ranges import Access
 
-__all__ = ["ExprChecker", "StmtState", "TensorInfo", "did_you_mean"]
+__all__ = ["NOT_BUILTINS", "ExprChecker", "StmtState", "TensorInfo", "did_you_mean",
+           "unknown_callable"]
 
 _ARITH = ("+", "-", "*", "/", "%")
 _COMPARE = ("<", "<=", ">", ">=", "==", "!=")
 _I32 = DType.INT32
 
 
-def did_you_mean(name: str, candidates) -> str | None:
-    close = difflib.get_close_matches(name, list(candidates), n=1)
-    return f"did you mean `{close[0]}`?" if close else None
+# Functions users reach for that TC does not have, and how to write them in TC instead.
+NOT_BUILTINS = {
+    "sigmoid": "1 / (1 + exp(-x))", "relu": "fmax(x, 0)", "abs": "fabs(x)",
+    "silu": "x / (1 + exp(-x))", "softplus": "log1p(exp(x))", "square": "x * x",
+    "gelu": "0.5 * x * (1 + erf(x * 0.70710678))", "clamp": "fmin(fmax(x, lo), hi)",
+}
+
+
+def unknown_callable(name: str, tensors) -> tuple[str, str]:
+    """The message and fix for ``name(...)`` where ``name`` is no tensor: the closest tensor,
+    built-in, type (a cast) or common function TC lacks (with how to write it), else the
+    lists of tensors and built-ins."""
+    if name in NOT_BUILTINS:
+        return (f"{name} is not a TC built-in function",
+                f"write {NOT_BUILTINS[name]}; the built-ins are {', '.join(sorted(ast.BUILTINS))}")
+    tensors = list(tensors)
+    close = difflib.get_close_matches(name, [*tensors, *ast.BUILTINS, *TYPE_NAMES, *NOT_BUILTINS],
+                                      n=1)
+    best = close[0] if close else None
+    if best in NOT_BUILTINS:
+        return (f"unknown function {name}", f"did you mean `{best}`? TC has no {best} built-in: "
+                f"write {NOT_BUILTINS[best]}")
+    if best in TYPE_NAMES:
+        return f"unknown function or type {name}", f"did you mean the cast `{best}(...)`?"
+    if best is not None:
+        return (f"unknown {'tensor' if best in tensors else 'function'} {name}",
+                f"did you mean `{best}`?")
+    fix = f"the tensors here are {', '.join(tensors) or 'none'}"
+    if name.islower() and len(name) > 2:  # looks like a function name (tensors: `A`, `W1`)
+        return (f"unknown tensor or function {name}",
+                f"{fix}; the built-in functions are {', '.join(sorted(ast.BUILTINS))}")
+    return f"unknown tensor {name}", fix
 
 
 @dataclass
@@ -210,7 +241,7 @@ class ExprChecker:
 
     def _call(self, e: ast.Call, mode: str) -> tuple[ir.Expr, bool]:
         if e.func not in ast.BUILTINS:
-            raise self.err(e, f"unknown function {e.func}", did_you_mean(e.func, ast.BUILTINS))
+            raise self.err(e, *unknown_callable(e.func, self.tensors))
         if len(e.args) != ast.BUILTINS[e.func]:
             raise self.err(e, f"{e.func} takes {ast.BUILTINS[e.func]} arguments, "
                            f"found {len(e.args)}")
@@ -281,10 +312,7 @@ class ExprChecker:
             if n in self.written_later:
                 raise self.err(e.tensor, f"{n} is read before any statement writes it",
                                f"write {n} in an earlier statement")
-            cands = [*self.tensors, *ast.BUILTINS]
-            what = "function" if difflib.get_close_matches(n, list(ast.BUILTINS), n=1) and not \
-                difflib.get_close_matches(n, list(self.tensors), n=1) else "tensor"
-            raise self.err(e.tensor, f"unknown {what} {n}", did_you_mean(n, cands))
+            raise self.err(e.tensor, *unknown_callable(n, self.tensors))
         if mode == "bound" or self.stmt is None:
             raise self.err(e, "a range bound may only use sizes and constants, not tensor reads")
         t = self._readable(e.tensor)

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ..array_kinds import convert_hint
 from ..dtypes import DType
 from ..errors import CallError
 from .cuda import CudaRuntime, DeviceBuffer, get_runtime
@@ -428,7 +429,8 @@ def bind_device_inputs(fn: Any, inputs: Any) -> DeviceBoundCall:
             value = scalar_array(fn.name, tensor, value)
         view = classify(value, what)
         if view.dtype is not tensor.dtype:
-            raise CallError(f"{what} must have dtype {tensor.dtype}, got {view.dtype}")
+            raise CallError(f"{what} must have dtype {tensor.dtype}, got {view.dtype} "
+                            f"(convert it, e.g. {convert_hint(value, tensor.dtype, tensor.name)})")
         if isinstance(view, DeviceArrayView):
             devices.setdefault(view.device_ordinal, tensor.name)
         if kind is None and tensor.rank > 0:

@@ -420,7 +420,15 @@ class CudaRuntime:
             # the driver for them costs API calls (which compute-sanitizer reports as errors
             # where the driver lacks cuFuncGetParamCount), so typed arguments skip the query.
             untyped = any(isinstance(a, int | float) and not isinstance(a, bool) for a in args)
-            packed = pack_kernel_args(args, function.param_sizes if untyped else None)
+            sizes = function.param_sizes if untyped else None
+            if untyped and sizes is None:
+                # without the sizes a Python float would be packed as a double, and a float
+                # parameter would read the low half of it (3.0 arrives as 0.0)
+                raise CudaError("this driver cannot report the kernel's parameter sizes "
+                                "(cuFuncGetParamInfo): pass scalars as numpy scalars of the "
+                                "parameter's type (np.int32(n), np.float32(x)), not Python "
+                                "int/float")
+            packed = pack_kernel_args(args, sizes)
         except CudaError as exc:
             raise CudaError(f"{what}: {exc}") from None
         if shared_bytes > _DEFAULT_DYNAMIC_SHARED:

@@ -16,6 +16,7 @@ import dataclasses
 import logging
 import math
 import signal
+import sys
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -36,7 +37,8 @@ from .verify import (
     verify_for_call,
 )
 
-__all__ = ["TOP_K", "autotune", "open_cache", "tune"]
+__all__ = ["TOP_K", "autotune", "cached_result_message", "check_cuda_usable", "open_cache",
+           "tune"]
 
 log = logging.getLogger("tcmlir.tune")
 TOP_K = 3
@@ -82,19 +84,27 @@ def autotune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
              population: int | None = None, cache: bool | str | Any = True,
              devices: Sequence[int] | None = None, config: TunerConfig | None = None,
              options: MappingOptions | None = None, target: str | None = None,
-             progress: bool = True) -> MappingOptions:
+             progress: bool = True, retune: bool = False) -> MappingOptions:
     """Tune ``fn`` for these inputs and return the best MappingOptions found.
 
-    A cache hit for the exact signature returns the stored options without tuning.
+    A cache hit for the exact signature returns the stored options without tuning, and says
+    so (on stderr when ``progress`` is on, and in the ``tcmlir.tune`` log); ``retune=True``
+    skips the lookup, tunes again and stores the new result.
     """
     store = open_cache(cache)
-    if store is not None:
+    if store is not None and not retune:
         hit = store.lookup_record(fn, *inputs, exact=True)
-        if hit is not None:
+        if hit is None:
+            log.info("autotune %s: no tuned options in the cache %s for this signature; "
+                     "tuning", fn.entry, store.path)
+        else:
             found = MappingOptions.from_json(hit.options_json)
             wrong = verify_for_call(fn, inputs, found)
             if wrong is None:
-                log.info("autotune: options for %s found in the cache", fn.entry)
+                message = cached_result_message(fn.entry, store.path, hit)
+                log.info("%s", message)
+                if progress:
+                    print(message, file=sys.stderr)
                 return found
             store.discard(hit)
             log.warning("autotune: the cached options for %s failed their check (%s); dropped "
@@ -104,6 +114,31 @@ def autotune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
                   progress=progress)
     assert result.best is not None
     return result.best.options
+
+
+def cached_result_message(entry: str, path: Any, record: Any) -> str:
+    """What a cached `autotune` says: that nothing was tuned, where the result came from, and
+    how to tune again."""
+    return (f"autotune {entry}: returned the options cached in {path} for this signature "
+            f"(measured {record.time_s * 1e3:.4f} ms over {record.runs} runs); nothing was "
+            "tuned. To tune again: fn.autotune(..., retune=True), or `tcmlir tune FILE ...`.")
+
+
+def check_cuda_usable(devices: Sequence[int] | None) -> None:
+    """Fail at once (a `CudaError`) when tuning for cuda cannot work here: no usable GPU, or a
+    device ordinal the machine does not have."""
+    from ..errors import CudaError
+    from ..runtime.probe import probe_gpu
+
+    probe = probe_gpu()
+    if not probe.ok:
+        raise CudaError(f"autotune: target 'cuda' needs a CUDA GPU, and none is usable here "
+                        f"({probe.reason or probe.state}); tune for the host with "
+                        "target='cpu' (`tcmlir tune --target cpu`) instead")
+    bad = [d for d in devices or () if not 0 <= d < probe.devices]
+    if bad:
+        raise CudaError(f"autotune: no GPU {', '.join(map(str, bad))} here ({probe.devices} "
+                        f"visible: ordinals 0..{probe.devices - 1})")
 
 
 def tune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
@@ -128,6 +163,8 @@ def tune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
     if devices is not None:
         overrides["devices"] = tuple(devices)
     config = dataclasses.replace(config, **overrides)
+    if target == "cuda":
+        check_cuda_usable(config.devices)
     store = open_cache(cache)
 
     # seeded with naive and with what a call without options would use: the best found is at
@@ -171,6 +208,10 @@ def tune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
     try:
         with _StopFlag() as flag:
             def on_generation(gen: int, result: TuningResult) -> None:
+                log.info("autotune %s: generation %d/%d: %d candidate(s) evaluated, %d wrong, "
+                         "best %s", fn.entry, gen + 1, config.generations, len(result.evaluated),
+                         len(wrong), f"{result.best.time_s * 1e3:.4f} ms" if result.best
+                         else "none yet")
                 if bar is not None:
                     bar.update(len(result.evaluated) - bar.n)
                     best = result.best.time_s if result.best else math.inf
@@ -202,8 +243,8 @@ def tune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
                     result.generations_run)
     if store is not None:
         ranked = sorted((e for e in result.evaluated.values() if e.ok), key=lambda e: e.time_s)
-        for ev in ranked[:TOP_K]:
-            store.record(fn, *inputs, options=ev.options, time_s=ev.time_s, runs=ev.runs)
+        # a cache that cannot be written (disk full) warns; the tuned result is still returned
+        store.save_tuned(fn, inputs, [(ev.options, ev.time_s, ev.runs) for ev in ranked[:TOP_K]])
     return result
 
 

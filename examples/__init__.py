@@ -1,0 +1,1 @@
+"""The example TC programs shipped with tcmlir (data: ``*.tc``; listed by ``tcmlir examples``)."""

@@ -1,0 +1,62 @@
+"""The errors and warnings of the cache layer (re-exported by `tcmlir.cache`), and how an
+sqlite3 error is told apart: a lock (retry), damage (set the file aside), or a fault to report."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from ..errors import TCError
+
+__all__ = ["CacheCorruptionWarning", "CacheError", "CacheWriteWarning", "describe_failure",
+           "is_corruption", "is_locked"]
+
+
+class CacheError(TCError):
+    """The cache cannot be used as asked (an unreadable export file, a path that is not a
+    tcmlir cache, a directory others can write, a disk that is full)."""
+
+
+class CacheCorruptionWarning(UserWarning):
+    """A cache file or row failed its checks and was set aside; it will be rebuilt."""
+
+
+class CacheWriteWarning(UserWarning):
+    """Something could not be written to the cache (a full disk, a read-only file); the
+    result it was for is still returned, only not kept."""
+
+
+def is_locked(exc: BaseException) -> bool:
+    """Whether an sqlite3 error means another connection holds a lock (worth retrying)."""
+    text = str(exc).lower()
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
+
+
+def is_corruption(exc: BaseException) -> bool:
+    """Whether an sqlite3 error means the file itself is damaged (as opposed to busy/locked)."""
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    name = getattr(exc, "sqlite_errorname", "")
+    if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
+        return True
+    text = str(exc).lower()
+    return "not a database" in text or "malformed" in text or isinstance(exc, _CorruptFile)
+
+
+def describe_failure(path: Path, write: bool, exc: BaseException) -> str:
+    """The message of a `CacheError` for an SQLite error that is neither a lock nor damage."""
+    text = str(exc)
+    name = getattr(exc, "sqlite_errorname", "")
+    if name == "SQLITE_FULL" or "disk is full" in text:
+        hint = ("the disk is full: free some space (`tcmlir cache prune` removes compiled "
+                "artifacts) or set TCMLIR_CACHE_DIR to a disk with room")
+    elif name.startswith("SQLITE_READONLY") or "readonly" in text:
+        hint = "the cache file or its directory is read-only: give a writable cache"
+    else:
+        hint = "set TCMLIR_CACHE_DIR to another directory if it persists"
+    return (f"tcmlir cache {path}: {'writing' if write else 'reading'} failed ({text}); "
+            f"{hint}")
+
+
+class _CorruptFile(sqlite3.DatabaseError):
+    """quick_check reported a problem."""

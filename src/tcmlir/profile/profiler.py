@@ -1,0 +1,227 @@
+"""Profiling a call: time it, count its ideal work, put both against the ceilings, advise.
+
+    profile_function(fn, inputs, options, runs)   # fn.profile(*inputs)
+      -> fn.compile(...) -> profile_kernel(kernel, inputs, runs)        # kernel.profile(*inputs)
+           times:      the whole call (median of ``runs``; CUDA events on the GPU, wall clock on
+                       the host) and each launched kernel on its own (`_cuda_times`, `_host_times`)
+           structure:  `structure.kernel_structures` (statements, mapping, strides, promotion)
+           -> build_profile(kernel, times, ceilings): counts per kernel and for the call
+              (`counts.count_work`), resources and occupancy (`occupancy`), the roofline
+              (`report.roofline`) and `advice.advise`
+
+`build_profile` takes the times as arguments, so everything but the clock runs and is tested
+without a GPU (a cuda kernel compiled for a named arch, times given by the test).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .. import ir
+from ..errors import TCError
+from .advice import advise, advise_kernel
+from .ceilings import Ceilings, ceilings_for
+from .counts import WorkCounts, count_work
+from .occupancy import KernelResources, theoretical_occupancy
+from .report import KernelProfile, Profile, roofline
+from .structure import KernelStructure, kernel_structures
+
+__all__ = ["build_profile", "kernel_resources", "profile_function", "profile_kernel"]
+
+
+def profile_function(fn: Any, inputs: Sequence[Any], options: Any = None, runs: int = 20,
+                     ceilings: Ceilings | Mapping[str, Any] | None = None) -> Profile:
+    kernel = fn.compile(*inputs, options=options)
+    return profile_kernel(kernel, inputs, runs=runs, ceilings=ceilings)
+
+
+def profile_kernel(kernel: Any, inputs: Sequence[Any], *, runs: int = 20,
+                   ceilings: Ceilings | Mapping[str, Any] | None = None) -> Profile:
+    """Run ``kernel`` ``runs`` times on ``inputs`` (after a warm-up) and profile it."""
+    if not isinstance(runs, int) or runs < 1:
+        raise TCError(f"profile: runs must be a positive integer, got {runs!r}")
+    ceil = ceilings_for("cpu" if kernel.target == "numpy" else kernel.target, ceilings)
+    structures, state = _structures(kernel)
+    if kernel.target == "cuda":
+        whole, per = _cuda_times(kernel, inputs, runs)
+    else:
+        whole, per = _host_times(kernel, inputs, runs, len(structures))
+    return build_profile(kernel, time_s=statistics.median(whole),
+                         kernel_times=[statistics.median(t) for t in per], ceilings=ceil,
+                         runs=runs, structures=structures,
+                         kernel_fn=None if state is None else state.fn)
+
+
+def _structures(kernel: Any) -> tuple[tuple[KernelStructure, ...], Any]:
+    if kernel.target == "numpy":
+        fn = kernel.function.ir
+        names = tuple(count_work(fn, kernel.sizes).statements)
+        return (KernelStructure("reference", names),), None
+    return kernel_structures(kernel)
+
+
+def kernel_resources(kernel: Any) -> dict[str, KernelResources]:
+    """Registers and shared memory per cuda kernel entry: from the driver when the module is
+    loaded (a GPU ran it), else from ``ptxas -v``; {} off cuda or without either."""
+    if kernel.target != "cuda":
+        return {}
+    from .occupancy import driver_resources, ptxas_resources
+
+    if getattr(kernel.runner, "_modules", None):
+        return driver_resources(kernel)
+    from ..codegen.ptx_tools import find_ptxas
+
+    if find_ptxas() is None:
+        return {}
+    return ptxas_resources(kernel.ptx, kernel.arch or "sm_90")
+
+
+def build_profile(kernel: Any, *, time_s: float, kernel_times: Sequence[float],
+                  ceilings: Ceilings, runs: int = 0,
+                  structures: Sequence[KernelStructure] | None = None,
+                  resources: Mapping[str, KernelResources] | None = None,
+                  kernel_fn: ir.Function | None = None) -> Profile:
+    """The `Profile` of ``kernel`` for measured times (the whole call's and each kernel's).
+
+    ``kernel_fn``: the function the kernels' statements belong to — the lowered state's,
+    which passes such as ``inline-temporaries`` rewrite (default: lowered again here)."""
+    fn: ir.Function = kernel.function.ir
+    sizes = {k: int(v) for k, v in kernel.sizes.items() if k in fn.sizes}
+    if structures is None or kernel_fn is None:
+        structures, state = _structures(kernel)
+        kernel_fn = fn if state is None else state.fn
+    if len(kernel_times) != len(structures):
+        raise TCError(f"profile: {len(kernel_times)} kernel times for {len(structures)} kernels")
+    if resources is None:
+        resources = kernel_resources(kernel)
+    target = kernel.target
+    on_chip = set(getattr(getattr(kernel.runner, "image", None), "on_chip", ()) or ())
+    in_memory = [t.name for t in kernel_fn.tensors if t.name not in on_chip]
+    kernels = []
+    for i, (ks, t) in enumerate(zip(structures, kernel_times, strict=True)):
+        others = {s for j, o in enumerate(structures) if j != i for s in o.statements}
+        work = count_work(kernel_fn, sizes, ks.statements, global_tensors=in_memory,
+                          outside_reads=_read_by(kernel_fn, others))
+        kp = _kernel_profile(ks, t, work, ceilings, resources.get(ks.name), kernel.arch)
+        kp.advice = advise_kernel(kernel_fn, ks, kp, work, ceilings, target)
+        kernels.append(kp)
+    whole = count_work(fn, sizes)
+    bound, fraction, raw = roofline(whole.flops, whole.bytes, time_s, ceilings)
+    prof = Profile(
+        entry=fn.name, target=target, sizes=sizes, time_s=time_s, flops=whole.flops,
+        bytes=whole.bytes, ops=whole.op_values(), bound=bound, roofline_fraction=fraction,
+        kernels=kernels, advice=[], ceilings=ceilings, bytes_read=whole.bytes_read,
+        bytes_written=whole.bytes_written, flops_formula=whole.flops_count.formula,
+        bytes_formula=whole.bytes_formula(), exact=whole.exact, runs=runs, raw_fraction=raw)
+    prof.advice = advise(fn, structures, kernels, prof, ceilings, target)
+    return prof
+
+
+def _read_by(fn: ir.Function, statements: set[str]) -> set[str]:
+    out: set[str] = set()
+    for name in statements:
+        if name.endswith("_init"):
+            continue
+        stmt = fn.statements[int(name[1:])]
+        out |= {e.tensor for e in ir.walk(stmt.rhs) if isinstance(e, ir.Read)}
+    return out
+
+
+def _kernel_profile(ks: KernelStructure, time_s: float, work: WorkCounts, ceil: Ceilings,
+                    res: KernelResources | None, arch: str | None) -> KernelProfile:
+    bound, fraction, raw = roofline(work.flops, work.bytes, time_s, ceil)
+    kp = KernelProfile(ks.name, time_s, work.flops, work.bytes, work.op_values(),
+                       ks.statements, bound, fraction, ks.grid, ks.block, raw_fraction=raw)
+    if res is not None and ks.block is not None:
+        occ = theoretical_occupancy(math.prod(ks.block), res, arch or "sm_90")
+        kp.registers, kp.shared_bytes = res.registers, res.shared_bytes
+        kp.occupancy, kp.occupancy_limiter = occ.fraction, occ.limiter
+        kp.resources_from = res.source
+    return kp
+
+
+# ---------------------------------------------------------------- clocks
+
+
+def _host_times(kernel: Any, inputs: Sequence[Any], runs: int,
+                n_groups: int) -> tuple[list[float], list[list[float]]]:
+    """Wall-clock seconds of the whole call and of each top-level loop group (cpu), or of the
+    reference interpreter (numpy, one 'kernel')."""
+    whole = kernel.benchmark(*inputs, runs=runs + 1)[1:]  # the first run warms up
+    if kernel.target == "numpy":
+        return whole, [whole]
+    import ctypes
+
+    from ..binding import allocate_outputs, bind_host_inputs
+
+    runner = kernel.runner
+    fn = kernel.function.ir
+    bound = bind_host_inputs(fn, inputs)
+    sizes = runner.check_sizes(bound.sizes)
+    arrays = {**bound.arrays, **allocate_outputs(fn, bound.sizes)}
+    # the runner's own argument packing and per-group call (HostKernel.run does the same)
+    buffers = runner._buffers(arrays, sizes)
+    ptrs = (ctypes.c_void_p * max(1, len(buffers)))(*(a.ctypes.data for a in buffers))
+    size_arr = (ctypes.c_int64 * max(1, len(fn.sizes)))(*(sizes[s] for s in fn.sizes))
+    assert len(runner.entries) == n_groups, (runner.entries, n_groups)
+    per: list[list[float]] = []
+    for entry in runner.entries:
+        runner._run_group(entry, ptrs, size_arr)  # warm-up
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            runner._run_group(entry, ptrs, size_arr)
+            times.append(time.perf_counter() - start)
+        per.append(times)
+    return whole, per
+
+
+def _cuda_times(kernel: Any, inputs: Sequence[Any], runs: int) -> tuple[list[float], list[list[float]]]:
+    """CUDA-event seconds of the whole launch sequence (`benchmark_cuda`) and of each kernel
+    launched alone the same way (inputs staged on the device once, outside the timing; the
+    plan's packed parameters)."""
+    from ..runtime.arrays import DeviceArray, bind_device_inputs
+    from ..runtime.cuda_launch import BENCH_CALLS_PER_SAMPLE, benchmark_cuda
+    from ..runtime.cuda_memory import DeviceBuffer, check, driver, elapsed_ms
+
+    whole = benchmark_cuda(kernel, inputs, runs)
+    runner = kernel.runner
+    fn = kernel.function.ir
+    bound = bind_device_inputs(fn, inputs)
+    rt = runner.runtime
+    staged = bound.staged(rt)
+    device_inputs = [DeviceArray(staged[t.name].owner, staged[t.name].shape, staged[t.name].dtype)
+                     if isinstance(staged[t.name].owner, DeviceBuffer) else inputs[i]
+                     for i, t in enumerate(fn.inputs)]
+    rebound = bind_device_inputs(fn, device_inputs)
+    outs = [DeviceArray(rt.alloc(max(1, math.prod(s.evaluate(bound.sizes) for s in t.shape))
+                                 * t.dtype.itemsize, rebound.device),
+                        tuple(s.evaluate(bound.sizes) for s in t.shape), t.dtype)
+            for t in fn.outputs]
+    plan = runner.plan(fn, rebound, device_inputs)
+    plan.call(device_inputs, 0, outs)  # warm-up: temporaries hold what later kernels read
+    plan.check_errors()
+    start, end = rt.event(plan.device), rt.event(plan.device)
+    per: list[list[float]] = []
+    for (f, gx, gy, gz, bx, by, bz), (name, _, _) in zip(plan._kernels, plan._launch_info,
+                                                          strict=True):
+        def launch(count: int, f: Any = f, grid: tuple = (gx, gy, gz),
+                   block: tuple = (bx, by, bz), name: str = name) -> float:
+            start.record()
+            for _ in range(count):
+                check(driver.cuLaunchKernel(f, *grid, *block, 0, 0, plan.block.address, 0),
+                      "cuLaunchKernel", context=f"profiling kernel {name}")
+            end.record()
+            return elapsed_ms(start, end) / 1e3 / count
+
+        # as benchmark_cuda: a sample queues launches back to back (up to
+        # BENCH_CALLS_PER_SAMPLE, fewer for long kernels) so host enqueue time is not counted
+        once = launch(1)
+        inner = max(1, min(BENCH_CALLS_PER_SAMPLE, int(1e-3 / max(once, 1e-9))))
+        per.append([launch(inner) for _ in range(runs)])
+    plan.check_errors()
+    return whole, per

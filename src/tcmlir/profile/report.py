@@ -1,0 +1,215 @@
+"""The profile of one call: numbers per launched kernel and for the whole call, as a table or a dict.
+
+A `Profile` (and each of its `KernelProfile` entries) carries the measured median time, the
+exact ideal work from `counts` (flops by class, minimal DRAM bytes), what was achieved (FLOP/s,
+bytes/s), the arithmetic intensity, which ceiling binds and the fraction of the roofline
+reached: ``roofline_fraction = max(flops / peak_flops, bytes / peak_bandwidth) / time_s`` — the
+ideal time on the roofline over the measured time — clamped to at most 1 (a value above 1
+means the ceilings were measured low; the advice says so).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .ceilings import Ceilings
+
+__all__ = ["KernelProfile", "Profile", "format_si", "roofline"]
+
+
+def roofline(flops: int, nbytes: int, time_s: float, ceil: Ceilings) -> tuple[str, float, float]:
+    """(bound, fraction of the roofline reached, unclamped fraction) for one measured piece."""
+    compute_s, memory_s = flops / ceil.flops, nbytes / ceil.bandwidth
+    bound = "compute" if compute_s > memory_s else "memory"
+    raw = max(compute_s, memory_s) / time_s if time_s > 0 else 0.0
+    return bound, min(1.0, raw), raw
+
+
+@dataclass
+class KernelProfile:
+    """One launched kernel (a GPU kernel, or one top-level loop group on the host)."""
+
+    name: str
+    time_s: float
+    flops: int
+    bytes: int
+    ops: dict[str, int]
+    statements: tuple[str, ...]
+    bound: str
+    roofline_fraction: float
+    grid: tuple[int, int, int] | None = None
+    block: tuple[int, int, int] | None = None
+    registers: int | None = None          # per thread
+    shared_bytes: int | None = None       # static shared memory per block
+    occupancy: float | None = None        # theoretical, 0-1
+    occupancy_limiter: str | None = None
+    resources_from: str | None = None     # "ptxas" or "driver"
+    advice: list[str] = field(default_factory=list)
+    raw_fraction: float = 0.0
+    ncu: dict[str, float] = field(default_factory=dict)  # merged Nsight Compute metrics
+
+    @property
+    def achieved_flops(self) -> float:
+        return self.flops / self.time_s if self.time_s > 0 else 0.0
+
+    @property
+    def achieved_bandwidth(self) -> float:
+        return self.bytes / self.time_s if self.time_s > 0 else 0.0
+
+    @property
+    def intensity(self) -> float:
+        """FLOP per byte of minimal DRAM traffic (inf without traffic)."""
+        return self.flops / self.bytes if self.bytes else float("inf")
+
+    @property
+    def kernels(self) -> tuple[KernelProfile, ...]:
+        return ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "time_s": self.time_s, "flops": self.flops, "bytes": self.bytes,
+            "ops": dict(self.ops), "statements": list(self.statements),
+            "achieved_flops": self.achieved_flops, "achieved_bandwidth": self.achieved_bandwidth,
+            "intensity": _finite(self.intensity), "bound": self.bound,
+            "roofline_fraction": self.roofline_fraction,
+            "grid": None if self.grid is None else list(self.grid),
+            "block": None if self.block is None else list(self.block),
+            "registers": self.registers, "shared_bytes": self.shared_bytes,
+            "occupancy": self.occupancy, "occupancy_limiter": self.occupancy_limiter,
+            "resources_from": self.resources_from, "advice": list(self.advice),
+            "ncu": dict(self.ncu),
+        }
+
+
+@dataclass
+class Profile:
+    """The profile of a call: the whole call's numbers, ``kernels``, and ``advice``."""
+
+    entry: str
+    target: str
+    sizes: dict[str, int]
+    time_s: float
+    flops: int
+    bytes: int
+    ops: dict[str, int]
+    bound: str
+    roofline_fraction: float
+    kernels: list[KernelProfile]
+    advice: list[str]
+    ceilings: Ceilings
+    bytes_read: int = 0
+    bytes_written: int = 0
+    flops_formula: str | None = None     # isl text over the sizes
+    bytes_formula: str | None = None
+    exact: bool = True                   # False: a gather makes the bytes an upper bound
+    runs: int = 0
+    raw_fraction: float = 0.0
+    transfer_bytes: int = 0              # between GPUs (multi-GPU calls; 0 on one device)
+    transfer_s: float = 0.0
+
+    @property
+    def achieved_flops(self) -> float:
+        return self.flops / self.time_s if self.time_s > 0 else 0.0
+
+    @property
+    def achieved_bandwidth(self) -> float:
+        return self.bytes / self.time_s if self.time_s > 0 else 0.0
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / self.bytes if self.bytes else float("inf")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "entry": self.entry, "target": self.target, "sizes": dict(self.sizes),
+            "time_s": self.time_s, "flops": self.flops, "bytes": self.bytes,
+            "bytes_read": self.bytes_read, "bytes_written": self.bytes_written,
+            "ops": dict(self.ops), "flops_formula": self.flops_formula,
+            "bytes_formula": self.bytes_formula, "exact": self.exact,
+            "achieved_flops": self.achieved_flops, "achieved_bandwidth": self.achieved_bandwidth,
+            "intensity": _finite(self.intensity), "bound": self.bound,
+            "roofline_fraction": self.roofline_fraction, "runs": self.runs,
+            "transfer_bytes": self.transfer_bytes, "transfer_s": self.transfer_s,
+            "ceilings": self.ceilings.to_dict(),
+            "kernels": [k.to_dict() for k in self.kernels], "advice": list(self.advice),
+        }
+
+    def __str__(self) -> str:
+        c = self.ceilings
+        sizes = ", ".join(f"{k}={v}" for k, v in self.sizes.items())
+        head = [
+            f"profile of {self.entry} ({self.target}; {sizes}; median of {self.runs} runs)",
+            f"ceilings: {format_si(c.bandwidth, 'B/s')}, {format_si(c.flops, 'FLOP/s')} fp32, launch "
+            f"{_time(c.launch_s)} ({c.source}{', ' + c.device if c.device else ''})",
+            f"work: {format_si(self.flops, 'FLOP')} ({_ops(self.ops)}), "
+            f"{format_si(self.bytes, 'B')} minimal DRAM traffic"
+            f"{'' if self.exact else ' (upper bound: gathers)'}",
+        ]
+        if self.flops_formula:
+            head.append(f"  flops = {self.flops_formula}")
+        if self.bytes_formula:
+            head.append(f"  bytes = {self.bytes_formula}")
+        cols = ("kernel", "time", "FLOP", "bytes", "FLOP/s", "B/s", "FLOP/B", "bound", "roofline",
+                "launch", "regs", "smem", "occ")
+        rows = [cols]
+        for k in [*self.kernels, self]:
+            is_total = k is self
+            launch = regs = smem = occ = ""
+            if isinstance(k, KernelProfile):
+                if k.grid is not None and k.block is not None:
+                    launch = f"{'x'.join(map(str, k.grid))}/{'x'.join(map(str, k.block))}"
+                regs = "" if k.registers is None else str(k.registers)
+                smem = "" if k.shared_bytes is None else format_si(k.shared_bytes, "B")
+                occ = "" if k.occupancy is None else f"{100 * k.occupancy:.0f}%"
+            rows.append((
+                "total" if is_total else k.name, _time(k.time_s), format_si(k.flops, ""),
+                format_si(k.bytes, "B"), format_si(k.achieved_flops, ""), format_si(k.achieved_bandwidth, "B/s"),
+                "-" if k.intensity == float("inf") else f"{k.intensity:.2f}", k.bound,
+                f"{100 * k.roofline_fraction:.1f}%", launch, regs, smem, occ))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
+        table = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
+                 for r in rows]
+        table.insert(1, "  ".join("-" * w for w in widths))
+        if self.transfer_bytes:
+            table.append(f"transfers between GPUs: {format_si(self.transfer_bytes, 'B')} in "
+                         f"{_time(self.transfer_s)}")
+        lines = [*head, "", *table]
+        for k in self.kernels:
+            if k.ncu:
+                dram = k.ncu.get("dram_bytes")
+                occ = k.ncu.get("achieved_occupancy")
+                parts = []
+                if dram is not None:
+                    ratio = f", {dram / k.bytes:.2f}x the minimal" if k.bytes else ""
+                    parts.append(f"DRAM {format_si(dram, 'B')}{ratio}")
+                if occ is not None:
+                    parts.append(f"achieved occupancy {100 * occ:.0f}%")
+                lines.append(f"ncu {k.name}: {', '.join(parts)}")
+        if self.advice:
+            lines += ["", "advice:"] + [f"  - {a}" for a in self.advice]
+        return "\n".join(lines)
+
+
+def _finite(x: float) -> float | None:
+    return None if x == float("inf") else x
+
+
+def format_si(x: float, unit: str) -> str:
+    """``x`` with an SI prefix: ``format_si(4.21e12, "B/s") == "4.21 TB/s"``."""
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {prefix}{unit}".rstrip()
+    return f"{x:.3g} {unit}".rstrip() if isinstance(x, float) else f"{x} {unit}".rstrip()
+
+
+def _time(s: float) -> str:
+    if s >= 1:
+        return f"{s:.3g} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.3g} ms"
+    return f"{s * 1e6:.3g} us"
+
+
+def _ops(ops: dict[str, int]) -> str:
+    return ", ".join(f"{k} {format_si(v, '')}" for k, v in ops.items() if v) or "no arithmetic"

@@ -1,0 +1,173 @@
+"""Cache faults (issue 12 items 24 and 26): a full disk, rows that no longer parse.
+
+* a cache that cannot be written (disk full, injected here: no disk is filled) never loses a
+  finished tuning: ``autotune`` returns its result with a CacheWriteWarning; direct writes are
+  CacheErrors (never a raw sqlite3 error) and the connection stays usable afterwards;
+* a tuned-options row whose checksum holds but whose options this tcmlir cannot parse is
+  dropped and reported like a damaged row, and lookups go on (to the next candidate).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import tcmlir as tc
+from tcmlir.cache import CacheError, CacheWriteWarning, KernelCache, OptionsCache, artifact_key
+from tcmlir.cache.store import CacheStore
+from tcmlir.options import MappingOptions
+from tcmlir.signature import Signature
+
+SOURCE = "def f(float(N) A) -> (O) { O(i) = A(i) + 1.0 }"
+WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
+
+
+class FullDisk:
+    """An sqlite3 connection whose writes fail as on a full disk (reads work)."""
+
+    def __init__(self, conn: sqlite3.Connection, fail_on: tuple[str, ...] = WRITES):
+        self.conn, self.fail_on = conn, fail_on
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        if sql.lstrip().upper().startswith(self.fail_on):
+            raise sqlite3.OperationalError("database or disk is full")
+        return self.conn.execute(sql, *args)
+
+    def executemany(self, sql: str, *args: Any) -> Any:
+        if sql.lstrip().upper().startswith(self.fail_on):
+            raise sqlite3.OperationalError("database or disk is full")
+        return self.conn.executemany(sql, *args)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+@pytest.fixture
+def full_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every CacheStore opened from now on sits on a full disk."""
+    connect = CacheStore._connect_and_check
+    monkeypatch.setattr(CacheStore, "_connect_and_check",
+                        lambda self, timeout: FullDisk(connect(self, timeout)))
+
+
+def test_autotune_on_a_full_disk_returns_its_result(tmp_path: Path, full_disk: None,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TCMLIR_CACHE_DIR", str(tmp_path / "artifacts"))  # full as well
+    db = tmp_path / "tuned.sqlite3"
+    fn = tc.define(SOURCE, target="cpu")
+    a = np.arange(6, dtype=np.float32)
+    with pytest.warns(CacheWriteWarning, match="were not saved.*disk is full"):
+        best = fn.autotune(a, generations=1, population=2, cache=str(db), progress=False)
+    assert isinstance(best, MappingOptions)
+    np.testing.assert_array_equal(fn(a, options=best), a + 1)
+
+
+def test_writes_on_a_full_disk_are_cache_errors(tmp_path: Path, full_disk: None) -> None:
+    cache = OptionsCache(tmp_path / "c.sqlite3")
+    with pytest.raises(CacheError, match=r"writing failed.*disk is full.*tcmlir cache prune"):
+        cache.store(SOURCE, "f", Signature(()), "cpu", "{}", 1e-3, 1)
+    key = artifact_key(source=SOURCE, entry="f", signature=Signature(()),
+                       options="{}", arch="cpu", kind="host-object")
+    with pytest.raises(CacheError, match="disk is full"):
+        KernelCache(store=cache.db).put(key, b"object code")
+    assert cache.lookup_options(SOURCE, "f", Signature(()), "cpu") is None
+
+
+def test_a_failed_commit_is_rolled_back(tmp_path: Path) -> None:
+    """SQLite leaves the transaction open when COMMIT fails on a full disk; without a
+    rollback every later write would fail with 'cannot start a transaction within a
+    transaction'."""
+    cache = OptionsCache(tmp_path / "c.sqlite3")
+    sig = Signature(())
+    real = cache.db._conn
+    cache.db._conn = FullDisk(real, fail_on=("COMMIT",))
+    with pytest.raises(CacheError, match="disk is full"):
+        cache.store(SOURCE, "f", sig, "cpu", '{"a": 1}', 1e-3, 1)
+    cache.db._conn = real  # space freed
+    assert not real.in_transaction
+    assert cache.store(SOURCE, "f", sig, "cpu", '{"a": 2}', 1e-3, 1)
+    assert cache.lookup_options(SOURCE, "f", sig, "cpu")[0] == '{"a":2}'
+
+
+def test_a_real_sqlite_full_error(tmp_path: Path) -> None:
+    """SQLite's own SQLITE_FULL (the page limit reached: what a full disk gives)."""
+    kernels = KernelCache(tmp_path / "c.sqlite3", max_size=0)
+    conn = kernels.db._conn
+    (pages,) = conn.execute("PRAGMA page_count").fetchone()
+    conn.execute(f"PRAGMA max_page_count = {pages + 1}")
+    key = artifact_key(source=SOURCE, entry="f", signature=Signature(()),
+                       options="{}", arch="cpu", kind="host-object")
+    with pytest.raises(CacheError, match="disk is full"):
+        kernels.put(key, b"x" * 100_000)
+    conn.execute("PRAGMA max_page_count = 1073741823")
+    kernels.put(key, b"x" * 100_000)
+    assert kernels.get(key) == (b"x" * 100_000, {})
+
+
+def test_hits_are_served_when_their_use_cannot_be_recorded(tmp_path: Path) -> None:
+    kernels = KernelCache(tmp_path / "c.sqlite3")
+    key = artifact_key(source=SOURCE, entry="f", signature=Signature(()),
+                       options="{}", arch="cpu", kind="host-object")
+    kernels.put(key, b"object")
+    kernels.db._conn = FullDisk(kernels.db._conn)
+    assert kernels.get(key) == (b"object", {})
+
+
+# -- item 26: options that no longer parse -----------------------------------------------------
+
+def _unparseable(opts: MappingOptions) -> str:
+    data = json.loads(opts.to_json())
+    data["option_of_another_version"] = 3  # a field this tcmlir does not know
+    return json.dumps(data)
+
+
+def test_unparseable_options_are_dropped_and_the_next_candidate_used(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    fn = tc.define(SOURCE, target="cpu")
+    a = np.ones(7, np.float32)
+    cache = OptionsCache(tmp_path / "c.sqlite3")
+    good = MappingOptions.naive().tile(4)
+    cache.record(fn, a, options=good, time_s=2e-3, runs=3)
+    cache.store(fn.canonical_source, fn.entry, fn.signature(a), fn.default_arch(),
+                _unparseable(good), 1e-3, 3, sizes=fn.size_values(a))  # faster, valid checksum
+    with pytest.raises(tc.OptionsError):  # what every lookup used to raise
+        MappingOptions.from_json(_unparseable(good))
+    with caplog.at_level(logging.WARNING, logger="tcmlir.cache"):
+        found = cache.lookup(fn, a)
+    assert found == good
+    assert cache.counters.corrupt_dropped == 1
+    assert "cannot read" in caplog.text and "option_of_another_version" in caplog.text
+    assert cache.stats()["tuned_rows"] == 1
+    assert cache.lookup(fn, a) == good and cache.counters.corrupt_dropped == 1
+
+
+def test_only_unparseable_options_is_a_miss_everywhere(tmp_path: Path) -> None:
+    """The row used to make every lookup raise OptionsError: the factory, autotune and the
+    nearest-size lookup now all go on."""
+    fn = tc.define(SOURCE, target="cpu")
+    a, b = np.ones(7, np.float32), np.ones(9, np.float32)
+    db = tmp_path / "c.sqlite3"
+    cache = OptionsCache(db)
+    for x in (a, b):
+        cache.store(fn.canonical_source, fn.entry, fn.signature(x), fn.default_arch(),
+                    _unparseable(MappingOptions.naive()), 1e-3, 3, sizes=fn.size_values(x))
+    assert cache.lookup(fn, np.ones(8, np.float32), exact=False) is None
+    assert cache.counters.corrupt_dropped == 2 and cache.stats()["tuned_rows"] == 0
+    cache.store(fn.canonical_source, fn.entry, fn.signature(a), fn.default_arch(),
+                _unparseable(MappingOptions.naive()), 1e-3, 3, sizes=fn.size_values(a))
+    loaded = tc.define(SOURCE, target="cpu",
+                       options_factory=tc.make_load_from_cache_options_factory(str(db)))
+    np.testing.assert_array_equal(loaded(a), a + 1)
+    cache.store(fn.canonical_source, fn.entry, fn.signature(a), fn.default_arch(),
+                _unparseable(MappingOptions.naive()), 1e-3, 3, sizes=fn.size_values(a))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CacheWriteWarning)
+        best = fn.autotune(a, generations=1, population=2, cache=str(db), progress=False)
+    assert OptionsCache(db).lookup(fn, a) == best  # tuned again and stored
