@@ -42,6 +42,7 @@ _LAZY = {
     "Profile": "profile",
     "KernelProfile": "profile",
     "Ceilings": "profile",
+    "GradError": "grad",
     "parse": "lang",
     "check": "lang",
 }
