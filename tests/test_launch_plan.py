@@ -481,6 +481,7 @@ def test_torch_kind_plan_over_fakes(monkeypatch, rng):
     np.testing.assert_array_equal(z.array, x.array + y.array)
     (plan,) = kernel.runner.plans
     assert plan.last_stream == 0x51  # torch's current stream
+    assert plan._torch_call is not None  # torch tensors only: the short warm path
     driver.calls.clear()
     torch.allocations.clear()
     with torch.cuda.stream(FakeStream(0x77)):

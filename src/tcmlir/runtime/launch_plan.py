@@ -42,7 +42,7 @@ from .arrays import ArrayKind, DeviceArray, DeviceArrayView, classify
 from .cuda_memory import check, driver, error_text
 from .fast_driver import direct_calls
 from .launch_limits import validate_launch
-from .streams import DriverMemory, memory_for, stream_handle
+from .streams import DriverMemory, TorchMemory, memory_for, stream_handle
 
 __all__ = ["CudaPlan", "ParamBlock"]
 
@@ -155,6 +155,7 @@ class CudaPlan:
         self.last_stream: int | None = None  # test hook: the stream of the latest launch
         self._success = driver.CUresult.CUDA_SUCCESS
         self._launch = driver.cuLaunchKernel
+        self._torch_call = self._make_torch_call()
         # warm launches go straight into libcuda when the real driver is loaded (fast_driver)
         self._direct = direct_calls(driver)
         if self._direct is not None:
@@ -178,6 +179,8 @@ class CudaPlan:
         to write instead of fresh ones (checked here)."""
         memory = self.memory
         if stream is None:
+            if outputs is None and self._torch_call is not None:
+                return self._torch_call(inputs)
             return self._call(inputs, memory.current_stream(), outputs)
         handle = stream_handle(stream)
         switch = getattr(memory, "on_stream", None)
@@ -186,6 +189,49 @@ class CudaPlan:
             return self._call(inputs, handle, outputs)
         with context:  # torch/CuPy allocate (and fill scalars) on the launch stream
             return self._call(inputs, handle, outputs)
+
+    def _make_torch_call(self) -> Callable[[Sequence[Any]], Any] | None:
+        """The warm call of the commonest case, without `_call`'s general branches: every
+        input a torch CUDA tensor, outputs and temporaries from torch's (capture-aware)
+        caching allocator, no gather flag to watch, torch's current stream. None otherwise."""
+        if (not isinstance(self.memory, TorchMemory) or self.gathers or self._watch_capture
+                or any(code != _TORCH_PTR for _, code, _, _, _ in self._inputs)):
+            return None
+        memory, values, lock = self.memory, self.block.values, self._lock
+        empty, device, uint8 = memory.torch.empty, memory.device, memory.torch.uint8
+        current, index = memory._current, memory.index
+        activate, enqueue, zero = self.context.activate, self._enqueue, self._zero
+        slots = tuple(k for k, *_ in self._inputs)
+        outputs = tuple((k, shape, lib_dtype, nbytes if fill else 0)
+                        for k, shape, nbytes, _, lib_dtype, fill in self._outputs)
+        temps = self._temps
+        last, dev = self.runtime._last_launch, self.device
+
+        def call(inputs: Sequence[Any]) -> Any:
+            handle = current(index)
+            activate()
+            with lock:
+                for k, x in zip(slots, inputs, strict=True):
+                    values[k] = x.data_ptr()
+                results = []
+                for k, shape, dtype, fill in outputs:
+                    t = empty(shape, dtype=dtype, device=device)
+                    values[k] = ptr = t.data_ptr()
+                    results.append(t)
+                    if fill:
+                        zero(ptr, fill, handle)
+                scratch = []  # freed after the launch: torch's allocator orders reuse on the stream
+                for k, nbytes, fill in temps:
+                    t = empty((nbytes,), dtype=uint8, device=device)
+                    values[k] = ptr = t.data_ptr()
+                    scratch.append(t)
+                    if fill:
+                        zero(ptr, nbytes, handle)
+                enqueue(handle)
+            last[dev] = self
+            return results[0] if len(results) == 1 else tuple(results)
+
+        return call
 
     def is_capturing(self, handle: int) -> bool:
         status = check(driver.cuStreamIsCapturing(handle), "cuStreamIsCapturing",
