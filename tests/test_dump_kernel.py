@@ -26,7 +26,7 @@ def test_repr_names_the_kernel_not_its_ir(matmul_inputs):
     fn = tc.define(MATMUL, target="cpu")
     kernel = fn.compile(*matmul_inputs)
     text = repr(kernel)
-    assert re.fullmatch(r"<tcmlir kernel matmul target=cpu arch=\S+ options=[0-9a-f]{8} "
+    assert re.fullmatch(r"<tcmlir kernel matmul target=cpu arch=\S+ options=[0-9a-f]{12} "
                         r"sizes=M=8,K=4,N=6>", text), text
     assert f"arch={kernel.arch}" in text
     assert f"options={options_digest(kernel.options)}" in text
