@@ -308,6 +308,7 @@ def _split_over_threads(band: isl.ScheduleNode, b: int) -> isl.ScheduleNode:
     constant trip count when ``b`` divides the extent), so LLVM unrolls it fully and keeps the
     row's values in registers from one phase to the next instead of loading them again."""
     m = band.band_n_member() - 1
+    span = member_extent(band, m)
     filt = member_filter(band, m, 1, b, "_tx")
     mupa = band.band_get_partial_schedule()
     coincident = [band.band_member_get_coincident(i) for i in range(m + 1)]
@@ -318,8 +319,9 @@ def _split_over_threads(band: isl.ScheduleNode, b: int) -> isl.ScheduleNode:
     # a short stride loop is unrolled by isl itself: every phase then reads the row's elements
     # in straight-line code, and LLVM reuses the first phase's loads in the later ones (left
     # to LLVM, softmax's last phase was unrolled only after value numbering and loaded again)
-    trips = member_extent(node, m)
-    if trips is not None and trips <= UNROLL_STRIDES:
+    # (only when every thread makes the same trips: a partial last stride unrolled lets isl
+    # merge it with the next phase's guarded code)
+    if span is not None and span % b == 0 and span // b <= UNROLL_STRIDES:
         node = node.band_member_set_ast_loop_type(m, isl.ast_loop_type.unroll)
     return node.insert_filter(filt)
 

@@ -224,7 +224,7 @@ def strided_along_x(node: isl.ScheduleNode, reads: isl.UnionMap, block: tuple[in
         rank = m.dim(isl.dim_type.out)
         if not dims or rank < 2:
             continue
-        for ma in _pieces(isl.PwMultiAff.from_map(m)):
+        for ma in _access_functions(m):
             uses = [{d for d in dims if not ma.get_aff(j).get_coefficient_val(
                 isl.dim_type.in_, d).is_zero()} for j in range(rank)]
             if not uses[-1] and any(uses[:-1]):
@@ -232,9 +232,14 @@ def strided_along_x(node: isl.ScheduleNode, reads: isl.UnionMap, block: tuple[in
     return out
 
 
-def _pieces(pma: isl.PwMultiAff) -> list[isl.MultiAff]:
+def _access_functions(m: isl.Map) -> list[isl.MultiAff]:
+    """The affine functions of the accesses in ``m`` (one statement's reads of one tensor,
+    several reads in one map — a stencil's ``A(i)`` and ``A(i + 1)`` — taken one by one)."""
     out: list[isl.MultiAff] = []
-    pma.foreach_piece(lambda _set, ma: out.append(ma))
+    for bm in m.get_basic_maps():
+        one = isl.Map.from_basic_map(bm)
+        if one.is_single_valued():
+            isl.PwMultiAff.from_map(one).foreach_piece(lambda _set, ma: out.append(ma))
     return out
 
 

@@ -379,8 +379,8 @@ def test_mixed_scalar_parameters(rt, module):
         for args in ([dx, dy, np.int32(n), np.float32(3.0), np.float64(0.25)],
                      [dx, dy, n, 3.0, 0.25]):  # Python numbers sized from the kernel's params
             dy.memset(0)
-            if fn.param_sizes is None and isinstance(args[2], int):
-                # a driver without cuFuncGetParamInfo: untyped numbers are refused, not guessed
+            if fn.param_sizes is None and isinstance(args[3], float):
+                # a driver without cuFuncGetParamInfo: Python floats are refused, not guessed
                 with pytest.raises(CudaError, match="numpy scalars"):
                     rt.launch(fn, _grid(n, 64), (64, 1, 1), args, sync=True)
                 continue

@@ -430,13 +430,14 @@ def test_cuda_profile_over_the_fake_driver(monkeypatch):
     p = kernel.profile(X, runs=4, ceilings=H200)
     # an event pair reads 0.25 ms, so a sample queues 4 calls (1 ms / 0.25 ms): 62.5 us each
     assert p.time_s == pytest.approx(0.25e-3 / 4) and len(p.kernels) == n > 1
-    assert all(k.time_s == pytest.approx(0.25e-3 / 4) for k in p.kernels)
+    # each kernel timed between two events inside the sequence: one event pair, 0.25 ms
+    assert all(k.time_s == pytest.approx(0.25e-3) for k in p.kernels)
     launches = [c for c in driver.calls if c[0] == "cuLaunchKernel"]
     # the whole sequence: a warm-up, then 4 samples of 4 calls; one more call (its temporaries
-    # for the later kernels); then per kernel alone, a timed launch and 4 samples of 4 launches
-    assert len(launches) == 17 * n + n + 17 * n
-    lone = launches[-17 * n:]
-    assert [c[1] for c in lone] == [k.name for k in kernel.runner.image.kernels for _ in range(17)]
+    # for the later kernels); then 4 timed runs of the sequence, an event before each kernel
+    assert len(launches) == 17 * n + n + 4 * n
+    timed = launches[-4 * n:]
+    assert [c[1] for c in timed] == [k.name for _ in range(4) for k in kernel.runner.image.kernels]
     assert all(k.resources_from == "driver" and k.registers == 40 for k in p.kernels)
     assert [k.grid for k in p.kernels] == [k.grid for k in kernel.runner.image.kernels]
     assert p.flops == 5 * 64 * 40 and "[fusion]" in tags(p.advice)

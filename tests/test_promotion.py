@@ -314,3 +314,15 @@ def test_planted_box_too_small_is_refused_by_the_proof(monkeypatch):
     monkeypatch.setattr(ps, "compute_box", short)
     with pytest.raises(AssertionError, match="leaves the box"):
         compiler.lower(tc.define(MM).ir, {"M": 64, "K": 64, "N": 64}, MO.cuda_contraction(), "cuda")
+
+
+@pytest.mark.parametrize("name", ["fused_diagonal_stencil", "reversed_temporary"])
+def test_several_reads_of_one_tensor_in_a_statement_promote(name, rng):
+    """A statement reading one tensor twice (a stencil's A(i) and A(i + 1)) gives isl a read
+    map that is not a function: the stride analysis takes the accesses one by one."""
+    case = case_by_name(name)
+    fn = tc.define(case.source, case.entry)
+    inputs = case.make_inputs(rng, **case.sizes[-1])
+    for opts in (MO.naive().shared_memory(True), MO.cuda_contraction()):
+        got = simulate_call(fn.ir, list(inputs), opts)
+        assert_outputs_close(got, case.expected(*inputs), case.rtol, context=f"{name} {opts}")

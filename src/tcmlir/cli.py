@@ -209,15 +209,21 @@ def _to_host(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    from . import api
-
+def definition_and_inputs(args: argparse.Namespace) -> tuple[Any, dict[str, int], list[Any]]:
+    """The definition named by ``args``, its sizes (``DEFAULT_SIZE`` for those not given, with
+    a note) and random inputs of those sizes (``args.seed``)."""
     fn, sizes = load_definition(args)
     for name in fn.ir.sizes:
         if name not in sizes:
             sizes[name] = DEFAULT_SIZE
             print(f"note: size {name} not given, using {DEFAULT_SIZE}", file=sys.stderr)
-    inputs = random_inputs(fn.ir, sizes, seed=args.seed)
+    return fn, sizes, random_inputs(fn.ir, sizes, seed=args.seed)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from . import api
+
+    fn, sizes, inputs = definition_and_inputs(args)
     target = api.resolve_target(args.target)
     if args.check and target == "numpy":
         print("note: --check compares with the numpy reference interpreter, which is what "

@@ -62,10 +62,12 @@ class Ceilings:
         return self.flops / self.bandwidth
 
     def to_dict(self) -> dict[str, Any]:
+        """The ceilings as a dict (what the cache file stores)."""
         return asdict(self)
 
     @classmethod
     def from_any(cls, value: Ceilings | Mapping[str, Any]) -> Ceilings:
+        """``value`` itself, or Ceilings built from a mapping of its fields."""
         if isinstance(value, Ceilings):
             return value
         if not isinstance(value, Mapping):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from typing import Any
 
 from ..errors import TCError
@@ -60,17 +59,12 @@ def parse_options(text: str | None) -> Any:
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
-    from ..cli import DEFAULT_SIZE, load_definition, random_inputs
+    from ..cli import definition_and_inputs
 
     if args.ncu and args.options:
         raise TCError("--ncu runs the call again through `tcmlir run`, which takes the default "
                       "options: use --ncu without --options")
-    fn, sizes = load_definition(args)
-    for name in fn.ir.sizes:
-        if name not in sizes:
-            sizes[name] = DEFAULT_SIZE
-            print(f"note: size {name} not given, using {DEFAULT_SIZE}", file=sys.stderr)
-    inputs = random_inputs(fn.ir, sizes, seed=args.seed)
+    fn, _sizes, inputs = definition_and_inputs(args)
     options = parse_options(args.options)
     prof = fn.profile(*inputs, options=options, runs=args.runs)
     if args.ncu:

@@ -182,10 +182,10 @@ def _host_times(kernel: Any, inputs: Sequence[Any], runs: int,
 
 def _cuda_times(kernel: Any, inputs: Sequence[Any], runs: int) -> tuple[list[float], list[list[float]]]:
     """CUDA-event seconds of the whole launch sequence (`benchmark_cuda`) and of each kernel
-    launched alone the same way (inputs staged on the device once, outside the timing; the
-    plan's packed parameters)."""
+    within it (events between the kernels of the plan's launch sequence; inputs staged on the
+    device once, outside the timing; the plan's packed parameters)."""
     from ..runtime.arrays import DeviceArray, bind_device_inputs
-    from ..runtime.cuda_launch import BENCH_CALLS_PER_SAMPLE, benchmark_cuda
+    from ..runtime.cuda_launch import benchmark_cuda
     from ..runtime.cuda_memory import DeviceBuffer, check, driver, elapsed_ms
 
     whole = benchmark_cuda(kernel, inputs, runs)
@@ -205,23 +205,19 @@ def _cuda_times(kernel: Any, inputs: Sequence[Any], runs: int) -> tuple[list[flo
     plan = runner.plan(fn, rebound, device_inputs)
     plan.call(device_inputs, 0, outs)  # warm-up: temporaries hold what later kernels read
     plan.check_errors()
-    start, end = rt.event(plan.device), rt.event(plan.device)
-    per: list[list[float]] = []
-    for (f, gx, gy, gz, bx, by, bz), (name, _, _) in zip(plan._kernels, plan._launch_info,
-                                                          strict=True):
-        def launch(count: int, f: Any = f, grid: tuple = (gx, gy, gz),
-                   block: tuple = (bx, by, bz), name: str = name) -> float:
-            start.record()
-            for _ in range(count):
-                check(driver.cuLaunchKernel(f, *grid, *block, 0, 0, plan.block.address, 0),
-                      "cuLaunchKernel", context=f"profiling kernel {name}")
-            end.record()
-            return elapsed_ms(start, end) / 1e3 / count
-
-        # as benchmark_cuda: a sample queues launches back to back (up to
-        # BENCH_CALLS_PER_SAMPLE, fewer for long kernels) so host enqueue time is not counted
-        once = launch(1)
-        inner = max(1, min(BENCH_CALLS_PER_SAMPLE, int(1e-3 / max(once, 1e-9))))
-        per.append([launch(inner) for _ in range(runs)])
+    # Each kernel is timed inside the whole sequence (an event before each launch and one
+    # after the last, all queued back to back), so it sees the caches as the call leaves them;
+    # a kernel relaunched alone found its inputs in L2 and measured half its real time.
+    events = [rt.event(plan.device) for _ in range(len(plan._kernels) + 1)]
+    per: list[list[float]] = [[] for _ in plan._kernels]
+    for _ in range(max(1, int(runs))):
+        for i, ((f, gx, gy, gz, bx, by, bz), (name, _, _)) in enumerate(
+                zip(plan._kernels, plan._launch_info, strict=True)):
+            events[i].record()
+            check(driver.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, 0, 0, plan.block.address, 0),
+                  "cuLaunchKernel", context=f"profiling kernel {name}")
+        events[-1].record()
+        for i in range(len(plan._kernels)):
+            per[i].append(elapsed_ms(events[i], events[i + 1]) / 1e3)
     plan.check_errors()
     return whole, per

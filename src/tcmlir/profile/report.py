@@ -26,8 +26,31 @@ def roofline(flops: int, nbytes: int, time_s: float, ceil: Ceilings) -> tuple[st
     return bound, min(1.0, raw), raw
 
 
+class _Rates:
+    """What a kernel's and a call's profile derive alike from ``flops``, ``bytes``, ``time_s``."""
+
+    flops: int
+    bytes: int
+    time_s: float
+
+    @property
+    def achieved_flops(self) -> float:
+        """FLOP/s reached: the exact flop count over the measured time (0 without a time)."""
+        return self.flops / self.time_s if self.time_s > 0 else 0.0
+
+    @property
+    def achieved_bandwidth(self) -> float:
+        """Bytes/s reached: the minimal DRAM bytes over the measured time (0 without a time)."""
+        return self.bytes / self.time_s if self.time_s > 0 else 0.0
+
+    @property
+    def intensity(self) -> float:
+        """FLOP per byte of minimal DRAM traffic (inf without traffic)."""
+        return self.flops / self.bytes if self.bytes else float("inf")
+
+
 @dataclass
-class KernelProfile:
+class KernelProfile(_Rates):
     """One launched kernel (a GPU kernel, or one top-level loop group on the host)."""
 
     name: str
@@ -50,23 +73,12 @@ class KernelProfile:
     ncu: dict[str, float] = field(default_factory=dict)  # merged Nsight Compute metrics
 
     @property
-    def achieved_flops(self) -> float:
-        return self.flops / self.time_s if self.time_s > 0 else 0.0
-
-    @property
-    def achieved_bandwidth(self) -> float:
-        return self.bytes / self.time_s if self.time_s > 0 else 0.0
-
-    @property
-    def intensity(self) -> float:
-        """FLOP per byte of minimal DRAM traffic (inf without traffic)."""
-        return self.flops / self.bytes if self.bytes else float("inf")
-
-    @property
     def kernels(self) -> tuple[KernelProfile, ...]:
+        """A kernel has no sub-kernels (the same field as `Profile.kernels`)."""
         return ()
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as plain JSON-ready values (for tools and ``--json``)."""
         return {
             "name": self.name, "time_s": self.time_s, "flops": self.flops, "bytes": self.bytes,
             "ops": dict(self.ops), "statements": list(self.statements),
@@ -83,7 +95,7 @@ class KernelProfile:
 
 
 @dataclass
-class Profile:
+class Profile(_Rates):
     """The profile of a call: the whole call's numbers, ``kernels``, and ``advice``."""
 
     entry: str
@@ -108,19 +120,8 @@ class Profile:
     transfer_bytes: int = 0              # between GPUs (multi-GPU calls; 0 on one device)
     transfer_s: float = 0.0
 
-    @property
-    def achieved_flops(self) -> float:
-        return self.flops / self.time_s if self.time_s > 0 else 0.0
-
-    @property
-    def achieved_bandwidth(self) -> float:
-        return self.bytes / self.time_s if self.time_s > 0 else 0.0
-
-    @property
-    def intensity(self) -> float:
-        return self.flops / self.bytes if self.bytes else float("inf")
-
     def to_dict(self) -> dict[str, Any]:
+        """The fields as plain JSON-ready values (for tools and ``--json``)."""
         return {
             "entry": self.entry, "target": self.target, "sizes": dict(self.sizes),
             "time_s": self.time_s, "flops": self.flops, "bytes": self.bytes,

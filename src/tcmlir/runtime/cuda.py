@@ -421,13 +421,14 @@ class CudaRuntime:
             # where the driver lacks cuFuncGetParamCount), so typed arguments skip the query.
             untyped = any(isinstance(a, int | float) and not isinstance(a, bool) for a in args)
             sizes = function.param_sizes if untyped else None
-            if untyped and sizes is None:
-                # without the sizes a Python float would be packed as a double, and a float
-                # parameter would read the low half of it (3.0 arrives as 0.0)
+            if sizes is None and any(isinstance(a, float) for a in args):
+                # without the sizes a Python float is packed as a double, and a float
+                # parameter would read the low half of it (3.0 arrives as 0.0); a Python int
+                # packed as i64 reads right as any integer parameter (little-endian)
                 raise CudaError("this driver cannot report the kernel's parameter sizes "
-                                "(cuFuncGetParamInfo): pass scalars as numpy scalars of the "
-                                "parameter's type (np.int32(n), np.float32(x)), not Python "
-                                "int/float")
+                                "(cuFuncGetParamInfo): pass floating-point scalars as numpy "
+                                "scalars of the parameter's type (np.float32(x)), not Python "
+                                "floats")
             packed = pack_kernel_args(args, sizes)
         except CudaError as exc:
             raise CudaError(f"{what}: {exc}") from None
