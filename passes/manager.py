@@ -6,8 +6,8 @@
 
 After each pass, with ``verify_each`` the schedule tree (if any) is proved to respect every
 dependence (`poly.legality.check_legal`; a failure is an internal AssertionError with the tree),
-with ``print_after_all`` the tree is printed in isl syntax, with ``time_passes`` a table of
-wall-clock times is printed at the end; extra ``callbacks(pass, state)`` run last.
+with ``print_after_all`` the tree is printed in isl syntax (block style, `tcmlir.pretty`),
+with ``time_passes`` a table of wall-clock times is printed at the end; extra ``callbacks(pass, state)`` run last.
 A precondition that does not hold (a pass that needs a schedule before ``schedule``) is a
 `PipelineError` naming the pass.
 """
@@ -22,6 +22,7 @@ from typing import TextIO
 from ..errors import PipelineError
 from ..poly.legality import check_legal
 from ..poly.state import CompileState
+from ..pretty import format_schedule
 from .base import Pass, format_pass
 
 __all__ = ["Callback", "PassManager"]
@@ -62,8 +63,8 @@ class PassManager:
                 check_legal(state.proof_schedule, state.deps)
             if self.print_after_all:
                 print(f"// -----// after {format_pass(p)} //----- //", file=out)
-                print(state.schedule if state.schedule is not None else "(no schedule)",
-                      file=out)
+                print(format_schedule(state.schedule) if state.schedule is not None
+                      else "(no schedule)", file=out)
             for callback in self.callbacks:
                 callback(p, state)
         if self.time_passes:

@@ -53,7 +53,9 @@ def test_all_stages_have_headers(tc_file, capsys):
     rc, out, _ = dump(capsys, tc_file, "--name", "matmul")
     assert rc == 0
     headers = [line for line in out.splitlines() if line.startswith("== ")]
-    assert headers == [f"== {s} ==" for s in ("ast", "ir", "scop", "deps", "schedule", "loops")]
+    # the default target here is cpu (no GPU visible): its code stages, not ptx
+    assert headers == [f"== {s} ==" for s in ("pipeline", "ast", "ir", "scop", "deps", "schedule",
+                                              "loops", "llvm-raw", "llvm", "asm")]
     assert "C(m, n) +=! A(m, k) * B(k, n)" in out
     assert "reduction:" in out and "S0_init[m, n] -> C[m, n]" in out
 
@@ -87,9 +89,8 @@ def test_print_after_all_and_time_passes_go_to_stderr(tc_file, capsys):
 def test_options_json(tc_file, capsys):
     rc, out, _ = dump(capsys, tc_file, "--name", "matmul", "--stage", "loops", "--options",
                       '{"fusion": "min", "tile_sizes": [4, 4]}')
-    assert rc in (0, 2)  # 2 only if the options ask for a pass that does not exist yet
-    if rc == 0:
-        assert "// parallel" in out
+    assert rc == 0
+    assert "// parallel" in out and "c0 += 1" in out
 
 
 @pytest.mark.parametrize("argv, message", [

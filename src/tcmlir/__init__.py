@@ -32,6 +32,7 @@ _LAZY = {
     "define": "api",
     "TCFunction": "api",
     "Kernel": "api",
+    "BenchmarkResult": "benchmark",
     "MappingOptions": "options",
     "TunerConfig": "tune.config",
     "OptionsCache": "cache.options_cache",

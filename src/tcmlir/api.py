@@ -23,6 +23,7 @@ import numpy as np
 
 from . import ir
 from .array_kinds import empty_call, has_zero_extent, in_input_kind
+from .benchmark import BenchmarkResult
 from .binding import allocate_outputs, bind_host_inputs, check_outputs
 from .config import get_config, hot_path_token
 from .errors import CallError, Source, TCError
@@ -125,9 +126,22 @@ class Kernel:
             return empty_call(self.function, inputs, outputs)
         return self.function._launch(self, inputs, outputs, stream=stream)
 
-    def benchmark(self, *inputs: Any, runs: int = 5) -> list[float]:
-        """Seconds per run for ``runs`` runs (CUDA events on the GPU, a wall clock on the host)."""
-        return self.function._benchmark(self, inputs, runs)
+    def benchmark(self, *inputs: Any, runs: int = 5) -> BenchmarkResult:
+        """Time ``runs`` runs on ``inputs`` (CUDA events after a warm-up run on the GPU, a wall
+        clock on the host): a `BenchmarkResult` with ``median``, ``min`` and ``runs``, which is
+        also the sequence of the seconds per run."""
+        if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+            raise TCError(f"benchmark: runs must be an integer >= 1, got {runs!r}")
+        times = self.function._benchmark(self, inputs, runs)
+        return BenchmarkResult.of(times, self.function.entry, self.target)
+
+    def __repr__(self) -> str:
+        """``<tcmlir kernel matmul target=cuda arch=sm_90 options=3f2a9c1e sizes=M=64,...>``:
+        which kernel this is, not its IR (print ``kernel.schedule``, ``.loops``, ... for that)."""
+        sizes = ("parametric" if self.options.parametric
+                 else ",".join(f"{k}={v}" for k, v in self.sizes.items()) or "none")
+        return (f"<tcmlir kernel {self.function.entry} target={self.target} "
+                f"arch={self.arch or '-'} options={options_digest(self.options)} sizes={sizes}>")
 
     def profile(self, *inputs: Any, runs: int = 20, ceilings: Any = None) -> Any:
         """Time this kernel on ``inputs`` and put it against its exact work and the device's
@@ -135,6 +149,14 @@ class Kernel:
         from .profile import profile_kernel
 
         return profile_kernel(self, inputs, runs=runs, ceilings=ceilings)
+
+
+def options_digest(options: MappingOptions) -> str:
+    """The short digest naming ``options`` (of their exact JSON) in `Kernel.__repr__` and in
+    the compile log lines (`tcmlir.log.options_digest`)."""
+    from .log import options_digest as digest_of_json
+
+    return digest_of_json(options.to_json())
 
 
 class TCFunction:

@@ -79,13 +79,14 @@ def _compile_kernel(fn: TCFunction, target: str, options: MappingOptions, signat
                     ) -> Kernel:
     from .api import Kernel
     from .poly.loops import build_ast, format_loops
+    from .pretty import format_schedule
 
     COMPILE_COUNTS["compile_kernel"] += 1
     t0 = time.perf_counter()
     state = lower(fn.ir, sizes, options, target)
     stages["passes"] = time.perf_counter() - t0
     kernel = Kernel(function=fn, target=target, options=options, signature=signature,
-                    sizes=dict(sizes), schedule=str(state.schedule), arch=arch)
+                    sizes=dict(sizes), schedule=format_schedule(state.schedule), arch=arch)
     if target == "cuda":
         from .cache.artifacts import compile_cuda_cached, make_cuda_runner
 

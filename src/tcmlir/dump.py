@@ -1,35 +1,95 @@
 """``python -m tcmlir.dump``: print each level of the compilation of one TC definition.
 
-    python -m tcmlir.dump FILE --name ENTRY [--sizes N=64,M=3]
-        [--stage ast|ir|scop|deps|schedule|loops|all]
-        [--pipeline 'schedule{fusion=max},tile{sizes=32,32}' | --options JSON]
-        [--print-after-all] [--time-passes]
+    python -m tcmlir.dump FILE [--name ENTRY] [--sizes N=64,M=3]
+        [--stage STAGE[,STAGE...]|all] [--target auto|cpu|cuda] [--arch sm_90]
+        [--pipeline 'schedule{fusion=max},tile{sizes=32,32}' | --options JSON_OR_FILE]
+        [--flow] [--print-after-all] [--time-passes]
     python -m tcmlir.dump FILE --sizes M=8192,K=8192,N=8192 --devices 0,1   # the split plan
+    python -m tcmlir.dump FILE --grad ...   # the stages of the derived gradient definition
 
-Stages: ``ast`` the parsed definition in canonical TC, ``ir`` the checked IR, ``scop`` the
-polyhedral model (parameters, context, per statement domain and accesses), ``deps`` the
-dependences by kind, ``schedule`` the final schedule tree in isl syntax (it re-parses with
-``isl.Schedule.read_from_str``), ``loops`` C-like loops from isl's AST; ``all`` prints every
-stage under a ``== stage ==`` header. A thin CLI on the pass manager: the pipeline (default
-``schedule{fusion=max}``) runs with verification after each pass; ``--print-after-all`` and
-``--time-passes`` write to stderr. Without ``--sizes`` everything stays parametric.
+Stages: ``pipeline`` the target, options and pass pipeline that run; ``ast`` the parsed
+definition in canonical TC; ``ir`` the checked IR; ``scop`` the polyhedral model (parameters,
+context, per statement domain and accesses); ``deps`` the dependences by kind; ``schedule`` the
+final schedule tree, in isl's block style (`tcmlir.pretty`; ``--flow`` for isl's one-line
+form; both re-parse with ``isl.Schedule.read_from_str``); ``buffers`` the promoted buffers;
+``loops`` C-like loops from isl's AST; ``llvm-raw`` the LLVM IR as generated; ``llvm`` the LLVM
+IR after optimisation (O3; on cuda with libdevice linked in); ``ptx`` (cuda) the PTX; ``asm``
+(cpu) the host assembly from llvmlite's target machine. ``all`` prints every stage of the
+target under a ``== stage ==`` header.
 
-Every user mistake (file, entry, sizes, pipeline, options) is a located message on stderr and
-exit status 2, without a traceback.
+By default the dump shows what a plain call ``fn(*inputs)`` runs on this machine: the target
+``auto`` resolves as a call's does (cuda when a GPU is visible, else cpu; ``TCMLIR_TARGET``
+overrides) and the pipeline is that of ``MappingOptions.default_for(fn, target)``;
+``--options`` and ``--pipeline`` replace it. ``--target cuda`` needs no GPU (``--arch``,
+default the device's or ``sm_90``). Without ``--sizes`` everything stays parametric; with them,
+the stages are those of ``fn.compile`` on inputs of those sizes (tests/test_dump_target.py
+checks that they agree). A thin CLI on the pass manager: verification runs after each pass;
+``--print-after-all`` and ``--time-passes`` write to stderr.
+
+Every user mistake (file, entry, sizes, pipeline, options, a stage of the other target) is a
+located message on stderr and exit status 2, without a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
 
 from .errors import OptionsError, PipelineError, Source, TCError
 
-__all__ = ["DEFAULT_PIPELINE", "STAGES", "dump", "main"]
+__all__ = ["DEFAULT_PIPELINE", "STAGES", "DumpPlan", "dump", "main", "plan_for"]
 
-STAGES = ("ast", "ir", "scop", "deps", "schedule", "buffers", "loops")
+STAGES = ("pipeline", "ast", "ir", "scop", "deps", "schedule", "buffers", "loops",
+          "llvm-raw", "llvm", "ptx", "asm")
+_TARGET_STAGES = {"ptx": "cuda", "asm": "cpu"}   # stages of one target only
+_POLY_STAGES = frozenset(STAGES[STAGES.index("scop"):])
+_CODE_STAGES = frozenset(("llvm-raw", "llvm", "ptx", "asm"))
+# kept for callers of the old API: the pipeline of ``MappingOptions(fusion="max")`` untiled
 DEFAULT_PIPELINE = "schedule{fusion=max}"
+
+
+@dataclass(frozen=True)
+class DumpPlan:
+    """What the dump runs: ``target`` (cpu, cuda or numpy), the ``options`` (None when a
+    pipeline was given directly), the ``pipeline`` text and where it came from (``origin``)."""
+
+    target: str
+    options: Any
+    pipeline: str
+    origin: str
+
+    def describe(self) -> str:
+        lines = [f"target: {self.target}", f"origin: {self.origin}"]
+        if self.options is not None:
+            lines.append(f"options: {self.options.to_json()}")
+        lines.append(f"pipeline: {self.pipeline}")
+        return "\n".join(lines)
+
+
+def plan_for(fn_ir: Any, target: str = "auto", options: Any = None,
+             pipeline: str | None = None, sizes: dict[str, int] | None = None) -> DumpPlan:
+    """The target, options and pipeline of a dump: a plain call's (`api.resolve_target`,
+    `MappingOptions.default_for` at ``sizes``, the pipeline `compiler.lower` runs) unless
+    ``options`` or ``pipeline`` is given."""
+    from .api import resolve_target
+    from .options import MappingOptions
+
+    resolved = resolve_target(target)
+    lowering = "cuda" if resolved == "cuda" else "cpu"   # numpy schedules as the cpu does
+    if pipeline is not None:
+        return DumpPlan(resolved, None, pipeline, "--pipeline")
+    if options is not None:
+        return DumpPlan(resolved, options, options.to_pipeline(lowering), "--options")
+    chosen = MappingOptions.default_for(fn_ir, resolved, sizes)
+    how = f"a plain call's default options on {resolved}"
+    if target == "auto":
+        how += " (target auto on this machine)"
+    return DumpPlan(resolved, chosen, chosen.to_pipeline(lowering), how)
 
 
 def _parse_sizes(text: str) -> dict[str, int]:
@@ -50,36 +110,63 @@ def _parse_sizes(text: str) -> dict[str, int]:
             number = 0
         if number < 1:
             raise OptionsError.at(source, span, f"size {name} must be an integer >= 1, got '{value}'")
+        if name in sizes:
+            raise OptionsError.at(source, span, f"size {name} is given twice")
         sizes[name] = number
     return sizes
 
 
-def _pipeline_text(args: argparse.Namespace) -> str | None:
-    """The pipeline to run; None: what a call on ``--target cuda`` would run (its default
-    options, chosen per definition in `dump`)."""
-    if args.options is None:
-        if args.pipeline is None and args.target == "cuda":
-            return None
-        return args.pipeline or DEFAULT_PIPELINE
+def _parse_stages(text: str, target: str) -> tuple[str, ...]:
+    """``all`` → every stage of ``target``; else the comma-separated stages, checked."""
+    if text == "all":
+        return tuple(s for s in STAGES if _TARGET_STAGES.get(s, target) == target
+                     and (target != "numpy" or s not in _CODE_STAGES))
+    stages = tuple(s.strip() for s in text.split(","))
+    for s in stages:
+        if s not in STAGES:
+            raise OptionsError(f"--stage: unknown stage {s!r}; choose from {', '.join(STAGES)} "
+                               "or all")
+        if target == "numpy" and s in _CODE_STAGES:
+            raise OptionsError(f"--stage {s}: target numpy (the reference interpreter) generates "
+                               "no code; choose --target cpu or --target cuda")
+        wanted = _TARGET_STAGES.get(s)
+        if wanted is not None and wanted != target:
+            other = "ptx" if s == "asm" else "asm"
+            raise OptionsError(f"--stage {s} is for --target {wanted}, and this dump is for "
+                               f"{target}: add --target {wanted}, or ask for --stage {other}")
+    return stages
+
+
+def _read_options(text: str) -> Any:
+    """``--options``: MappingOptions as JSON text, or the path of a file holding it."""
     from .options import MappingOptions
 
-    return MappingOptions.from_json(args.options).to_pipeline(args.target)
+    if not text.lstrip().startswith("{") and os.path.isfile(text):
+        try:
+            with open(text, encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise OptionsError(f"--options: cannot read {text}: {exc}") from None
+    return MappingOptions.from_json(text)
 
 
 def dump(text: str, filename: str, entry: str | None, stage: str = "all",
-         sizes: dict[str, int] | None = None, pipeline: str | None = DEFAULT_PIPELINE,
-         print_after_all: bool = False, time_passes: bool = False, err=None,
-         devices: tuple[int, ...] | None = None) -> str:
-    """The text of ``stage`` (or of every stage) for definition ``entry`` of ``text``; with
+         sizes: dict[str, int] | None = None, pipeline: str | None = None,
+         print_after_all: bool = False, time_passes: bool = False, err: TextIO | None = None,
+         *, target: str = "auto", options: Any = None, arch: str | None = None,
+         flow: bool = False, devices: tuple[int, ...] | None = None) -> str:
+    """The text of ``stage`` (a stage, stages separated by commas, or ``all``) for definition
+    ``entry`` of ``text``; target, options and pipeline as `plan_for` chooses them. With
     ``devices``, the multi-GPU split plan of a call at ``sizes`` instead."""
+    from .api import resolve_target
     from .lang.parser import parse_program
     from .lang.sema import check_program
 
     source = Source(text, filename)
     program = parse_program(text, filename)
-    stages = STAGES if stage == "all" else (stage,)
+    stages = _parse_stages(stage, resolve_target(target))
     out: dict[str, str] = {}
-    if "ast" in stages:
+    if "ast" in stages:  # before the checks, so that a definition sema rejects still prints
         import dataclasses
 
         from .lang.printer import format_program
@@ -90,61 +177,102 @@ def dump(text: str, filename: str, entry: str | None, stage: str = "all",
             check_program(program, entry, source=source)  # raises the located "no definition"
         out["ast"] = format_program(chosen).rstrip()
     fn = check_program(program, entry, source=source)
+    unknown = sorted(set(sizes or {}) - set(fn.sizes))
+    if unknown:
+        raise OptionsError(f"--sizes: {', '.join(unknown)} is not a size of {fn.name} "
+                           f"(its sizes: {', '.join(fn.sizes) or 'none'})")
     if devices is not None:  # --devices: the split plan (tcmlir.multi.plan), not the stages
         from .multi.plan import make_plan
 
         missing = [s for s in fn.sizes if s not in (sizes or {})]
-        unknown = sorted(set(sizes or {}) - set(fn.sizes))
-        if unknown:
-            raise OptionsError(f"--sizes: {', '.join(unknown)} is not a size of {fn.name}")
         if missing:
             raise OptionsError(f"--devices needs every size: give {', '.join(missing)} with "
                                "--sizes")
         return str(make_plan(fn, sizes or {}, devices)) + "\n"
+    plan = plan_for(fn, target, options, pipeline, sizes)
+    if arch is not None:  # checked before anything runs
+        if plan.target != "cuda":
+            raise OptionsError(f"--arch {arch} names a cuda architecture, and this dump is "
+                               f"for {plan.target}: add --target cuda")
+        if not re.fullmatch(r"sm_\d+a?", arch):
+            raise OptionsError(f"--arch must look like sm_90, got {arch!r}")
+    if "pipeline" in stages:
+        out["pipeline"] = plan.describe()
     if "ir" in stages:
         out["ir"] = str(fn).rstrip()
-    if not set(stages) & {"scop", "deps", "schedule", "buffers", "loops"}:
-        return _join(out, stage)
+    if set(stages) & _POLY_STAGES:
+        _poly_stages(out, fn, plan, stages, sizes, print_after_all, time_passes, err, arch,
+                     flow, all_stages=stage == "all")
+    return _join(out, stages, stage)
 
+
+def _poly_stages(out: dict[str, str], fn: Any, plan: DumpPlan, stages: Sequence[str],
+                 sizes: dict[str, int] | None, print_after_all: bool, time_passes: bool,
+                 err: TextIO | None, arch: str | None, flow: bool, *, all_stages: bool) -> None:
     from .passes import PassManager, parse_pipeline
     from .poly.deps import format_dependences
     from .poly.loops import build_ast, format_loops
     from .poly.scop import format_scop
     from .poly.state import CompileState
+    from .pretty import format_schedule
 
-    unknown = sorted(set(sizes or {}) - set(fn.sizes))
-    if unknown:
-        raise OptionsError(f"--sizes: {', '.join(unknown)} is not a size of {fn.name} "
-                           f"(its sizes: {', '.join(fn.sizes) or 'none'})")
-    if pipeline is None:  # a cuda call's default options
-        from .options import MappingOptions
-
-        pipeline = MappingOptions.default_for(fn, "cuda", sizes).to_pipeline("cuda")
-    passes = parse_pipeline(pipeline)
-    state = CompileState.initial(fn, sizes)
+    passes = parse_pipeline(plan.pipeline)
+    parametric = plan.options is not None and plan.options.parametric
+    state = CompileState.initial(fn, None if parametric else sizes)   # as `compiler.lower`
     if "scop" in stages:
         out["scop"] = format_scop(state.scop)
     if "deps" in stages:
         out["deps"] = format_dependences(state.deps, state.scop.context)
-    if {"schedule", "buffers", "loops"} & set(stages):
-        manager = PassManager(passes, print_after_all=print_after_all, time_passes=time_passes,
-                              out=err)
-        state = manager.run(state)
-        if state.schedule is None:
-            raise PipelineError(f"the pipeline '{pipeline}' computes no schedule: "
-                                "start it with `schedule`")
-        if "schedule" in stages:
-            out["schedule"] = str(state.schedule)
-        if "buffers" in stages:  # with "all", only where promotion made buffers
-            listed = _format_promotion(state)
-            if listed or stage == "buffers":
-                out["buffers"] = listed or "(no promoted buffers)"
-        if "loops" in stages:
-            out["loops"] = format_loops(build_ast(state)).rstrip()
-    return _join(out, stage)
+    if not set(stages) & {"schedule", "buffers", "loops", *_CODE_STAGES}:
+        return
+    state = PassManager(passes, print_after_all=print_after_all, time_passes=time_passes,
+                        out=err).run(state)
+    if state.schedule is None:
+        raise PipelineError(f"the pipeline '{plan.pipeline}' computes no schedule: "
+                            "start it with `schedule`")
+    if plan.target == "cuda":
+        from .poly.gpu_mapping import check_coverage, kernel_marks
+
+        if kernel_marks(state.schedule):
+            check_coverage(state.proof_schedule, state.scop.domain, state.scop.context)
+    if "schedule" in stages:
+        out["schedule"] = str(state.schedule) if flow else format_schedule(state.schedule)
+    if "buffers" in stages:  # with "all", only where promotion made buffers
+        listed = _format_promotion(state)
+        if listed or not all_stages:
+            out["buffers"] = listed or "(no promoted buffers)"
+    if "loops" in stages:
+        out["loops"] = format_loops(build_ast(state)).rstrip()
+    if set(stages) & _CODE_STAGES:
+        out.update(_code_stages(state, plan.target, stages, arch))
 
 
-def _format_promotion(state) -> str:
+def _code_stages(state: Any, target: str, stages: Sequence[str], arch: str | None) -> dict[str, str]:
+    """LLVM IR before and after optimisation and the machine code, built as a call builds
+    them (`codegen.host.compile_host`, `codegen.nvptx.compile_cuda`), without the cache."""
+    if target == "cuda":
+        from .codegen.nvptx import compile_cuda, optimized_ir
+        from .runtime import default_cuda_arch
+
+        arch = arch or default_cuda_arch()
+        image = compile_cuda(state, arch)
+        texts = {"llvm-raw": image.llvm_ir, "ptx": image.ptx}
+        if "llvm" in stages:
+            texts["llvm"] = optimized_ir(image.llvm_ir, arch)
+    else:
+        import llvmlite.binding as llvm
+
+        from .codegen.host import compile_host, host_target_machine
+
+        kernel = compile_host(state)
+        texts = {"llvm-raw": kernel.llvm_ir, "llvm": kernel.optimized_ir}
+        if "asm" in stages:
+            texts["asm"] = host_target_machine().emit_assembly(
+                llvm.parse_assembly(kernel.optimized_ir))
+    return {s: texts[s].rstrip() for s in stages if s in texts}
+
+
+def _format_promotion(state: Any) -> str:
     """The buffers of promotion passes, one line each (after the tree), or nothing."""
     promotion = getattr(state, "promotion", None)
     if promotion is None or not promotion.buffers:
@@ -161,25 +289,33 @@ def _format_promotion(state) -> str:
     return "\n".join(lines)
 
 
-def _join(out: dict[str, str], stage: str) -> str:
-    if stage != "all":
-        return out[stage] + "\n"
-    return "".join(f"== {name} ==\n{text}\n" for name, text in out.items())
+def _join(out: dict[str, str], stages: Sequence[str], stage: str) -> str:
+    if len(stages) == 1 and stage != "all":
+        return out[stages[0]] + "\n"
+    return "".join(f"== {name} ==\n{out[name]}\n" for name in stages if name in out)
 
 
 def _arg_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m tcmlir.dump",
-                                description="Print the compilation stages of a TC definition.")
+    p = argparse.ArgumentParser(
+        prog="python -m tcmlir.dump",
+        description="Print the compilation stages of a TC definition. By default: what a "
+                    "plain call runs on this machine (its target and default options).")
     p.add_argument("file", help="TC source file ('-' for stdin)")
     p.add_argument("--name", help="the definition to compile (optional if there is one)")
     p.add_argument("--sizes", help="fix sizes, e.g. N=64,M=3 (default: parametric)")
-    p.add_argument("--stage", choices=(*STAGES, "all"), default="all")
+    p.add_argument("--stage", default="all",
+                   help=f"one of {', '.join(STAGES)}, several separated by commas, or all "
+                        "(default: all)")
+    p.add_argument("--target", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="the target to compile for (default: auto, what a call picks here: cuda "
+                        "when a GPU is visible, else cpu); cuda needs no GPU")
+    p.add_argument("--arch", help="cuda architecture (default: the device's, else sm_90)")
     group = p.add_mutually_exclusive_group()
-    group.add_argument("--pipeline", help=f"pass pipeline (default: {DEFAULT_PIPELINE})")
-    group.add_argument("--options", help="MappingOptions as JSON (compiled to a pipeline)")
-    p.add_argument("--target", choices=("cpu", "cuda"), default="cpu",
-                   help="the target whose pipeline --options compiles to (default: cpu); "
-                        "--target cuda alone shows what a cuda call runs (its default options)")
+    group.add_argument("--pipeline", help="pass pipeline (default: the one of the options)")
+    group.add_argument("--options", help="MappingOptions as JSON, or a file holding it "
+                                         "(default: a call's default options)")
+    p.add_argument("--flow", action="store_true",
+                   help="print the schedule tree on one line (isl's flow style)")
     p.add_argument("--print-after-all", action="store_true",
                    help="print the schedule tree after each pass (stderr)")
     p.add_argument("--time-passes", action="store_true", help="time each pass (stderr)")
@@ -212,12 +348,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         sizes = None if args.sizes is None else _parse_sizes(args.sizes)
+        options = None if args.options is None else _read_options(args.options)
         if args.grad:  # the gradient program replaces the definition (tcmlir.grad)
             from .grad.dump import gradient_text
 
             text, filename, args.name = gradient_text(text, filename, args.name)
-        result = dump(text, filename, args.name, args.stage, sizes, _pipeline_text(args),
+        result = dump(text, filename, args.name, args.stage, sizes, args.pipeline,
                       args.print_after_all, args.time_passes, err=sys.stderr,
+                      target=args.target, options=options, arch=args.arch, flow=args.flow,
                       devices=_parse_devices(args.devices))
     except TCError as exc:
         print(str(exc), file=sys.stderr)

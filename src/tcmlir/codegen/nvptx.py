@@ -479,24 +479,36 @@ def emit_ptx(module: ir.Module, arch: str = "sm_90") -> tuple[str, str]:
         module.triple = TRIPLE
         module.data_layout = str(tm.target_data)
         text = str(module)
-        try:
-            mod = llvm.parse_assembly(text)
-            mod.verify()
-        except RuntimeError as exc:
-            raise _fail(f"generated NVPTX LLVM IR does not verify: {exc}", text) from None
-        if any(f.is_declaration and f.name.startswith("__nv_") for f in mod.functions):
-            _link_libdevice(mod, tm)
-        pb = llvm.create_pass_builder(tm, llvm.PipelineTuningOptions(speed_level=3))
-        pb.getModulePassManager().run(mod, pb)
-        leftover = [f.name for f in mod.functions if f.is_declaration
-                    and not f.name.startswith("llvm.")]
-        if leftover:
-            raise _fail(f"unresolved functions after linking libdevice: {', '.join(leftover)}", text)
+        mod = _optimized(text, tm)
         try:
             ptx = tm.emit_assembly(mod)
         except RuntimeError as exc:  # pragma: no cover - LLVM reports, rarely
             raise _fail(f"the NVPTX backend failed: {exc}", text) from None
         return text, ptx
+
+
+def optimized_ir(text: str, arch: str = "sm_90") -> str:
+    """The module ``emit_ptx`` hands to the NVPTX backend, as text: ``text`` (the LLVM IR as
+    generated, `CudaKernelImage.llvm_ir`) verified, libdevice linked in, optimised at O3."""
+    with _LOCK:
+        return str(_optimized(text, nvptx_target_machine(arch)))
+
+
+def _optimized(text: str, tm: llvm.TargetMachine) -> llvm.ModuleRef:
+    try:
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+    except RuntimeError as exc:
+        raise _fail(f"generated NVPTX LLVM IR does not verify: {exc}", text) from None
+    if any(f.is_declaration and f.name.startswith("__nv_") for f in mod.functions):
+        _link_libdevice(mod, tm)
+    pb = llvm.create_pass_builder(tm, llvm.PipelineTuningOptions(speed_level=3))
+    pb.getModulePassManager().run(mod, pb)
+    leftover = [f.name for f in mod.functions if f.is_declaration
+                and not f.name.startswith("llvm.")]
+    if leftover:
+        raise _fail(f"unresolved functions after linking libdevice: {', '.join(leftover)}", text)
+    return mod
 
 
 class PtxCache(Protocol):
