@@ -474,7 +474,7 @@ def _output_extents(statements: Any, sizes: Mapping[str, int] | None) -> tuple[i
     """The extents of a contraction's two lhs indices at ``sizes`` (None if unknown)."""
     if sizes is None:
         return None
-    st = next(s for s in statements if s.reduction is not None)
+    st = next(s for s in statements if s.reduction is not None and s.reduction_indices)
     try:
         box = {r.name: r.hi.evaluate(sizes) - r.lo.evaluate(sizes) for r in st.ranges}
         return box[st.lhs[0]], box[st.lhs[1]]
@@ -513,11 +513,11 @@ def _is_batched_contraction(statements: Any) -> bool:
 
 
 def _is_contraction(statements: Any) -> bool:
-    """One reduction statement with two lhs indices and one reduction index (matmul-like),
-    plus at most elementwise statements of rank <= 2 (a bias, an activation)."""
-    reductions = [s for s in statements if s.reduction is not None]
-    if len(reductions) != 1:
+    """Reduction statements with two lhs indices and one reduction index each (matmul-like:
+    one, or several such as a matmul's gradient), plus at most elementwise statements of rank
+    <= 2 (a bias, an activation)."""
+    reductions = [s for s in statements if s.reduction is not None and s.reduction_indices]
+    if not reductions:
         return False
-    st = reductions[0]
-    return len(st.lhs) == 2 and len(st.index_names) == 3 and all(
-        len(s.index_names) <= 2 for s in statements if s is not st)
+    return all(len(st.lhs) == 2 and len(st.index_names) == 3 for st in reductions) and all(
+        len(s.index_names) <= 2 for s in statements if s not in reductions)

@@ -77,7 +77,9 @@ def format_size(s: ir.SizeExpr, what: str) -> str:
 
 
 def _op_text(st: ir.Statement) -> str:
-    if st.reduction is None:
+    # a reduction over no index that starts from its identity is one assignment: `=` keeps the
+    # program recognisable as elementwise or row-wise to the GPU defaults
+    if st.reduction is None or (st.init and not st.reduction_indices):
         return "="
     op = {"+": "+=", "*": "*=", "min": "min=", "max": "max="}[st.reduction.value]
     return op + ("!" if st.init else "")
