@@ -204,3 +204,14 @@ def test_examples_folder_is_the_package():
     shipped = cli.shipped_examples()
     assert shipped["matmul"].read_text() == open(
         os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "matmul.tc")).read()
+
+
+def test_dump_and_cache_import_report_a_missing_file_like_every_command(tmp_path, capsys):
+    from tcmlir import dump
+    from tcmlir.cli import main
+
+    missing = tmp_path / "nope.tc"
+    assert dump.main([str(missing)]) == 2
+    assert f"tcmlir: error: {missing}: no such file" in capsys.readouterr().err
+    assert main(["cache", "import", str(missing), "--path", str(tmp_path / "c")]) == 2
+    assert f"tcmlir: error: {missing}: no such file" in capsys.readouterr().err

@@ -344,7 +344,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             with open(args.file, encoding="utf-8") as f:
                 text, filename = f.read(), args.file
     except (OSError, UnicodeDecodeError) as exc:
-        print(f"{args.file}: error: cannot read the file: {exc}", file=sys.stderr)
+        from .cli import file_error
+
+        print(file_error(args.file, exc), file=sys.stderr)  # the message of every command
         return 2
     try:
         sizes = None if args.sizes is None else _parse_sizes(args.sizes)

@@ -234,6 +234,13 @@ def _cmd_import(args: argparse.Namespace) -> int:
     from .options_cache import OptionsCache
 
     source = _need_file(args)
+    try:  # an unreadable file is reported as by every command (cli.file_error)
+        with open(source, "rb"):
+            pass
+    except OSError as exc:
+        from ..cli import file_error
+
+        raise file_error(source, exc) from None
     with OptionsCache(args.path) as cache:
         counts = cache.import_(source)
     line = (f"imported {source}: {counts['tuned_rows']} tuned option row(s) merged, "
