@@ -29,7 +29,7 @@ from .errors import Source, Span
 __all__ = [
     "BINARY_OPS", "UNARY_OPS", "Binary", "Call", "Cast", "Const", "Expr", "Function", "Index",
     "IndexRange", "Read", "Reduction", "Role", "Select", "Size", "SizeExpr", "Statement",
-    "Tensor", "Unary", "walk",
+    "Tensor", "Unary", "instance_count", "walk",
 ]
 
 # '/' and '%' truncate (C); 'floordiv'/'floormod' floor (index expressions only);
@@ -333,3 +333,16 @@ class Function:
         from .ir_printer import format_function
 
         return format_function(self)
+
+
+def instance_count(fn: Function, sizes: Mapping[str, int]) -> int:
+    """Statement instances of ``fn`` at ``sizes``, each statement counted over its whole box
+    (what the interpreter runs; the host plan's threading threshold and the tuner's reference
+    budget use it)."""
+    total = 0
+    for st in fn.statements:
+        n = 1
+        for r in st.ranges:
+            n *= max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes))
+        total += n
+    return total

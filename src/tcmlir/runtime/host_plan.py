@@ -29,19 +29,6 @@ from .host import _HI, _LO, HostKernel
 SERIAL_INSTANCES = 1 << 16
 
 
-def instances(fn: tc.Function, sizes: Mapping[str, int]) -> int:
-    """Statement instances of ``fn`` at ``sizes``, counting each statement's whole box."""
-    total = 0
-    for st in fn.statements:
-        n = 1
-        for r in st.ranges:
-            n *= max(0, r.hi.evaluate(sizes) - r.lo.evaluate(sizes))
-        total += n
-    return total
-
-__all__ = ["SERIAL_INSTANCES", "HostPlan", "host_plan", "instances"]
-
-
 _char_at = ctypes.c_char.from_buffer
 
 
@@ -72,7 +59,7 @@ class HostPlan:
         self._n_outputs = len(fn.outputs)
         self._n_tensors = len(tensors)
         self._size_array = (ctypes.c_int64 * max(1, len(fn.sizes)))(*(sizes[s] for s in fn.sizes))
-        serial = instances(fn, sizes) < SERIAL_INSTANCES
+        serial = tc.instance_count(fn, sizes) < SERIAL_INSTANCES
         self._groups = tuple((entry, ((_LO, _HI),) if serial else tuple(kernel._chunks(entry, self._size_array)))
                              for entry in kernel.entries)
         self._pointers = (ctypes.c_void_p * max(1, self._n_tensors))()

@@ -83,7 +83,7 @@ def _extent(r: ir.IndexRange, sizes: dict[str, int]) -> int:
 
 def estimated_ops(fn: ir.Function, sizes: dict[str, int]) -> int:
     """Statement instances of the whole program at these sizes (what the interpreter runs)."""
-    return sum(math.prod(_extent(r, sizes) for r in st.ranges) for st in fn.statements)
+    return ir.instance_count(fn, sizes)
 
 
 def _reduction_lengths(fn: ir.Function, sizes: dict[str, int]) -> dict[str, int]:
