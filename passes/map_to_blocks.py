@@ -33,9 +33,9 @@ class MapToBlocks(Pass):
     """Wrap each top-level group of statements in a ``kernel grid=... block=1,1,1`` mark and map
     the leading dependence-free members of its first band (the tile band after `tile`) to
     ``blockIdx``: member value ``mod grid`` equals the block index, the innermost mapped member
-    on ``.x``. The grid option is an upper bound: a member of a specialised kernel with fewer values
-gets that many blocks. Groups without such a member become one-block kernels. Requires a schedule; must
-    run before `map-to-threads` and only once.
+    on ``.x``. The grid option is an upper bound: a member of a specialised kernel with fewer
+    values gets that many blocks. Groups without such a member become one-block kernels.
+    Requires a schedule; must run before `map-to-threads` and only once.
     """
 
     name = "map-to-blocks"
