@@ -124,17 +124,14 @@ def with_params(schedule: isl.Schedule, names: tuple[str, ...]) -> isl.Schedule:
     return schedule.align_params(space)
 
 
-def member_extent(band: isl.ScheduleNode, member: int, divisor: int = 1) -> int | None:
-    """``max + 1`` of ``floor(v / divisor)`` for ``band``'s member ``v`` over the band's domain,
-    when that maximum is a known constant and the minimum is at least 0, else None.
+def member_extent(band: isl.ScheduleNode, member: int) -> int | None:
+    """``max + 1`` of ``band``'s member ``member`` over the band's domain, when that maximum is
+    a known constant and the minimum is at least 0, else None.
 
     A specialised kernel whose member takes only 16 values needs only 16 blocks (or threads)
     along it: the rest would be launched only to exit.
     """
-    ctx = band.get_ctx()
     upa = band.band_get_partial_schedule().get_at(member)
-    if divisor > 1:
-        upa = upa.scale_down_val(isl.Val.int_from_si(ctx, divisor)).floor()
     rng = isl.UnionMap.from_union_pw_aff(upa).intersect_domain(band.get_domain()).range()
     if rng.is_empty():
         return None
