@@ -16,9 +16,10 @@ interpreter, the polyhedral model, the code generators. Invariants established b
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import islpy as isl
@@ -29,7 +30,7 @@ from .errors import Source, Span
 __all__ = [
     "BINARY_OPS", "UNARY_OPS", "Binary", "Call", "Cast", "Const", "Expr", "Function", "Index",
     "IndexRange", "Read", "Reduction", "Role", "Select", "Size", "SizeExpr", "Statement",
-    "Tensor", "Unary", "instance_count", "walk",
+    "Tensor", "Unary", "instance_count", "replace_indices", "walk",
 ]
 
 # '/' and '%' truncate (C); 'floordiv'/'floormod' floor (index expressions only);
@@ -233,6 +234,26 @@ def walk(expr: Expr) -> Iterator[Expr]:
     yield expr
     for child in children(expr):
         yield from walk(child)
+
+
+def replace_indices(expr: Expr, f: Callable[[Index], Expr]) -> Expr:
+    """``expr`` with every `Index` node ``i`` replaced by ``f(i)`` (renaming or substituting
+    index variables; the rest of the tree is rebuilt around the replacements)."""
+    match expr:
+        case Index():
+            return f(expr)
+        case Read(indices=idx):
+            return dataclasses.replace(expr, indices=tuple(replace_indices(x, f) for x in idx))
+        case Unary(operand=x) | Cast(operand=x):
+            return dataclasses.replace(expr, operand=replace_indices(x, f))
+        case Binary(lhs=a, rhs=b):
+            return dataclasses.replace(expr, lhs=replace_indices(a, f), rhs=replace_indices(b, f))
+        case Select(cond=c, then=t, orelse=o):
+            return dataclasses.replace(expr, cond=replace_indices(c, f), then=replace_indices(t, f),
+                                       orelse=replace_indices(o, f))
+        case Call(args=args):
+            return dataclasses.replace(expr, args=tuple(replace_indices(a, f) for a in args))
+    return expr
 
 
 # ---------------------------------------------------------------- statements and functions

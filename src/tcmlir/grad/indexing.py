@@ -13,7 +13,6 @@ Gathers and non-affine indices are refused (their adjoint is a scatter-add).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -40,22 +39,7 @@ def substitute(e: ir.Expr, mapping: Mapping[str, ir.Expr]) -> ir.Expr:
     """``e`` with every `ir.Index` named in ``mapping`` replaced."""
     if not mapping:
         return e
-    match e:
-        case ir.Index(name=n) if n in mapping:
-            return mapping[n]
-        case ir.Read(indices=idx):
-            return dataclasses.replace(e, indices=tuple(substitute(x, mapping) for x in idx))
-        case ir.Unary(operand=x) | ir.Cast(operand=x):
-            return dataclasses.replace(e, operand=substitute(x, mapping))
-        case ir.Binary(lhs=a, rhs=b):
-            return dataclasses.replace(e, lhs=substitute(a, mapping), rhs=substitute(b, mapping))
-        case ir.Select(cond=c, then=t, orelse=f):
-            return dataclasses.replace(e, cond=substitute(c, mapping), then=substitute(t, mapping),
-                                       orelse=substitute(f, mapping))
-        case ir.Call(args=args):
-            return dataclasses.replace(e, args=tuple(substitute(a, mapping) for a in args))
-    return e
-
+    return ir.replace_indices(e, lambda i: mapping.get(i.name, i))
 
 def _uses_index(e: ir.Expr, names: frozenset[str]) -> bool:
     return any(isinstance(x, ir.Index) and x.name in names for x in ir.walk(e))

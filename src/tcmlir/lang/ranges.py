@@ -65,22 +65,7 @@ _COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
 
 def _rename(e: ir.Expr, names: Mapping[str, str]) -> ir.Expr:
     """``e`` with its index variables renamed."""
-    match e:
-        case ir.Index(name=n):
-            return dataclasses.replace(e, name=names.get(n, n))
-        case ir.Read(indices=idx):
-            return dataclasses.replace(e, indices=tuple(_rename(x, names) for x in idx))
-        case ir.Unary(operand=x) | ir.Cast(operand=x):
-            return dataclasses.replace(e, operand=_rename(x, names))
-        case ir.Binary(lhs=a, rhs=b):
-            return dataclasses.replace(e, lhs=_rename(a, names), rhs=_rename(b, names))
-        case ir.Select(cond=c, then=t, orelse=f):
-            return dataclasses.replace(e, cond=_rename(c, names), then=_rename(t, names),
-                                       orelse=_rename(f, names))
-        case ir.Call(args=args):
-            return dataclasses.replace(e, args=tuple(_rename(x, names) for x in args))
-    return e
-
+    return ir.replace_indices(e, lambda i: dataclasses.replace(i, name=names.get(i.name, i.name)))
 
 def _arith_nodes(e: ir.Expr) -> list[ir.Expr]:
     return [n for n in ir.walk(e) if isinstance(n, ir.Binary | ir.Unary)]
