@@ -146,7 +146,8 @@ def test_host_ceilings_are_measured_once_and_cached(tmp_path, monkeypatch):
     assert first.bandwidth > 1e8 and first.flops > 1e8 and 0 < first.launch_s < 0.1
     assert first.arch and first.device
     stored = json.loads((tmp_path / "ceilings.json").read_text())
-    assert any(k.startswith("cpu|") for k in stored)
+    assert [e["version"] for k, e in stored.items() if k.startswith("cpu|")] == [
+        mod.CEILINGS_VERSION]
     second = mod.ceilings_for("cpu")
     assert second.source == "cache" and mod.MEASURE_COUNTS["measure"] == before + 1
     assert (second.bandwidth, second.flops) == (first.bandwidth, first.flops)
@@ -219,7 +220,7 @@ def test_advice_promotion():
 
 
 def test_thread_strides_of_row_and_parametric_kernels():
-    from tcmlir.profile.ceilings import _COPY
+    from tcmlir.profile.host_ceilings import _COPY
     from tcmlir.profile.structure import kernel_structures
 
     X = f32(64, 100)
@@ -372,6 +373,8 @@ def test_gpu_profile_of_a_matmul(tmp_path, monkeypatch):
     assert 1e12 < p.ceilings.bandwidth < 1e13 and 5e12 < p.ceilings.flops < 2e14
     assert 0 < p.ceilings.launch_s < 1e-3
     assert 0 < p.roofline_fraction <= 1 and p.bound == "compute"
+    # the ceilings are the device's, not our code's: no rate above them (issue 14)
+    assert p.raw_fraction < 1 and "[ceilings]" not in tags(p.advice)
     k = p.kernels[0]
     assert k.resources_from == "driver" and k.registers > 0 and 0 < k.occupancy <= 1
     assert 0 < k.time_s <= p.time_s * 1.5
