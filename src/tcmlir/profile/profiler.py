@@ -1,6 +1,7 @@
 """Profiling a call: time it, count its ideal work, put both against the ceilings, advise.
 
     profile_function(fn, inputs, options, runs)   # fn.profile(*inputs)
+      (devices=[...]: `split_profile.profile_split`, the split call's parts and transfers)
       -> fn.compile(...) -> profile_kernel(kernel, inputs, runs)        # kernel.profile(*inputs)
            times:      the whole call (median of ``runs``; CUDA events on the GPU, wall clock on
                        the host) and each launched kernel on its own (`_cuda_times`, `_host_times`)
@@ -34,7 +35,15 @@ __all__ = ["build_profile", "kernel_resources", "profile_function", "profile_ker
 
 
 def profile_function(fn: Any, inputs: Sequence[Any], options: Any = None, runs: int = 20,
-                     ceilings: Ceilings | Mapping[str, Any] | None = None) -> Profile:
+                     ceilings: Ceilings | Mapping[str, Any] | None = None,
+                     devices: Sequence[int] | None = None) -> Profile:
+    """``fn.profile(*inputs)``: compile, then `profile_kernel`; with ``devices`` (or
+    ``options.devices``) the split call's profile (`split_profile.profile_split`)."""
+    if devices is not None or (options is not None and options.devices):
+        from .split_profile import profile_split
+
+        return profile_split(fn, inputs, options.devices if devices is None else devices,
+                             options, runs=runs, ceilings=ceilings)
     kernel = fn.compile(*inputs, options=options)
     return profile_kernel(kernel, inputs, runs=runs, ceilings=ceilings)
 
