@@ -114,3 +114,22 @@ def test_gpu_split_profile_on_one_device(rng, monkeypatch):
     assert all(t.in_s > 0 and t.kernels_s > 0 and t.out_s == 0 for t in p.parts)
     assert p.transfer_s == pytest.approx(sum(t.in_s for t in p.parts))
     assert 0 < p.time_s and 0 < p.roofline_fraction <= 1
+
+
+def test_cli_profile_devices(tmp_path, monkeypatch, capsys):
+    from tcmlir.cli import main
+
+    monkeypatch.setenv("TCMLIR_CEILINGS", "bandwidth=2e10,flops=1e11,launch=1e-5")
+    path = tmp_path / "mm.tc"
+    path.write_text(MATMUL)
+    rc = main(["profile", str(path), "--sizes", "M=16,K=8,N=4", "--target", "cpu", "--runs",
+               "2", "--devices", "0,0", "--json"])
+    d = json.loads(capsys.readouterr().out)
+    assert rc == 0 and d["devices"] == [0, 0] and len(d["parts"]) == 2
+    for bad in ("0,x", ""):
+        rc = main(["profile", str(path), "--sizes", "M=16,K=8,N=4", "--target", "cpu",
+                   "--devices", bad])
+        assert rc == 2 and "--devices" in capsys.readouterr().err
+    rc = main(["profile", str(path), "--sizes", "M=16,K=8,N=4", "--target", "cpu",
+               "--devices", "0,1", "--ncu"])
+    assert rc == 2 and "without --devices" in capsys.readouterr().err

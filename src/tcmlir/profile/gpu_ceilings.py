@@ -332,6 +332,7 @@ class _Launcher:
         """The fewest seconds per launch over ``runs`` samples of ``count`` launches."""
         from ..runtime.cuda_memory import elapsed_ms
 
+        self.rt.context(self.device)  # current on this thread (the ctypes path needs it)
         self.launch(function, grid, block, params)  # warm-up
         self.stream.synchronize()
         times = []
@@ -366,7 +367,7 @@ def measure_gpu(runtime: Any = None, device: int = 0, *, copy_bytes: int | None 
 
     nbytes = copy_bytes if copy_bytes is not None else min(COPY_BYTES, dev.total_memory // 8)
     nbytes = max(16, nbytes // 16 * 16)
-    src, dst = rt.alloc(nbytes, device), rt.alloc(nbytes, device)
+    src, dst = _alloc(rt, nbytes, device), _alloc(rt, nbytes, device)
     try:
         src.memset(_FILL)
         dst.memset(0)
@@ -379,7 +380,7 @@ def measure_gpu(runtime: Any = None, device: int = 0, *, copy_bytes: int | None 
 
     blocks = wave * FMA_WAVES
     threads = blocks * BLOCK
-    out = rt.alloc(threads * 4, device)
+    out = _alloc(rt, threads * 4, device)
     a, b = np.float32(0.9999), np.float32(1e-4)
     try:
         args = _Params(ctypes.c_uint64(out.ptr), ctypes.c_float(a), ctypes.c_float(b),
@@ -399,6 +400,18 @@ def measure_gpu(runtime: Any = None, device: int = 0, *, copy_bytes: int | None 
                       f"{launch_s} s per launch: the event clock is broken")
     return GpuMeasurement(bandwidth, flops, launch_s, 2 * nbytes, fma_flops, launches,
                           timer.path, name=getattr(dev, "name", ""), arch=dev.arch)
+
+
+def _alloc(rt: Any, nbytes: int, device: int) -> Any:
+    from ..errors import CudaError
+
+    try:
+        return rt.alloc(nbytes, device)
+    except CudaError as exc:
+        raise CudaError(f"measuring the ceilings: a buffer of {nbytes} bytes could not be "
+                        f"allocated ({exc}); free memory on device {device}, or "
+                        "set TCMLIR_CEILINGS=bandwidth=...,flops=...,launch=... to skip the "
+                        "measurement") from None
 
 
 def _check_copy(dst: Any, nbytes: int) -> None:
