@@ -474,3 +474,29 @@ def test_merge_ncu_with_a_stand_in_ncu(tmp_path, monkeypatch):
                                               "dram_bytes_written": 10240.0,
                                               "achieved_occupancy": 0.8, "dram_bytes": 30740.0})
     assert "ncu mm_k0: DRAM 30.7 kB" in str(p) and "achieved occupancy 80%" in str(p)
+
+
+def test_per_kernel_events_through_ctypes_queue_event_launch_pairs():
+    """Where libcuda is reachable through ctypes the per-kernel timing queues its events and
+    launches there (a tiny kernel then reads about the launch cost, not cuda-python's
+    overhead); the order is an event before each kernel and one after the last."""
+    import types
+
+    from tcmlir.errors import CudaError
+    from tcmlir.profile.profiler import _queue_direct
+
+    calls = []
+    fast = types.SimpleNamespace(
+        event_record=lambda e, s: calls.append(("record", e, s)) or 0,
+        launch=lambda f, *rest: calls.append(("launch", f, rest[:6], rest[8])) or 0)
+    plan = types.SimpleNamespace(_kernels=[(11, 2, 1, 1, 32, 1, 1), (12, 4, 1, 1, 64, 1, 1)],
+                                 _launch_info=[("k0", 0, 0), ("k1", 0, 0)],
+                                 block=types.SimpleNamespace(address=0xAB))
+    events = [types.SimpleNamespace(handle=100 + i) for i in range(3)]
+    _queue_direct(fast, plan, events)
+    assert calls == [("record", 100, None), ("launch", 11, (2, 1, 1, 32, 1, 1), 0xAB),
+                     ("record", 101, None), ("launch", 12, (4, 1, 1, 64, 1, 1), 0xAB),
+                     ("record", 102, None)]
+    fast.launch = lambda *a: 700
+    with pytest.raises(CudaError, match="profiling kernel k0"):
+        _queue_direct(fast, plan, events)

@@ -272,11 +272,12 @@ def test_host_measurement_times_no_allocation_or_binding(monkeypatch):
     from tcmlir.profile import host_ceilings as host
     from tcmlir.runtime.host import HostKernel
 
-    clock = {"on": False, "bad": []}
-    real_counter = host.time.perf_counter
+    clock = {"on": False, "bad": [], "ticks": 0}
+    real_counter = host._clock
 
     def counter():
         clock["on"] = not clock["on"]
+        clock["ticks"] += 1
         return real_counter()
 
     def watch(name, real):
@@ -286,12 +287,16 @@ def test_host_measurement_times_no_allocation_or_binding(monkeypatch):
             return real(*a, **k)
         return wrapped
 
-    monkeypatch.setattr(host.time, "perf_counter", counter)
+    monkeypatch.setattr(host, "_clock", counter)
     monkeypatch.setattr(HostKernel, "_buffers", watch("_buffers", HostKernel._buffers))
     monkeypatch.setattr(HostKernel, "run", watch("run", HostKernel.run))
-    monkeypatch.setattr(host.np, "empty_like", watch("empty_like", np.empty_like))
+    from tcmlir import binding
+
+    for name in ("bind_host_inputs", "allocate_outputs"):
+        monkeypatch.setattr(binding, name, watch(name, getattr(binding, name)))
     bandwidth, flops, launch = host.measure_host(copy_floats=1 << 16, chain_floats=1 << 12,
                                                  runs=2)
+    assert clock["ticks"] == 3 * 2 * 2 and not clock["on"]   # 3 measurements, 2 runs each
     assert clock["bad"] == [] and bandwidth > 1e8 and flops > 1e7 and 0 < launch < 1e-2
 
 
@@ -335,13 +340,16 @@ def test_gpu_measured_ceilings_are_near_the_device_peaks(capsys):
     m = gpu.measure_gpu()
     bandwidth, flops = gpu.theoretical_peaks(0)
     with capsys.disabled():
-        print(f"\nceilings: copy {m.bandwidth / 1e12:.2f} TB/s of {bandwidth / 1e12:.2f}, "
-              f"FMA {m.flops / 1e12:.1f} TFLOP/s of {flops / 1e12:.1f}, launch "
-              f"{m.launch_s * 1e6:.2f} us ({m.launch_path})")
+        print(f"\nceilings: copy {m.bandwidth / 1e12:.2f} TB/s (peak {bandwidth}), FMA "
+              f"{m.flops / 1e12:.1f} TFLOP/s (peak {flops}), launch {m.launch_s * 1e6:.2f} us "
+              f"({m.launch_path})")
     assert m.copy_bytes >= 1 << 30
+    assert 0 < m.launch_s < 20e-6
+    if bandwidth is None or flops is None:
+        pytest.skip("the driver reports no memory clock / bus width / clock: no data-sheet "
+                    "peak to compare with")
     assert 0.7 * bandwidth <= m.bandwidth <= bandwidth
     assert 0.7 * flops <= m.flops <= flops
-    assert 0 < m.launch_s < 20e-6
 
 
 @pytest.mark.gpu

@@ -79,12 +79,19 @@ def test_cuda_split_profile_times_each_parts_copies_and_kernels(monkeypatch, rng
     np.testing.assert_allclose(fn(A, B, devices=[0, 1]), A @ B, rtol=1e-5)
 
 
+SCALE = ("def scale(float(M, K) A, float(K, N) B, float s) -> (C) "
+         "{ C(m, n) +=! A(m, k) * B(k, n) * s }")
+
+
 def test_cuda_split_of_inputs_in_place_moves_nothing(monkeypatch, rng):
+    """Device inputs on the parts' device are used in place; a host scalar goes by value."""
     A = rng.standard_normal((8, 5)).astype(np.float32)
     B = rng.standard_normal((5, 3)).astype(np.float32)
-    fn, _, _, runtime = _two_devices(monkeypatch, MATMUL, A, B, devices=(0, 0))
+    s = np.float32(2.0)
+    fn, _, _, runtime = _two_devices(monkeypatch, SCALE, A, B, s, devices=(0, 0))
     dA, dB = _device_array(runtime, A, 0), _device_array(runtime, B, 0)
-    p = fn.profile(dA, dB, devices=[0, 0], runs=2, ceilings=H200)
+    assert [part.bytes_in for part in fn.plan(dA, dB, s, devices=[0, 0]).parts] == [4, 4]
+    p = fn.profile(dA, dB, s, devices=[0, 0], runs=2, ceilings=H200)
     assert p.transfer_bytes == 0 and p.transfer_s == 0.0
     assert all(t == PartTransfers(k, 0, t.rows, 0, 0, 0, 0.0, 0.0, EVENT_S)
                for k, t in enumerate(p.parts))

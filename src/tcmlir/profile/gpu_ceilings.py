@@ -310,6 +310,7 @@ class _Launcher:
         self.path = "cuda-python" if self.direct is None else "ctypes"
 
     def launch(self, function: Any, grid: int, block: int, params: int, count: int = 1) -> None:
+        from ..errors import CudaError
         from ..runtime.cuda_memory import check, error_text
 
         f = function.handle
@@ -319,8 +320,8 @@ class _Launcher:
             for _ in range(count):
                 err = call(fi, grid, 1, 1, block, 1, 1, 0, si, params, None)
                 if err:
-                    raise TCError(f"measuring the ceilings: cuLaunchKernel({function.name}) "
-                                  f"failed: {error_text(err)}")
+                    raise CudaError(f"measuring the ceilings: cuLaunchKernel({function.name}) "
+                                    f"failed: {error_text(err)}")
             return
         drv = _driver()
         for _ in range(count):
@@ -371,7 +372,8 @@ def measure_gpu(runtime: Any = None, device: int = 0, *, copy_bytes: int | None 
     try:
         src.memset(_FILL)
         dst.memset(0)
-        args = _Params(ctypes.c_uint64(dst.ptr), ctypes.c_uint64(src.ptr), ctypes.c_uint64(nbytes // 16))
+        args = _Params(ctypes.c_uint64(dst.ptr), ctypes.c_uint64(src.ptr),
+                       ctypes.c_uint64(nbytes // 16))
         copy_s = timer.best(copy_k, wave, BLOCK, args.address, COPY_LAUNCHES, runs)
         _check_copy(dst, nbytes)
     finally:

@@ -14,13 +14,14 @@ wrapped for the profile) and after the call:
 
 so each part's time of copying in (its input slabs, from the host or another GPU), of its
 kernels, and of sending its output rows to the output device, all per call (medians of
-``runs``); a phase that moves no bytes counts as no transfer time. `Profile.transfer_bytes` is
-what the parts receive and send (`multi.plan.Part.bytes_in` / ``bytes_out``) and
-`Profile.transfer_s` the sum of the parts' copy phases (device time, which may overlap
-across parts); `Profile.parts` has them per part (`report.PartTransfers`) and
-`Profile.kernels` one row per part (its kernels, at the part's sizes). The call's roofline
-uses the ceilings of one device times the number of distinct devices. On the host targets the
-parts run one after another on row slices (no copies): wall-clock times, no transfers.
+``runs``); a phase that moves no bytes counts as no transfer time. `Profile.transfer_bytes`
+is what the parts receive and send (`multi.plan.Part.bytes_in` / ``bytes_out``, less the host
+scalars the executor passes by value) and `Profile.transfer_s` the sum of the parts' copy
+phases (device time, which may overlap across parts); `Profile.parts` has them per part
+(`report.PartTransfers`) and `Profile.kernels` one row per part (its kernels, at the part's
+sizes). The call's roofline uses the ceilings of one device times the number of distinct
+devices. On the host targets the parts run one after another on row slices (no copies):
+wall-clock times, no transfers.
 """
 
 from __future__ import annotations
@@ -141,13 +142,19 @@ def _host_samples(fn: Any, executor: Any, inputs: Sequence[Any], runs: int
     return whole, per
 
 
+def _by_value(fn: Any, plan: Any) -> int:
+    """Bytes the plan counts for host scalars, which the executor passes by value."""
+    return sum(t.dtype.itemsize for t in fn.ir.inputs
+               if t.rank == 0 and plan.locations.get(t.name, 0) is None)
+
+
 def _from_host(fn: Any, plan: Any, part: Any) -> int:
-    """Bytes of ``part``'s input slabs that come from host arrays."""
+    """Bytes of ``part``'s input slabs copied from host arrays (host scalars go by value)."""
     from ..multi.plan import received_bytes
 
     total = 0
     for t in fn.ir.inputs:
-        if plan.locations.get(t.name, 0) is not None:
+        if t.rank == 0 or plan.locations.get(t.name, 0) is not None:
             continue
         rows = part.slabs.get(t.name, (0, 1)) if t.rank else (0, 1)
         row = math.prod(e.evaluate(dict(plan.sizes)) for e in t.shape[1:]) * t.dtype.itemsize
@@ -165,7 +172,8 @@ def build_split_profile(fn: Any, plan: Any, whole: Sequence[float],
     kernels, parts = [], []
     for k, (part, samples) in enumerate(zip(plan.parts, per_part, strict=True)):
         in_s, kern_s, out_s = (statistics.median(s[i] for s in samples) for i in range(3))
-        in_s = in_s if part.bytes_in else 0.0
+        bytes_in = part.bytes_in - _by_value(fn, plan)
+        in_s = in_s if bytes_in else 0.0
         out_s = out_s if part.bytes_out else 0.0
         work = count_work(fn.ir, dict(part.sizes))
         bound, fraction, raw = roofline(work.flops, work.bytes, kern_s, ceil)
@@ -174,7 +182,7 @@ def build_split_profile(fn: Any, plan: Any, whole: Sequence[float],
                                      work.op_values(), tuple(work.statements), bound, fraction,
                                      raw_fraction=raw))
         if copies:
-            parts.append(PartTransfers(k, part.device, tuple(rows), part.bytes_in,
+            parts.append(PartTransfers(k, part.device, tuple(rows), bytes_in,
                                        _from_host(fn, plan, part), part.bytes_out, in_s, out_s,
                                        kern_s))
         else:

@@ -31,10 +31,12 @@ _ptr = ctypes.c_void_p
 @dataclass(frozen=True)
 class DirectCalls:
     """``launch(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)`` returns the
-    ``CUresult`` code (0 on success); `current_context` the code and the current context."""
+    ``CUresult`` code (0 on success); `current_context` the code and the current context;
+    ``event_record(event, stream)`` (the profiler's per-kernel events) the code."""
 
     launch: Any
     get_current: Any
+    event_record: Any = None
 
     def current_context(self) -> tuple[int, int]:
         """(CUresult, the current context's handle or 0)."""
@@ -71,4 +73,8 @@ def direct_calls(driver: Any) -> DirectCalls | None:
     launch.restype = ctypes.c_int
     get_current.argtypes = [ctypes.POINTER(_ptr)]
     get_current.restype = ctypes.c_int
-    return DirectCalls(launch, get_current)
+    record = getattr(lib, "cuEventRecord", None)
+    if record is not None:
+        record.argtypes = [_ptr, _ptr]
+        record.restype = ctypes.c_int
+    return DirectCalls(launch, get_current, record)
