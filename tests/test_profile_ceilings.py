@@ -260,6 +260,7 @@ def test_measure_command_prints_the_ceilings_and_the_peaks(fake_gpu, tmp_path, m
     out = capsys.readouterr().out
     assert "cuda ceilings of Fake H200 (sm_90; measured)" in out
     assert "launch cost     5.00 us" in out and "peak from the device attributes: 4.92 TB/s" in out
+    assert "(copy: 2.1 MB moved per launch;" in out and "50 empty launches per sample" in out
     assert json.loads((tmp_path / "ceilings.json").read_text())["cuda|sm_90|Fake H200"]
 
 

@@ -124,8 +124,11 @@ def _cached(entry: Any) -> Ceilings | None:
         return None  # an entry of another layout
 
 
-def _measure_and_store(target: str, key: str, arch: str, name: str) -> Ceilings:
-    found = replace(measure_ceilings(target), device=name, arch=arch, target=target)
+def _measure_and_store(target: str, key: str, arch: str, name: str,
+                       found: Ceilings | None = None) -> Ceilings:
+    """Measure (unless ``found`` is given) and write the cache entry."""
+    found = found if found is not None else measure_ceilings(target)
+    found = replace(found, device=name, arch=arch, target=target)
     path = _cache_file()
     entries = _read(path)
     entries[key] = {**found.to_dict(), "version": CEILINGS_VERSION}
@@ -164,12 +167,15 @@ def measure_ceilings(target: str) -> Ceilings:
     if target == "cuda":
         from .gpu_ceilings import measure_gpu
 
-        m = measure_gpu()
-        return Ceilings(m.bandwidth, m.flops, m.launch_s, target=target, source="measured")
+        return _from_gpu(measure_gpu())
     from .host_ceilings import measure_host
 
     bandwidth, flops, launch = measure_host()
     return Ceilings(bandwidth, flops, launch, target=target, source="measured")
+
+
+def _from_gpu(m: Any) -> Ceilings:
+    return Ceilings(m.bandwidth, m.flops, m.launch_s, target="cuda", source="measured")
 
 
 # ---------------------------------------------------------------- python -m tcmlir.profile
@@ -190,9 +196,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ..runtime.cuda import is_available
 
         target = "cuda" if is_available() else "cpu"
+    detail = None
     try:
         arch, name = device_identity(target)
-        if args.measure:
+        if args.measure and target == "cuda":
+            from .gpu_ceilings import measure_gpu
+
+            MEASURE_COUNTS["measure"] += 1
+            detail = measure_gpu()
+            ceil = _measure_and_store(target, f"{target}|{arch}|{name}", arch, name,
+                                      _from_gpu(detail))
+        elif args.measure:
             ceil = _measure_and_store(target, f"{target}|{arch}|{name}", arch, name)
         else:
             ceil = ceilings_for(target)
@@ -205,6 +219,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"  copy bandwidth  {format_si(ceil.bandwidth, 'B/s')} (read + write)")
     print(f"  fp32 FMA        {format_si(ceil.flops, 'FLOP/s')}")
     print(f"  launch cost     {ceil.launch_s * 1e6:.2f} us")
+    if detail is not None:
+        print(f"  (copy: {format_si(detail.copy_bytes, 'B')} moved per launch; FMA: "
+              f"{format_si(detail.fma_flops, 'FLOP')} per launch; launch cost: "
+              f"{detail.launches} empty launches per sample through {detail.launch_path})")
     if target == "cuda":
         from .gpu_ceilings import theoretical_peaks
 
