@@ -5,7 +5,10 @@ The GPU measurement (`gpu_ceilings.measure_gpu`) runs here on `fake_cuda`, exten
 device attributes, streams and a simulator that really copies and runs the FMA recurrence, so
 what is launched, what is timed between which events, and how the numbers are derived are
 checked without a GPU (every event pair reads 0.25 ms). The kernels' PTX is assembled with
-``ptxas -arch=sm_90``. The ``gpu`` tests at the end check the numbers on a real device.
+``ptxas -arch=sm_90`` and run, thread by thread, by a small interpreter of the PTX subset
+they use (`PtxThreads`): the copy on sizes that exercise the unrolled trips and the tail, the
+FMA kernel against the float64 recurrence. The ``gpu`` tests at the end check the numbers on
+a real device.
 """
 
 from __future__ import annotations
@@ -63,6 +66,123 @@ def test_copy_kernel_moves_128_bit_vectors_and_fma_kernel_has_independent_chains
     assert fmas[:gpu.FMA_CHAINS] * gpu.FMA_UNROLL == fmas
     assert len(set(fmas)) == gpu.FMA_CHAINS
     assert "st.global.f32" in fma  # the results are stored: no dead code to remove
+
+
+class PtxThreads:
+    """A small interpreter of the PTX subset the measurement kernels use, thread by thread
+    (they share nothing but global memory), so their index arithmetic and results are
+    checked here rather than only on a GPU. Global memory is ``memory`` (bytes, addresses
+    are offsets into it)."""
+
+    def __init__(self, ptx: str, entry: str, memory: np.ndarray):
+        head, body = ptx.split(f".entry {entry}(")[1].split(")", 1)
+        self.params = [line.split()[-1].rstrip(",") for line in head.splitlines()
+                       if ".param" in line]
+        lines = body.split("{", 1)[1].split("\n}", 1)[0].splitlines()
+        self.code = [ln.split("//")[0].strip().rstrip(";") for ln in lines]
+        self.code = [c for c in self.code if c and not c.startswith(".reg")]
+        self.labels = {c[:-1]: i for i, c in enumerate(self.code) if c.endswith(":")}
+        self.mem = memory
+
+    def run(self, grid: int, block: int, args: list) -> int:
+        steps = 0
+        for b in range(grid):
+            for t in range(block):
+                steps += self._thread(b, t, grid, block, dict(zip(self.params, args,
+                                                                  strict=True)))
+        return steps
+
+    def _value(self, regs, tok):
+        tok = tok.strip()
+        if tok.startswith("0f"):
+            return np.frombuffer(bytes.fromhex(tok[2:])[::-1], np.float32)[0]
+        if tok.startswith("%"):
+            return regs.get(tok)  # None: a destination not written yet
+        return int(tok)
+
+    def _thread(self, b, t, grid, block, params) -> int:
+        special = {"%ctaid.x": b, "%tid.x": t, "%ntid.x": block, "%nctaid.x": grid}
+        regs, pc, steps = dict(special), 0, 0
+        f32 = np.float32
+        while True:
+            ins = self.code[pc]
+            pc += 1
+            steps += 1
+            if ins.endswith(":"):
+                continue
+            guard = None
+            if ins.startswith("@"):
+                guard, ins = ins.split(None, 1)
+                if not regs[guard[1:]]:
+                    continue
+            op, _, rest = ins.partition(" ")
+            ops = [o.strip() for o in rest.replace("{", "").replace("}", "").split(",")] \
+                if rest else []
+            v = [self._value(regs, o) if not o.startswith("[") else o for o in ops[1:]]
+            kind = op.split(".")
+            if op == "ret":
+                return steps
+            if kind[0] == "bra":
+                pc = self.labels[ops[0]]
+            elif op.startswith("ld.param"):
+                regs[ops[0]] = params[ops[1][1:-1]]
+            elif op in ("cvta.to.global.u64", "mov.u32", "mov.f32", "cvt.u64.u32"):
+                regs[ops[0]] = v[0]
+            elif op == "cvt.rn.f32.u32":
+                regs[ops[0]] = f32(v[0])
+            elif op in ("mul.wide.u32", "mul.lo.s64"):
+                regs[ops[0]] = v[0] * v[1]
+            elif op in ("add.s64", "add.s32"):
+                regs[ops[0]] = v[0] + v[1]
+            elif op == "add.f32":
+                regs[ops[0]] = f32(v[0] + v[1])
+            elif op == "mul.f32":
+                regs[ops[0]] = f32(v[0] * v[1])
+            elif op == "mad.lo.s32":
+                regs[ops[0]] = v[0] * v[1] + v[2]
+            elif op == "shl.b64":
+                regs[ops[0]] = v[0] << v[1]
+            elif op == "fma.rn.f32":
+                regs[ops[0]] = f32(float(v[0]) * float(v[1]) + float(v[2]))
+            elif kind[0] == "setp":
+                cmp = {"ge": v[0] >= v[1], "lt": v[0] < v[1], "eq": v[0] == v[1]}[kind[1]]
+                regs[ops[0]] = cmp
+            elif op == "ld.global.v4.u32":
+                addr = regs[ops[4][1:-1]]
+                words = self.mem[addr:addr + 16].view(np.uint32)
+                for k in range(4):
+                    regs[ops[k]] = int(words[k])
+            elif op == "st.global.v4.u32":
+                addr = regs[ops[0][1:-1]]
+                self.mem[addr:addr + 16].view(np.uint32)[:] = [regs[o] for o in ops[1:5]]
+            elif op == "st.global.f32":
+                addr = regs[ops[0][1:-1]]
+                self.mem[addr:addr + 4].view(np.float32)[0] = regs[ops[1]]
+            else:  # pragma: no cover - an instruction the kernels gained
+                raise AssertionError(f"the test's PTX interpreter lacks {ins!r}")
+
+
+@pytest.mark.parametrize("vectors", [1, 37, 4 * 2 * 8, 4 * 2 * 8 * 3 + 5])
+def test_copy_kernel_copies_every_vector_once(vectors):
+    """2 blocks of 8 threads over ``vectors`` 16-byte vectors: main trips and the tail."""
+    rng = np.random.default_rng(vectors)
+    memory = np.zeros(64 + 32 * vectors, np.uint8)
+    src, dst = 64, 64 + 16 * vectors
+    memory[src:dst] = rng.integers(0, 256, 16 * vectors, dtype=np.uint8)
+    PtxThreads(gpu.ceilings_ptx(), gpu.COPY_ENTRY, memory).run(2, 8, [dst, src, vectors])
+    np.testing.assert_array_equal(memory[dst:], memory[src:dst])
+    assert not memory[:src].any(), "nothing written outside the destination"
+
+
+def test_fma_kernel_stores_the_recurrence_of_every_thread():
+    memory = np.zeros(4 * 3 * 16, np.uint8)
+    a, b = np.float32(0.9999), np.float32(1e-4)
+    PtxThreads(gpu.ceilings_ptx(), gpu.FMA_ENTRY, memory).run(3, 16, [0, a, b, 2])
+    want = gpu.fma_reference(np.arange(48), float(a), float(b), 2 * gpu.FMA_UNROLL)
+    np.testing.assert_allclose(memory.view(np.float32), want, rtol=1e-6)
+    zero = np.zeros(4 * 4, np.uint8)
+    PtxThreads(gpu.ceilings_ptx(), gpu.FMA_ENTRY, zero).run(1, 4, [0, a, b, 0])
+    np.testing.assert_allclose(zero.view(np.float32), gpu.fma_reference(np.arange(4), a, b, 0))
 
 
 # ---------------------------------------------------------------- a fake GPU
