@@ -321,7 +321,7 @@ class _Launcher:
                 err = call(fi, grid, 1, 1, block, 1, 1, 0, si, params, None)
                 if err:
                     raise CudaError(f"measuring the ceilings: cuLaunchKernel({function.name}) "
-                                    f"failed: {error_text(err)}")
+                                    f"failed: {error_text(_driver().CUresult(err))}")
             return
         drv = _driver()
         for _ in range(count):

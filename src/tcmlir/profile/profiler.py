@@ -250,7 +250,10 @@ def _queue(_fast: Any, plan: Any, events: Sequence[Any]) -> None:
 def _queue_direct(fast: Any, plan: Any, events: Sequence[Any]) -> None:
     """`_queue` through ctypes (`runtime.fast_driver`)."""
     from ..errors import CudaError
-    from ..runtime.cuda_memory import error_text
+    from ..runtime import cuda_memory
+
+    def error_text(err: int) -> str:
+        return cuda_memory.error_text(cuda_memory.driver.CUresult(err))
 
     record, launch, address = fast.event_record, fast.launch, plan.block.address
     handles = [int(e.handle) for e in events]
