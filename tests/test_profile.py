@@ -488,7 +488,8 @@ def test_per_kernel_events_through_ctypes_queue_event_launch_pairs():
     calls = []
     fast = types.SimpleNamespace(
         event_record=lambda e, s: calls.append(("record", e, s)) or 0,
-        launch=lambda f, *rest: calls.append(("launch", f, rest[:6], rest[8])) or 0)
+        launch=lambda f, *rest: calls.append(("launch", f, rest[:6], rest[8])) or 0,
+        pointer=lambda v: v)  # (the real one wraps handles and addresses in c_void_p)
     plan = types.SimpleNamespace(_kernels=[(11, 2, 1, 1, 32, 1, 1), (12, 4, 1, 1, 64, 1, 1)],
                                  _launch_info=[("k0", 0, 0), ("k1", 0, 0)],
                                  block=types.SimpleNamespace(address=0xAB))
