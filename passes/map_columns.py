@@ -1,7 +1,9 @@
 """A column reduction (``S(d) +=! X(n, d)``: reduced over an outer dimension), for `map-rows`.
 
 `map-rows` calls `build_columns` for a function whose only statement reduces over indices
-that are not the innermost index of its reads (`column_problem` is None). Threads take
+that are not the innermost index of its reads (`column_problem` is None; a read of only
+reduced indices, a per-row operand such as ``w(n)``, is a broadcast to the warp and allowed);
+`map-mixed` calls it for each column reduction of a program that also has row statements. Threads take
 consecutive columns, so every warp reads consecutive addresses; the reduced dimension is split
 over ``blockIdx.y`` so that enough blocks run; each thread sums its share of one column in a
 register and folds it into ``S(d)`` atomically (``red.global.add`` for sums, compare-and-swap
@@ -55,6 +57,8 @@ def column_problem(fn: tc.Function) -> str | None:
     for rd in (x for x in tc.walk(st.rhs) if isinstance(x, tc.Read)):
         used = {x.name for i in rd.indices for x in tc.walk(i) if isinstance(x, tc.Index)}
         if used & reduced:
+            if not used & set(st.lhs):  # a per-row operand (``w(n)``): one address per warp
+                continue
             last = rd.indices[-1] if rd.indices else None
             if not isinstance(last, tc.Index) or last.name != col:
                 return "a read is not contiguous along the lhs's innermost index"
@@ -113,10 +117,11 @@ def _kernel(node: isl.ScheduleNode, s: isl.Set, col: int, outer: list[int], inne
 
 
 def build_columns(state: CompileState, domain: isl.UnionSet, threads: int,
-                  grid: int) -> isl.Schedule | None:
-    """The tree of the module docstring (None when the reduction runs no instance)."""
+                  grid: int, statement: int = 0) -> isl.Schedule | None:
+    """The tree of the module docstring for ``S<statement>`` (``domain``: its instances; None
+    when the reduction runs no instance)."""
     fn = state.fn
-    st = fn.statements[0]
+    st = fn.statements[statement]
     n_lhs = len(st.lhs)
     cols = _extent(st.ranges[n_lhs - 1], state.sizes)
     b = 1
@@ -129,11 +134,12 @@ def build_columns(state: CompileState, domain: isl.UnionSet, threads: int,
     gy = max(1, min(65535, red0 or 1, (SM_COUNT * (2048 // b)) // gx))
     ctx = domain.get_ctx()
     sets = {s.get_tuple_name(): s for s in sets_of(domain) if not s.is_empty()}
-    update, init = sets.get("S0"), sets.get("S0_init")
+    name = f"S{statement}"
+    update, init = sets.get(name), sets.get(f"{name}_init")
     if update is None:
         return None
     root = isl.Schedule.from_domain(domain).get_root().child(0)
-    names = [n for n in ("S0_init", "S0") if n in sets]
+    names = [n for n in (f"{name}_init", name) if n in sets]
     if len(names) == 2:
         filters = isl.UnionSetList.alloc(ctx, 2)
         for n in names:
@@ -148,5 +154,5 @@ def build_columns(state: CompileState, domain: isl.UnionSet, threads: int,
     dims = _dims(update)
     inner = [f"floor({dims[n_lhs]}/{gy})", *dims[n_lhs + 1:]]
     node = _kernel(node, update, n_lhs - 1, list(range(n_lhs - 1)), inner, b, gx, (n_lhs, gy),
-                   "accumulate S0 atomic")
+                   f"accumulate {name} atomic")
     return node.get_schedule()

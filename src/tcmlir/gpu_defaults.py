@@ -5,7 +5,8 @@ mapping of 1-D elementwise programs (`elementwise_defaults`, at the end).
 (`passes.map_rows.row_program_problem` is None: every statement starts with the same row
 indices) that is bandwidth-bound — every tensor read either carries all of the statement's row
 indices or none of them and no reduction index (a per-row operand, or a small vector such as
-a bias; a matmul's ``A(i, k)`` carries only some of ``C(i, j)``'s rows and is refused; a tensor
+a bias), or none of them and only indices of a read that carries them all (``G(d)`` beside
+``X(n, d)`` in a reduction over ``d``: a vector reused by every row); a matmul's ``A(i, k)`` carries only some of ``C(i, j)``'s rows and is refused; a tensor
 the program writes is read only at the row's own indices, so rows are independent; a read that
 involves a reduction index has one as its last index, so a row is reduced along contiguous
 memory — a pooling window or a column reduction is refused) — and
@@ -21,7 +22,10 @@ the grid. A full reduction into a scalar (``s +=! A(i)``, 32/64-bit types) gets 
 options: `map-rows` then spreads it over every block, which fold their totals atomically
 (`passes/map_full_reduction.py`; float sums are not bitwise deterministic run to run); so does
 a column reduction (``S(d) +=! X(n, d)``: a thread per column, the reduced dimension split
-over ``blockIdx.y``, atomic folds; `passes/map_columns.py`).
+over ``blockIdx.y``, atomic folds; `passes/map_columns.py`). A program that mixes row
+statements and column reductions (a layernorm's gradient with scale and shift) whose row
+statements are such a row program gets `mixed_defaults`: a row kernel and a column kernel per
+column reduction (`passes/map_mixed.py`).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from . import ir as tc
 
 __all__ = ["BLOCKS_PER_SM", "ELEMENTWISE_BLOCKS", "ELEMENTWISE_THREADS", "ELEMENTWISE_TILE", "FULL_THREADS",
            "ROW_THREADS", "SM_COUNT", "elementwise_defaults", "is_bandwidth_bound_rows",
-           "reduction_defaults"]
+           "mixed_defaults", "reduction_defaults"]
 
 SM_COUNT = 132          # NVIDIA H200 (sm_90)
 ROW_THREADS = 512       # threads per row: 16 warps; 4 blocks (2048 threads) per SM
@@ -56,9 +60,15 @@ def is_bandwidth_bound_rows(fn: tc.Function) -> bool:
         return False
     r = row_rank(fn)
     written = {st.tensor for st in fn.statements}
+    def used_by(rd: tc.Read) -> set[str]:
+        return {x.name for i in rd.indices for x in tc.walk(i) if isinstance(x, tc.Index)}
+
     for st in fn.statements:
         rows = st.index_names[:r]
         reduced = set(st.reduction_indices)
+        # indices of the reads that carry the whole row: a read of no row index within them
+        # (``G(d)`` beside ``X(n, d)``) reads at most as much per row as they do
+        along = set().union(*(u for u in map(used_by, _reads(st.rhs)) if set(rows) <= u))
         for rd in _reads(st.rhs):
             if rd.tensor in written:  # only at the row's own elements: rows stay independent
                 lead = rd.indices[:r]
@@ -71,7 +81,7 @@ def is_bandwidth_bound_rows(fn: tc.Function) -> bool:
                 last = rd.indices[-1]
                 if not isinstance(last, tc.Index) or last.name not in reduced:
                     return False
-            if set(rows) <= used:
+            if set(rows) <= used or (not used & set(rows) and used <= along):
                 continue
             if used & set(rows) or used & reduced:
                 return False
@@ -95,6 +105,24 @@ def reduction_defaults(fn: Any) -> Any:
     # hold (up to 32 each) when short rows get small blocks
     return MappingOptions(fusion="max", row_block=FULL_THREADS if full else ROW_THREADS,
                           grid=(SM_COUNT * 32,))
+
+
+def mixed_defaults(fn: Any) -> Any:
+    """The default cuda `MappingOptions` for ``fn`` (an `ir.Function`) when it mixes row
+    statements and column reductions (`passes.map_mixed.mixed_problem` is None) and its row
+    statements alone are a bandwidth-bound row program: `map-mixed`, a row kernel of
+    `ROW_THREADS` threads per row and a column kernel per column reduction; else None."""
+    import dataclasses
+
+    from .options import MappingOptions
+    from .passes.map_mixed import mixed_problem, split_statements
+
+    if not isinstance(fn, tc.Function) or mixed_problem(fn) is not None:
+        return None
+    rows, _ = split_statements(fn)
+    if not is_bandwidth_bound_rows(dataclasses.replace(fn, statements=tuple(fn.statements[k] for k in rows))):
+        return None
+    return MappingOptions(fusion="max", row_block=ROW_THREADS, grid=(SM_COUNT * 32,), mixed_rows=True)
 
 
 ELEMENTWISE_TILE = 2048     # elements per block and grid-stride step of a 1-D elementwise kernel

@@ -68,6 +68,9 @@ class MappingOptions:
     double_buffer: bool = False                  # shared copies one tile ahead (cp.async), GPU
     row_block: int = 0                           # cuda: >0 maps a row program to one kernel
                                                  # (map-rows), this many threads per row; 0 off
+    mixed_rows: bool = False                     # cuda, with row_block: row statements and
+                                                 # column reductions as a row kernel and
+                                                 # column kernels (map-mixed)
     devices: tuple[int, ...] = ()                # split a call across these GPUs (tcmlir.multi);
                                                  # (): one device, the inputs'
 
@@ -136,7 +139,9 @@ class MappingOptions:
         row reductions, softmax) are fused instead of tiled (measured: softmax 4096×1024
         15.5 ms fused and untiled, 42.6 ms naive). On the GPU, row programs (softmax,
         layernorm, row, column and full reductions: bandwidth-bound) get
-        `gpu_defaults.reduction_defaults` (one kernel, a block per row), 1-D elementwise
+        `gpu_defaults.reduction_defaults` (one kernel, a block per row), programs that mix
+        row statements and column reductions (a layernorm's gradient with scale and shift)
+        `gpu_defaults.mixed_defaults` (a row kernel and column kernels), 1-D elementwise
         programs `gpu_defaults.elementwise_defaults`; a contraction (one statement with two
         lhs indices and one reduction index: matmul, its transposed forms, fc) gets
         `cuda_contraction` with the largest tiles that still give every SM two blocks at
@@ -154,9 +159,9 @@ class MappingOptions:
             # on (m, n, k) (16x256^3 batched matmul: 231 -> 67 ms on 2 cores)
             return cls.naive().tile(*(0,) * batch, 32, 32, 32)
         if target == "cuda":
-            from .gpu_defaults import elementwise_defaults, reduction_defaults
+            from .gpu_defaults import elementwise_defaults, mixed_defaults, reduction_defaults
 
-            rows = reduction_defaults(ir_fn)
+            rows = reduction_defaults(ir_fn) or mixed_defaults(ir_fn)
             if rows is not None:
                 return rows
             flat = elementwise_defaults(ir_fn)
@@ -304,8 +309,8 @@ class MappingOptions:
         out: dict[str, Any] = {"version": _JSON_VERSION}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "devices" and not value:
-                continue  # one device: kept out so kernel cache keys stay those of before
+            if f.name in ("devices", "mixed_rows") and not value:
+                continue  # the default: kept out so kernel cache keys stay those of before
             out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
 
@@ -374,7 +379,11 @@ class MappingOptions:
             # one kernel for the whole row program: pointwise temporaries recomputed, a block
             # per row, phases separated by barriers (passes/inline_temporaries, map_rows)
             steps.insert(0, "inline-temporaries")
-            steps.append(f"map-rows{{threads={self.row_block},grid={self.grid[0]}}}")
+            mapper = "map-rows"
+            if self.mixed_rows:  # a gradient's adjoint written in pieces becomes one expression
+                steps.insert(0, "merge-updates")
+                mapper = "map-mixed"
+            steps.append(f"{mapper}{{threads={self.row_block},grid={self.grid[0]}}}")
             if self.use_shared_memory or self.use_private_memory:
                 raise OptionsError("row_block (map-rows) keeps rows on chip itself and does not "
                                    "combine with use_shared_memory/use_private_memory")

@@ -1,0 +1,188 @@
+"""The `map-mixed` pass: a program of row statements and column reductions as a few kernels.
+
+A layernorm with a scale and a shift has a gradient that mixes two shapes: statements over
+rows (``mean(n)``, ``var(n)``, ``var_grad(n)``, ``X_grad(n, d)``: every one starts with the row
+index ``n``) and *column reductions* that reduce over the rows (``G_grad(d) +=! O_grad(n, d) *
+...``, ``Bt_grad(d) +=! O_grad(n, d)``). Neither `map-rows` nor `map-columns` takes the whole
+program. This pass splits it (`split_statements`) into
+
+* one **row kernel** with every row statement, built as `map-rows` builds it (a block per row,
+  phases in program order, barriers between them, per-row temporaries that only the row
+  statements touch kept in shared memory), and
+* one **column kernel** per column reduction, built as `map_columns.build_columns` builds it
+  (a thread per column, coalesced reads, the reduced rows split over ``blockIdx.y``, one
+  register accumulator per thread folded atomically),
+
+in an order that respects the dependences: the row kernel first when no row statement reads
+what a column reduction writes (the gradient: the column reductions read ``mean(n)`` and
+``var(n)``, which the row kernel then writes to global memory once, N values each, and
+recompute ``c(n, d) = X(n, d) - mean(n)`` from ``X`` — `inline-temporaries` put that
+expression there: reading ``X`` again costs one pass over it, writing and reading ``c`` would
+cost two), the column kernels first when no column reduction reads what a row statement writes,
+and a `PipelineError` when dependences run both ways::
+
+    sequence
+      filter { row statements }
+        kernel grid=G,1,1 block=B,1,1            the map-rows tree (`passes/map_rows.py`)
+          ...  mark "rows threads=B local=..."
+      filter { S<k>_init }                       per column reduction S<k>, in program order:
+        kernel grid=GI,1,1 block=B',1,1           its identity
+      filter { S<k> }
+        kernel grid=GX,GY,1 block=B',1,1         the map-columns tree (`passes/map_columns.py`)
+          ...  mark "accumulate S<k> atomic"
+
+Checks (`mixed_problem` gives the structural ones without sizes): at least one statement of
+each kind; a *column reduction* is a statement that alone would be a column program
+(`map_columns.column_problem`) and does not read its own lhs tensor; the other statements form
+a row program (`map_rows.row_program_problem`) whose row members carry no dependence. The pass
+manager then proves the tree legal and the mapping exact, like for every pass. Requires a
+schedule (it is replaced); run it instead of map-rows for such programs (the cuda default
+options do: `gpu_defaults.mixed_defaults`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import islpy as isl
+
+from .. import ir as tc
+from ..errors import PipelineError
+from ..gpu_defaults import SM_COUNT
+from ..poly.gpu_mapping import BLOCK_PARAMS, THREAD_PARAMS, with_params
+from ..poly.scop import sets_of
+from ..poly.state import CompileState
+from .base import Pass, register
+from .map_columns import build_columns, column_problem
+from .map_rows import _build, local_tensors, row_program_problem, row_rank
+
+__all__ = ["MapMixed", "mixed_problem", "split_statements"]
+
+
+def _only(fn: tc.Function, ks: tuple[int, ...]) -> tc.Function:
+    """``fn`` with only the statements ``ks`` (tensors unchanged)."""
+    return dataclasses.replace(fn, statements=tuple(fn.statements[k] for k in ks))
+
+
+def _reads_own_lhs(st: tc.Statement) -> bool:
+    return any(isinstance(x, tc.Read) and x.tensor == st.tensor for x in tc.walk(st.rhs))
+
+
+def split_statements(fn: tc.Function) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(row statements, column reductions) of ``fn``, as statement numbers in program order."""
+    columns = tuple(k for k, st in enumerate(fn.statements)
+                    if column_problem(_only(fn, (k,))) is None and not _reads_own_lhs(st))
+    rows = tuple(k for k in range(len(fn.statements)) if k not in columns)
+    return rows, columns
+
+
+def mixed_problem(fn: tc.Function) -> str | None:
+    """Why ``fn`` is not a program `map-mixed` splits (structurally, without sizes), or None."""
+    rows, columns = split_statements(fn)
+    if not columns:
+        return "no statement is a column reduction"
+    if not rows:
+        return "no statement is a row statement"
+    problem = row_program_problem(_only(fn, rows))
+    if problem is not None:
+        return f"the statements other than the column reductions are not a row program: {problem}"
+    return None
+
+
+def _domain_of(domain: isl.UnionSet, ks: tuple[int, ...]) -> isl.UnionSet:
+    names = {f"S{k}" for k in ks} | {f"S{k}_init" for k in ks}
+    out = isl.UnionSet.empty(domain.get_space())
+    for s in sets_of(domain):
+        if s.get_tuple_name() in names:
+            out = out.union(isl.UnionSet.from_set(s))
+    return out
+
+
+def _depends(validity: isl.UnionMap, src: isl.UnionSet, dst: isl.UnionSet) -> bool:
+    """Some instance of ``dst`` depends on one of ``src``."""
+    return not validity.intersect_domain(src).intersect_range(dst).is_empty()
+
+
+@register
+@dataclass(frozen=True)
+class MapMixed(Pass):
+    """Map a program of row statements and column reductions to a row kernel and one column
+    kernel per column reduction (see the module docstring): ``threads`` is the most threads
+    per block (a power of two is taken, at most 1024), ``grid`` the most blocks of a kernel."""
+
+    name = "map-mixed"
+    requires_schedule = True
+    threads: int = 512
+    grid: int = 528
+
+    def __post_init__(self):
+        if self.threads < 1 or self.grid < 1:
+            raise ValueError("map-mixed: threads and grid must be >= 1")
+
+    def run(self, state: CompileState) -> CompileState:
+        fn = state.fn
+        problem = mixed_problem(fn)
+        if problem is not None:
+            raise PipelineError(f"map-mixed: {fn.name} is not a mix of row statements and "
+                                f"column reductions: {problem}")
+        rows, columns = split_statements(fn)
+        domain = with_params(isl.Schedule.from_domain(state.scop.domain),
+                             BLOCK_PARAMS + THREAD_PARAMS).get_domain()
+        row_domain = _domain_of(domain, rows)
+        validity = state.deps.validity
+        col_domain = _domain_of(domain, columns)
+        if not _depends(validity, col_domain, row_domain):
+            rows_first = True
+        elif not _depends(validity, row_domain, col_domain):
+            rows_first = False
+        else:
+            raise PipelineError(f"map-mixed: in {fn.name} row statements read what column "
+                                "reductions write and the other way round: no order of the "
+                                "row kernel and the column kernels is legal")
+        parts = [self._rows(state, row_domain, rows)]
+        for k in columns:
+            part = _domain_of(domain, (k,))
+            if part.is_empty():  # the reduction runs no instance at these sizes
+                continue
+            tree = build_columns(state, part, self.threads, self.grid, statement=k)
+            if tree is None:
+                raise PipelineError(f"map-mixed: the column reduction S{k} of {fn.name} runs no "
+                                    "instance")
+            parts.append(tree)
+        if not rows_first:
+            parts = parts[1:] + parts[:1]
+        parts = [p for p in parts if p is not None]
+        schedule = parts[0]
+        for p in parts[1:]:
+            schedule = schedule.sequence(p)
+        return dataclasses.replace(state, schedule=schedule)
+
+    def _rows(self, state: CompileState, domain: isl.UnionSet,
+              rows: tuple[int, ...]) -> isl.Schedule | None:
+        """The map-rows tree of the row statements (None when they run no instance)."""
+        if domain.is_empty():
+            return None
+        fn = state.fn
+        sub = _only(fn, rows)
+        r = row_rank(sub)
+        hi = sub.statements[0].ranges[r - 1].hi
+        count = None
+        if state.sizes is not None and all(p in state.sizes for p in hi.params):
+            count = hi.evaluate(state.sizes)
+        b = 1
+        while b * 2 <= min(self.threads, 1024):
+            b *= 2
+        # temporaries that a column reduction reads are not local: the row kernel writes them
+        # to global memory (local_tensors looks at every statement of fn)
+        local = local_tensors(fn) if row_rank(fn) == r else ()
+        while True:
+            grid = min(self.grid, SM_COUNT * min(32, 2048 // b), count or self.grid)
+            tree = _build(state, domain, r, b, max(1, grid), local)
+            if tree is not None or b == 1:
+                break
+            b //= 2
+        if tree is None:
+            raise PipelineError(f"map-mixed: the rows of {fn.name} are not independent, or a "
+                                "phase depends on itself other than through its reduction")
+        return tree
