@@ -57,7 +57,7 @@ from .base import Pass, register
 from .map_columns import build_columns, column_problem
 from .map_rows import _build, local_tensors, row_program_problem, row_rank
 
-__all__ = ["MapMixed", "mixed_problem", "split_statements"]
+__all__ = ["MapMixed", "column_groups", "mixed_problem", "split_statements"]
 
 
 def _only(fn: tc.Function, ks: tuple[int, ...]) -> tc.Function:
@@ -87,7 +87,30 @@ def mixed_problem(fn: tc.Function) -> str | None:
     problem = row_program_problem(_only(fn, rows))
     if problem is not None:
         return f"the statements other than the column reductions are not a row program: {problem}"
+    if len(_orders(fn, rows, columns)) == 0:
+        return ("row statements and column reductions depend on each other both ways (a row "
+                "statement uses a column result that itself uses a row result)")
     return None
+
+
+def _touches(st: tc.Statement) -> tuple[set[str], set[str]]:
+    """(written, read) tensors of ``st`` (reads inside index expressions included)."""
+    return {st.tensor}, {x.tensor for x in tc.walk(st.rhs) if isinstance(x, tc.Read)}
+
+
+def _orders(fn: tc.Function, rows: tuple[int, ...], columns: tuple[int, ...]) -> set[str]:
+    """Which of "rows first", "columns first" keep every conflict of the program in program
+    order: two statements conflict when one writes a tensor the other reads or writes (a
+    superset of isl's dependences, so the order isl later finds is one of these)."""
+    before, after = False, False  # some column reduction must run before / after a row statement
+    for a in rows:
+        wa, ra = _touches(fn.statements[a])
+        for b in columns:
+            wb, rb = _touches(fn.statements[b])
+            if wa & (wb | rb) or ra & wb:
+                before |= b < a
+                after |= b > a
+    return {name for name, bad in (("rows first", before), ("columns first", after)) if not bad}
 
 
 def _domain_of(domain: isl.UnionSet, ks: tuple[int, ...]) -> isl.UnionSet:
@@ -102,6 +125,30 @@ def _domain_of(domain: isl.UnionSet, ks: tuple[int, ...]) -> isl.UnionSet:
 def _depends(validity: isl.UnionMap, src: isl.UnionSet, dst: isl.UnionSet) -> bool:
     """Some instance of ``dst`` depends on one of ``src``."""
     return not validity.intersect_domain(src).intersect_range(dst).is_empty()
+
+
+def _same_shape(a: tc.Statement, b: tc.Statement) -> bool:
+    """Column reductions one kernel can run: the same lhs rank and every range equal."""
+    return (len(a.lhs) == len(b.lhs) and len(a.ranges) == len(b.ranges)
+            and all((x.lo, x.hi) == (y.lo, y.hi) for x, y in zip(a.ranges, b.ranges, strict=True)))
+
+
+def column_groups(fn: tc.Function, validity: isl.UnionMap, domain: isl.UnionSet,
+                  columns: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """The column reductions in kernels, in program order: a reduction joins the group before
+    it when it has that group's shape and no dependence links it with a member (then one loop
+    over the rows reads their operands once, each thread keeping one register per reduction)."""
+    groups: list[tuple[int, ...]] = []
+    for k in columns:
+        if groups:
+            last = groups[-1]
+            mine, theirs = _domain_of(domain, (k,)), _domain_of(domain, last)
+            if _same_shape(fn.statements[last[0]], fn.statements[k]) \
+                    and not _depends(validity, theirs, mine) and not _depends(validity, mine, theirs):
+                groups[-1] = (*last, k)
+                continue
+        groups.append((k,))
+    return groups
 
 
 @register
@@ -141,15 +188,11 @@ class MapMixed(Pass):
                                 "reductions write and the other way round: no order of the "
                                 "row kernel and the column kernels is legal")
         parts = [self._rows(state, row_domain, rows)]
-        for k in columns:
-            part = _domain_of(domain, (k,))
-            if part.is_empty():  # the reduction runs no instance at these sizes
+        for group in column_groups(fn, validity, domain, columns):
+            part = _domain_of(domain, group)
+            if part.is_empty():  # the reductions run no instance at these sizes
                 continue
-            tree = build_columns(state, part, self.threads, self.grid, statement=k)
-            if tree is None:
-                raise PipelineError(f"map-mixed: the column reduction S{k} of {fn.name} runs no "
-                                    "instance")
-            parts.append(tree)
+            parts.append(build_columns(state, part, self.threads, self.grid, statements=group))
         if not rows_first:
             parts = parts[1:] + parts[:1]
         parts = [p for p in parts if p is not None]

@@ -1,0 +1,77 @@
+"""The DRAM bytes of each cuda kernel of a call's default mapping, against the program's minimal.
+
+    python tools/kernel_bytes.py FILE --sizes N=16384,D=4096 [--grad] [--name ENTRY]
+
+Compiles for cuda (no GPU needed) with the default options at ``--sizes`` (``--grad``: the
+derived gradient program instead, as ``python -m tcmlir.dump --grad``) and prints, per kernel,
+the bytes it must move (isl counts, `tcmlir.profile.counts.count_work`: the distinct elements it
+reads that no write of the same kernel feeds, and those it writes that are outputs or that a
+later kernel reads; temporaries kept on chip move nothing), then their sum and the minimal of
+the whole program (its inputs read once, its outputs written once). Re-reads that caches
+serve (a row's elements within a row kernel) are not counted: the figure is what DRAM must
+move when each kernel reads its footprint once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+import tcmlir as tc
+from tcmlir.profile.counts import count_work
+from tcmlir.profile.structure import kernel_structures
+
+
+def kernel_bytes(fn: tc.TCFunction, sizes: dict[str, int]) -> tuple[list[tuple[str, int]], int]:
+    """([(kernel name, bytes)], the whole program's minimal bytes) of ``fn``'s default cuda
+    mapping at ``sizes``."""
+    from tcmlir.binding import bind_sizes  # noqa: F401  (sizes come from the shapes below)
+
+    inputs = [np.zeros(tuple(e.evaluate(sizes) for e in t.shape), t.dtype.numpy) for t in fn.ir.inputs]
+    kernel = fn.compile(*inputs, target="cuda", arch="sm_90")
+    structures, state = kernel_structures(kernel)
+    on_chip = set(kernel.runner.image.on_chip)
+    in_memory = [t.name for t in state.fn.tensors if t.name not in on_chip]
+    rows = []
+    for i, ks in enumerate(structures):
+        later = {s for o in structures[i + 1:] for s in o.statements} | \
+            {s for o in structures[:i] for s in o.statements}
+        reads: set[str] = set()
+        for name in later:
+            if not name.endswith("_init"):
+                st = state.fn.statements[int(name[1:])]
+                reads |= {e.tensor for e in tc.ir.walk(st.rhs) if isinstance(e, tc.ir.Read)}
+        work = count_work(state.fn, sizes, ks.statements, global_tensors=in_memory,
+                          outside_reads=reads)
+        rows.append((ks.name, work.bytes))
+    return rows, count_work(fn.ir, sizes).bytes
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("file")
+    p.add_argument("--sizes", required=True, help="e.g. N=16384,D=4096")
+    p.add_argument("--name", default=None)
+    p.add_argument("--grad", action="store_true", help="the derived gradient program")
+    args = p.parse_args(argv)
+    with open(args.file) as f:
+        text = f.read()
+    sizes = {k: int(v) for k, v in (x.split("=") for x in args.sizes.split(","))}
+    fn = tc.define(text, name=args.name)
+    if args.grad:
+        from tcmlir.grad import derive
+
+        fn = tc.define(derive(fn.ir).source)
+    rows, minimal = kernel_bytes(fn, sizes)
+    for name, b in rows:
+        print(f"{name:<32} {b:>16,} B")
+    total = sum(b for _, b in rows)
+    print(f"{'kernels':<32} {total:>16,} B")
+    print(f"{'minimal (the program)':<32} {minimal:>16,} B   kernels / minimal = {total / minimal:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
