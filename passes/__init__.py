@@ -32,9 +32,12 @@ How mappings are recorded in the tree, so that it prints in isl syntax and re-pa
   ``local`` temporaries in shared memory; ``reduction S<k> threads=B atomic`` (blocks fold
   their totals atomically: full reductions) and ``accumulate S<k> atomic`` (each thread folds
   its own total: column reductions), also from ``map-rows``;
-* ``map-mixed{threads=...,grid=...}``: a program of row statements and column reductions (a
-  layernorm's gradient with scale and shift) as a row kernel (the ``rows`` tree) and one
-  column kernel (``accumulate``) per column reduction, in a sequence.
+* ``map-mixed{threads=...,grid=...,fuse=true}``: a program of row statements and column
+  reductions (a layernorm's gradient with scale and shift) as one row kernel in which each
+  column reduction is a phase under ``accumulate S<k> over-rows atomic`` (a register per
+  column across the block's rows, folded atomically after the row loop), or (``fuse=false``,
+  or when that is not possible) as a row kernel and column kernels, ``accumulate S<k>,S<j>
+  atomic`` for column reductions over the same rows.
 
 Backends read marks with `tcmlir.poly.tree.mark_name`; the isl AST builder prints them as
 comments and hands them to the code generator as mark nodes.

@@ -1,43 +1,50 @@
-"""The `map-mixed` pass: a program of row statements and column reductions as a few kernels.
+"""The `map-mixed` pass: a program of row statements and column reductions as one or a few kernels.
 
 A layernorm with a scale and a shift has a gradient that mixes two shapes: statements over
 rows (``mean(n)``, ``var(n)``, ``var_grad(n)``, ``X_grad(n, d)``: every one starts with the row
 index ``n``) and *column reductions* that reduce over the rows (``G_grad(d) +=! O_grad(n, d) *
 ...``, ``Bt_grad(d) +=! O_grad(n, d)``). Neither `map-rows` nor `map-columns` takes the whole
-program. This pass splits it (`split_statements`) into
+program. This pass splits it (`split_statements`) and maps it in one of two ways:
 
-* one **row kernel** with every row statement, built as `map-rows` builds it (a block per row,
-  phases in program order, barriers between them, per-row temporaries that only the row
-  statements touch kept in shared memory), and
-* one **column kernel** per column reduction, built as `map_columns.build_columns` builds it
-  (a thread per column, coalesced reads, the reduced rows split over ``blockIdx.y``, one
-  register accumulator per thread folded atomically),
-
-in an order that respects the dependences: the row kernel first when no row statement reads
-what a column reduction writes (the gradient: the column reductions read ``mean(n)`` and
-``var(n)``, which the row kernel then writes to global memory once, N values each, and
-recompute ``c(n, d) = X(n, d) - mean(n)`` from ``X`` — `inline-temporaries` put that
-expression there: reading ``X`` again costs one pass over it, writing and reading ``c`` would
-cost two), the column kernels first when no column reduction reads what a row statement writes,
-and a `PipelineError` when dependences run both ways::
+* **fused** (``fuse``, the default; `row_partials.build_fused`): one row kernel, built as
+  `map-rows` builds it (a block per row, phases in program order, barriers between them, the
+  per-row temporaries in shared memory), in which each column reduction is one more phase: every
+  thread keeps a register per column it meets and folds them atomically after its rows, after
+  a small kernel that writes the identities. ``X`` and ``O_grad`` are read from DRAM once — the
+  minimal traffic. Taken with the most threads per row (at most those of the row statements'
+  kernel, at least 32) that divide the columns into at most `map_rows.UNROLL_STRIDES` strides,
+  when the column reductions have one lhs index and reduce over exactly the rows, and when no
+  row statement reads a column result;
+* else **kernels**: one row kernel with every row statement (`map-rows`' tree) and one
+  **column kernel** per group of column reductions (`column_groups`: same rows and columns, no
+  dependence between them), built as `map_columns.build_columns` builds it (a thread per
+  column, coalesced reads, the rows split over ``blockIdx.y``, one register per thread and
+  reduction folded atomically). The row kernel first when no row statement reads what a column
+  reduction writes (the gradient: the column reductions read ``mean(n)`` and ``var(n)``, which
+  the row kernel then writes to global memory, N values each, and recompute ``c(n, d) = X(n, d)
+  - mean(n)`` from ``X``, as `inline-temporaries` put it there: reading ``X`` again costs one
+  pass over it, writing and reading ``c`` would cost two), the column kernels first when no
+  column reduction reads what a row statement writes, a `PipelineError` when dependences run
+  both ways::
 
     sequence
       filter { row statements }
         kernel grid=G,1,1 block=B,1,1            the map-rows tree (`passes/map_rows.py`)
           ...  mark "rows threads=B local=..."
-      filter { S<k>_init }                       per column reduction S<k>, in program order:
-        kernel grid=GI,1,1 block=B',1,1           its identity
-      filter { S<k> }
+      filter { S<k>_init; S<j>_init }            per group of column reductions, in order:
+        kernel grid=GI,1,1 block=B',1,1           their identities
+      filter { S<k>; S<j> }
         kernel grid=GX,GY,1 block=B',1,1         the map-columns tree (`passes/map_columns.py`)
-          ...  mark "accumulate S<k> atomic"
+          ...  mark "accumulate S<k>,S<j> atomic"   one loop over the rows for the group
 
 Checks (`mixed_problem` gives the structural ones without sizes): at least one statement of
 each kind; a *column reduction* is a statement that alone would be a column program
 (`map_columns.column_problem`) and does not read its own lhs tensor; the other statements form
-a row program (`map_rows.row_program_problem`) whose row members carry no dependence. The pass
-manager then proves the tree legal and the mapping exact, like for every pass. Requires a
-schedule (it is replaced); run it instead of map-rows for such programs (the cuda default
-options do: `gpu_defaults.mixed_defaults`).
+a row program (`map_rows.row_program_problem`) whose row members carry no dependence; some order
+of the row kernel and the column kernels keeps every conflict between them in program order.
+The pass manager then proves the tree legal and the mapping exact, like for every pass.
+Requires a schedule (it is replaced); run it instead of map-rows for such programs (the cuda
+default options do: `gpu_defaults.mixed_defaults`, ``MappingOptions.mixed_rows``).
 """
 
 from __future__ import annotations
@@ -54,8 +61,9 @@ from ..poly.gpu_mapping import BLOCK_PARAMS, THREAD_PARAMS, with_params
 from ..poly.scop import sets_of
 from ..poly.state import CompileState
 from .base import Pass, register
-from .map_columns import build_columns, column_problem
-from .map_rows import _build, local_tensors, row_program_problem, row_rank
+from .map_columns import _extent, build_columns, column_problem
+from .map_rows import UNROLL_STRIDES, _build, local_tensors, row_program_problem, row_rank
+from .row_partials import build_fused, fusable
 
 __all__ = ["MapMixed", "column_groups", "mixed_problem", "split_statements"]
 
@@ -154,14 +162,17 @@ def column_groups(fn: tc.Function, validity: isl.UnionMap, domain: isl.UnionSet,
 @register
 @dataclass(frozen=True)
 class MapMixed(Pass):
-    """Map a program of row statements and column reductions to a row kernel and one column
-    kernel per column reduction (see the module docstring): ``threads`` is the most threads
-    per block (a power of two is taken, at most 1024), ``grid`` the most blocks of a kernel."""
+    """Map a program of row statements and column reductions to one row kernel that also
+    accumulates the column reductions (``fuse``, when `row_partials.build_fused` can), else to
+    a row kernel and column kernels (see the module docstring): ``threads`` is the most
+    threads per block (a power of two is taken, at most 1024), ``grid`` the most blocks of a
+    kernel."""
 
     name = "map-mixed"
     requires_schedule = True
     threads: int = 512
     grid: int = 528
+    fuse: bool = True
 
     def __post_init__(self):
         if self.threads < 1 or self.grid < 1:
@@ -187,7 +198,12 @@ class MapMixed(Pass):
             raise PipelineError(f"map-mixed: in {fn.name} row statements read what column "
                                 "reductions write and the other way round: no order of the "
                                 "row kernel and the column kernels is legal")
-        parts = [self._rows(state, row_domain, rows)]
+        row_tree, b = self._rows(state, row_domain, rows)
+        if self.fuse and rows_first and row_tree is not None and fusable(fn, rows, columns):
+            fused = self._fused(state, domain, rows, columns, b)
+            if fused is not None:
+                return dataclasses.replace(state, schedule=fused)
+        parts = [row_tree]
         for group in column_groups(fn, validity, domain, columns):
             part = _domain_of(domain, group)
             if part.is_empty():  # the reductions run no instance at these sizes
@@ -201,11 +217,34 @@ class MapMixed(Pass):
             schedule = schedule.sequence(p)
         return dataclasses.replace(state, schedule=schedule)
 
-    def _rows(self, state: CompileState, domain: isl.UnionSet,
-              rows: tuple[int, ...]) -> isl.Schedule | None:
-        """The map-rows tree of the row statements (None when they run no instance)."""
-        if domain.is_empty():
+    def _fused(self, state: CompileState, domain: isl.UnionSet, rows: tuple[int, ...],
+               columns: tuple[int, ...], b: int) -> isl.Schedule | None:
+        """The one-kernel tree (`row_partials.build_fused`) with the most threads per row, at
+        most ``b`` (what the row statements alone take) and at least 32, that divide the
+        columns into at most `UNROLL_STRIDES` strides; None when there is none."""
+        fn = state.fn
+        sub = _only(fn, rows)
+        r = row_rank(sub)
+        st = fn.statements[columns[0]]
+        cols = state.sizes and _extent(st.range_of(st.lhs[-1]), state.sizes)
+        count = state.sizes and _extent(sub.statements[0].ranges[r - 1], state.sizes)
+        if not cols or not count:
             return None
+        while b >= 32:
+            if cols % b == 0 and cols // b <= UNROLL_STRIDES:
+                grid = min(self.grid, SM_COUNT * min(32, 2048 // b), count)
+                tree = build_fused(state, domain, rows, columns, r, b, grid, self.threads)
+                if tree is not None:
+                    return tree
+            b //= 2
+        return None
+
+    def _rows(self, state: CompileState, domain: isl.UnionSet,
+              rows: tuple[int, ...]) -> tuple[isl.Schedule | None, int]:
+        """The map-rows tree of the row statements (None when they run no instance) and its
+        threads per block."""
+        if domain.is_empty():
+            return None, 1
         fn = state.fn
         sub = _only(fn, rows)
         r = row_rank(sub)
@@ -228,4 +267,4 @@ class MapMixed(Pass):
         if tree is None:
             raise PipelineError(f"map-mixed: the rows of {fn.name} are not independent, or a "
                                 "phase depends on itself other than through its reduction")
-        return tree
+        return tree, b

@@ -12,6 +12,11 @@ against the reference.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import os
+import sys
+
 import numpy as np
 import pytest
 from corpus import assert_outputs_close, run_program
@@ -22,7 +27,7 @@ import tcmlir as tc
 from tcmlir import reference
 from tcmlir.codegen.ptx_tools import find_ptxas, ptxas_check
 from tcmlir.compiler import lower
-from tcmlir.errors import PipelineError
+from tcmlir.errors import OptionsError, PipelineError
 from tcmlir.grad import derive
 from tcmlir.simulate import simulate_call
 
@@ -51,8 +56,11 @@ CENTER = """def center(float(N, D) X) -> (O, S, M) {
     O(n, d) = X(n, d) - S(d) / N
     M(n) max=! O(n, d)
 }"""
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
 GRAD = derive(tc.define(LAYERNORM_GB).ir).source
-SIZES = [(1, 1), (1, 31), (33, 1), (3, 33), (7, 5), (13, 31)]
+# (the fused form needs >= 32 threads per row dividing the columns: 64 and 96 here)
+SIZES = [(1, 1, "fused"), (3, 33, "kernels"), (7, 5, "fused"), (5, 64, "fused"),
+         (3, 96, "fused")]
 
 
 @pytest.fixture(autouse=True)
@@ -94,29 +102,67 @@ def test_gradient_splits_into_rows_and_two_column_reductions():
         "mean", "c", "var", "c_grad", "var_grad", "X_grad", "mean_grad"}
     assert mixed_problem(fn) is None
     opts = tc.MappingOptions.default_for(fn, "cuda", {"N": 16384, "D": 4096})
-    assert opts.mixed_rows and opts.row_block == 512
+    assert opts.mixed_rows == "fused" and opts.row_block == 1024
     assert opts.to_pipeline("cuda") == ("merge-updates,inline-temporaries,schedule{fusion=max,"
                                         "skew=false,positive-orthant=true},"
-                                        "map-mixed{threads=512,grid=4224}")
+                                        "map-mixed{threads=1024,grid=4224}")
     state = lower(fn, {"N": 64, "D": 32}, opts, "cuda")
-    # both column reductions (same rows, independent) in one column kernel
+    # both column reductions (same rows, independent) in one group
     (group,) = column_groups(state.fn, state.deps.validity, state.scop.domain,
                              split_statements(state.fn)[1])
     assert len(group) == 2
 
 
-def test_gradient_kernels_and_ptx():
-    kernel, ptx = _ptx(GRAD, 16384, 4096)
+@functools.cache
+def _gradient_kernel(mixed: str) -> tuple[tc.Kernel, str]:
+    """The gradient compiled for cuda at 2048 x 4096 (ptxas-checked), fused or not."""
+    fn = tc.define(GRAD)
+    opts = dataclasses.replace(tc.MappingOptions.default_for(fn.ir, "cuda"), mixed_rows=mixed)
+    inputs = [np.zeros((2048, 4096) if len(t.shape) == 2 else (4096,), np.float32)
+              for t in fn.ir.inputs]
+    kernel = fn.compile(*inputs, target="cuda", arch="sm_90", options=opts)
+    if find_ptxas() is not None:
+        ptxas_check(kernel.ptx, "sm_90")
+    return kernel, kernel.ptx
+
+
+def test_fused_gradient_is_one_row_kernel():
+    kernel, ptx = _gradient_kernel("fused")
+    assert ptx.count(".entry") == 2  # the column identities, the row kernel
+    sched = kernel.schedule
+    assert sched.count("kernel grid=") == 2
+    assert "kernel grid=264,1,1 block=1024,1,1" in sched  # 2 blocks of 1024 per SM
+    assert "rows threads=1024 local=mean,var,var_grad,mean_grad" in sched
+    for k in (3, 4):
+        assert f"accumulate S{k} over-rows atomic" in sched
+    # merge-updates + inline-temporaries: no temporary exists in global memory
+    assert set(kernel.runner.image.on_chip) == {t.name for t in kernel.function.ir.temporaries}
+    # one atomic fold per column stride (4096 / 1024) and column reduction, after the row loop
+    assert ptx.count("red.global.add.f32") + ptx.count("atom.global.add.f32") == 8
+
+
+def test_gradient_as_row_and_column_kernels():
+    kernel, ptx = _gradient_kernel("kernels")
     assert ptx.count(".entry") == 3  # the row kernel, the identities, the column kernel
     sched = kernel.schedule
-    assert sched.count("kernel grid=") == 3
-    assert "kernel grid=528,1,1 block=512,1,1" in sched and "kernel grid=8,66,1 block=512,1,1" in sched
-    assert "accumulate S3,S4 atomic" in sched
-    assert "rows threads=512 local=var_grad,mean_grad" in sched
-    # merge-updates + inline-temporaries: c and c_grad never exist; the column kernel reads
-    # the row statistics that the row kernel wrote
+    assert "kernel grid=264,1,1 block=1024,1,1" in sched and "kernel grid=4,66,1 block=1024,1,1" in sched
+    assert "accumulate S3,S4 atomic" in sched  # one loop over the rows for both
+    assert "rows threads=1024 local=var_grad,mean_grad" in sched
+    # the column kernel reads the row statistics that the row kernel wrote
     assert set(kernel.runner.image.on_chip) == {"c", "c_grad", "var_grad", "mean_grad"}
-    assert ptx.count("red.global.add.f32") + ptx.count("atom.global.add.f32") >= 2
+
+
+def test_gradient_dram_bytes():
+    """isl counts: the fused kernels move the program's minimal bytes (X and O_grad read once,
+    X_grad written once); the column kernels read X and O_grad a second time."""
+    from kernel_bytes import kernel_bytes
+
+    full = 2048 * 4096 * 4
+    rows, minimal = kernel_bytes(_gradient_kernel("fused")[0])
+    assert 3 * full <= minimal < 3 * full + 100_000
+    assert sum(b for _, b in rows) - minimal < 100_000
+    rows, _ = kernel_bytes(_gradient_kernel("kernels")[0])
+    assert 5 * full <= sum(b for _, b in rows) < 5 * full + 500_000
 
 
 def test_dump_shows_one_kernel_mark_each(tmp_path, capsys):
@@ -127,8 +173,18 @@ def test_dump_shows_one_kernel_mark_each(tmp_path, capsys):
     main([str(path), "--grad", "--sizes", "N=16384,D=4096", "--target", "cuda",
           "--stage", "pipeline,loops"])
     out = capsys.readouterr().out
-    assert "map-mixed{threads=512,grid=4224}" in out
-    assert out.count("// kernel grid=") == 3
+    assert "map-mixed{threads=1024,grid=4224}" in out
+    assert out.count("// kernel grid=") == 2
+
+
+def test_columns_the_strides_do_not_divide_get_column_kernels():
+    fn = tc.define(GRAD)
+    kernel = fn.compile(*_inputs(fn, np.random.default_rng(0), 64, 1000), target="cuda", arch="sm_90")
+    assert kernel.options.mixed_rows == "fused"
+    assert "accumulate S3,S4 atomic" in kernel.schedule and "over-rows" not in kernel.schedule
+    # 768 columns: 3 strides of 256 threads
+    kernel = fn.compile(*_inputs(fn, np.random.default_rng(0), 64, 768), target="cuda", arch="sm_90")
+    assert "rows threads=256" in kernel.schedule and "over-rows" in kernel.schedule
 
 
 def test_row_and_column_reduction_of_one_input_is_split():
@@ -151,24 +207,32 @@ def test_row_programs_keep_their_one_kernel(src):
 
 
 def test_options_round_trip():
-    opts = tc.MappingOptions(row_block=256, mixed_rows=True)
-    assert tc.MappingOptions.from_json(opts.to_json()) == opts
-    assert '"mixed_rows":true' in opts.to_json()
-    assert "map-mixed{threads=256" in opts.to_pipeline("cuda")
-    assert "map-mixed" not in tc.MappingOptions(mixed_rows=True).to_pipeline("cuda")  # no row_block
+    for mixed in ("fused", "kernels"):
+        opts = tc.MappingOptions(row_block=256, mixed_rows=mixed)
+        assert tc.MappingOptions.from_json(opts.to_json()) == opts
+        assert f'"mixed_rows":"{mixed}"' in opts.to_json()
+    assert tc.MappingOptions(row_block=256, mixed_rows="fused").to_pipeline("cuda").endswith(
+        "map-mixed{threads=256,grid=256}")
+    assert tc.MappingOptions(row_block=256, mixed_rows="kernels").to_pipeline("cuda").endswith(
+        "map-mixed{threads=256,grid=256,fuse=false}")
+    assert "map-mixed" not in tc.MappingOptions(mixed_rows="fused").to_pipeline("cuda")  # no row_block
+    with pytest.raises(OptionsError, match="mixed_rows"):
+        tc.MappingOptions(mixed_rows="yes")
 
 
 # ---------------------------------------------------------------- results (simulated cuda)
 
 
-@pytest.mark.parametrize(("n", "d"), SIZES, ids=[f"{n}x{d}" for n, d in SIZES])
-def test_simulated_gradient_matches_reference(n, d, rng):
+@pytest.mark.parametrize(("n", "d", "mixed"), SIZES, ids=[f"{n}x{d}-{m}" for n, d, m in SIZES])
+def test_simulated_gradient_matches_reference(n, d, mixed, rng):
     fn = tc.define(GRAD)
     inputs = _inputs(fn, rng, n, d)
-    opts = tc.MappingOptions.default_for(fn.ir, "cuda", {"N": n, "D": d})
-    assert opts.mixed_rows
+    opts = dataclasses.replace(tc.MappingOptions.default_for(fn.ir, "cuda", {"N": n, "D": d}),
+                               mixed_rows=mixed)
     got = simulate_call(fn.ir, inputs, opts)
-    assert_outputs_close(got, _reference(fn, inputs), 1e-4, context=f"{n}x{d}")
+    assert_outputs_close(got, _reference(fn, inputs), 1e-4, context=f"{n}x{d} {mixed}")
+    fused = "over-rows" in lower(fn.ir, {"N": n, "D": d}, opts, "cuda").schedule.to_str()
+    assert fused == (mixed == "fused" and d in (64, 96))
 
 
 @pytest.mark.parametrize(("n", "d"), [(1, 1), (5, 33), (31, 7)], ids=str)
@@ -191,8 +255,8 @@ def test_center_runs_its_column_kernel_first():
 
 def test_explicit_grid_and_block(rng):
     fn = tc.define(GRAD)
-    inputs = _inputs(fn, rng, 9, 70)
-    opts = tc.MappingOptions(fusion="max", row_block=32, grid=(3,), mixed_rows=True)
+    inputs = _inputs(fn, rng, 5, 40)
+    opts = tc.MappingOptions(fusion="max", row_block=32, grid=(3,), mixed_rows="kernels")
     got = simulate_call(fn.ir, inputs, opts)
     assert_outputs_close(got, _reference(fn, inputs), 1e-4)
 
@@ -210,7 +274,7 @@ def test_dependences_both_ways_are_not_split():
     assert "both ways" in mixed_problem(fn)
     assert not tc.MappingOptions.default_for(fn, "cuda").mixed_rows
     with pytest.raises(PipelineError, match="map-mixed"):
-        lower(fn, {"N": 8, "D": 8}, tc.MappingOptions(row_block=32, mixed_rows=True), "cuda")
+        lower(fn, {"N": 8, "D": 8}, tc.MappingOptions(row_block=32, mixed_rows="fused"), "cuda")
 
 
 @pytest.mark.parametrize("src", [SOFTMAX, "def f(float(N) A) -> (s) { s +=! A(i) }",
@@ -292,7 +356,11 @@ def test_mixed_programs_on_gpu(src, n, d, rng):
     inputs = _inputs(fn, rng, n, d)
     want = _reference(fn, inputs)
     mixed = tc.MappingOptions.default_for(fn.ir, "cuda").mixed_rows
-    assert mixed == (src != LAYERNORM_GB)
-    for opts in (None, tc.MappingOptions(fusion="max", row_block=64, grid=(5,), mixed_rows=mixed)):
+    assert bool(mixed) == (src != LAYERNORM_GB)
+    variants = [None, tc.MappingOptions(fusion="max", row_block=64, grid=(5,), mixed_rows=mixed)]
+    if mixed:
+        variants.append(tc.MappingOptions(fusion="max", row_block=1024, grid=(4224,),
+                                          mixed_rows="kernels"))
+    for opts in variants:
         got = run_program(fn, inputs, options=opts)
         assert_outputs_close(got, want, 1e-3, context=f"{n}x{d} {opts}")

@@ -24,29 +24,25 @@ from tcmlir.profile.counts import count_work
 from tcmlir.profile.structure import kernel_structures
 
 
-def kernel_bytes(fn: tc.TCFunction, sizes: dict[str, int]) -> tuple[list[tuple[str, int]], int]:
-    """([(kernel name, bytes)], the whole program's minimal bytes) of ``fn``'s default cuda
-    mapping at ``sizes``."""
-    from tcmlir.binding import bind_sizes  # noqa: F401  (sizes come from the shapes below)
-
-    inputs = [np.zeros(tuple(e.evaluate(sizes) for e in t.shape), t.dtype.numpy) for t in fn.ir.inputs]
-    kernel = fn.compile(*inputs, target="cuda", arch="sm_90")
+def kernel_bytes(kernel: tc.Kernel) -> tuple[list[tuple[str, int]], int]:
+    """([(kernel name, bytes)], the whole program's minimal bytes) of a compiled cuda
+    ``kernel`` (`TCFunction.compile` with ``target="cuda"``) at its sizes."""
+    sizes = {k: int(v) for k, v in kernel.sizes.items()}
     structures, state = kernel_structures(kernel)
     on_chip = set(kernel.runner.image.on_chip)
     in_memory = [t.name for t in state.fn.tensors if t.name not in on_chip]
     rows = []
     for i, ks in enumerate(structures):
-        later = {s for o in structures[i + 1:] for s in o.statements} | \
-            {s for o in structures[:i] for s in o.statements}
+        others = {s for j, o in enumerate(structures) if j != i for s in o.statements}
         reads: set[str] = set()
-        for name in later:
+        for name in others:
             if not name.endswith("_init"):
                 st = state.fn.statements[int(name[1:])]
                 reads |= {e.tensor for e in tc.ir.walk(st.rhs) if isinstance(e, tc.ir.Read)}
         work = count_work(state.fn, sizes, ks.statements, global_tensors=in_memory,
                           outside_reads=reads)
         rows.append((ks.name, work.bytes))
-    return rows, count_work(fn.ir, sizes).bytes
+    return rows, count_work(kernel.function.ir, sizes).bytes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", required=True, help="e.g. N=16384,D=4096")
     p.add_argument("--name", default=None)
     p.add_argument("--grad", action="store_true", help="the derived gradient program")
+    p.add_argument("--options", default=None, help="MappingOptions JSON (default: the default)")
     args = p.parse_args(argv)
     with open(args.file) as f:
         text = f.read()
@@ -64,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         from tcmlir.grad import derive
 
         fn = tc.define(derive(fn.ir).source)
-    rows, minimal = kernel_bytes(fn, sizes)
+    options = tc.MappingOptions.from_json(args.options) if args.options else None
+    inputs = [np.zeros(tuple(e.evaluate(sizes) for e in t.shape), t.dtype.numpy) for t in fn.ir.inputs]
+    rows, minimal = kernel_bytes(fn.compile(*inputs, target="cuda", arch="sm_90", options=options))
     for name, b in rows:
         print(f"{name:<32} {b:>16,} B")
     total = sum(b for _, b in rows)

@@ -24,8 +24,9 @@ options: `map-rows` then spreads it over every block, which fold their totals at
 a column reduction (``S(d) +=! X(n, d)``: a thread per column, the reduced dimension split
 over ``blockIdx.y``, atomic folds; `passes/map_columns.py`). A program that mixes row
 statements and column reductions (a layernorm's gradient with scale and shift) whose row
-statements are such a row program gets `mixed_defaults`: a row kernel and a column kernel per
-column reduction (`passes/map_mixed.py`).
+statements are such a row program gets `mixed_defaults`: one row kernel that also accumulates
+the column reductions in registers across its rows (`passes/row_partials.py`), else a row
+kernel and a column kernel per group of column reductions (`passes/map_mixed.py`).
 """
 
 from __future__ import annotations
@@ -35,12 +36,17 @@ from typing import Any
 from . import ir as tc
 
 __all__ = ["BLOCKS_PER_SM", "ELEMENTWISE_BLOCKS", "ELEMENTWISE_THREADS", "ELEMENTWISE_TILE", "FULL_THREADS",
-           "ROW_THREADS", "SM_COUNT", "elementwise_defaults", "is_bandwidth_bound_rows",
+           "MIXED_THREADS", "ROW_THREADS", "SM_COUNT", "elementwise_defaults", "is_bandwidth_bound_rows",
            "mixed_defaults", "reduction_defaults"]
 
 SM_COUNT = 132          # NVIDIA H200 (sm_90)
 ROW_THREADS = 512       # threads per row: 16 warps; 4 blocks (2048 threads) per SM
 BLOCKS_PER_SM = 2048 // ROW_THREADS
+# threads per row of a program mixing rows and column reductions: its row kernel keeps a
+# register per column stride for each column reduction, and row kernels get 32 registers
+# (codegen.nvptx launch bounds); 1024 threads halve the strides (layernorm gradient
+# 16384x4096: ptxas spills 88 bytes per thread at 1024, 216 at 512)
+MIXED_THREADS = 1024
 # threads per block of a full reduction (s +=! A(i)): measured on the H200 (2^28 float32),
 # blocks of 1024 threads read at 84% of the copy ceiling, blocks of 512 at 65%
 FULL_THREADS = 1024
@@ -110,8 +116,9 @@ def reduction_defaults(fn: Any) -> Any:
 def mixed_defaults(fn: Any) -> Any:
     """The default cuda `MappingOptions` for ``fn`` (an `ir.Function`) when it mixes row
     statements and column reductions (`passes.map_mixed.mixed_problem` is None) and its row
-    statements alone are a bandwidth-bound row program: `map-mixed`, a row kernel of
-    `ROW_THREADS` threads per row and a column kernel per column reduction; else None."""
+    statements alone are a bandwidth-bound row program: `map-mixed`, one row kernel of
+    `MIXED_THREADS` threads per row that also accumulates the column reductions where it can
+    (``mixed_rows="fused"``), else a row kernel and column kernels; else None."""
     import dataclasses
 
     from .options import MappingOptions
@@ -122,7 +129,8 @@ def mixed_defaults(fn: Any) -> Any:
     rows, _ = split_statements(fn)
     if not is_bandwidth_bound_rows(dataclasses.replace(fn, statements=tuple(fn.statements[k] for k in rows))):
         return None
-    return MappingOptions(fusion="max", row_block=ROW_THREADS, grid=(SM_COUNT * 32,), mixed_rows=True)
+    return MappingOptions(fusion="max", row_block=MIXED_THREADS, grid=(SM_COUNT * 32,),
+                          mixed_rows="fused")
 
 
 ELEMENTWISE_TILE = 2048     # elements per block and grid-stride step of a 1-D elementwise kernel

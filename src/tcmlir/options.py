@@ -29,6 +29,9 @@ from .poly.scheduler import FUSION_STRATEGIES
 __all__ = ["FUSION_STRATEGIES", "MappingOptions"]
 
 _JSON_VERSION = 1
+# MappingOptions.mixed_rows: off, the column reductions inside the row kernel (passes/row_partials,
+# falling back to column kernels), column kernels after the row kernel (passes/map_mixed)
+MIXED_ROWS = ("", "fused", "kernels")
 
 
 def _positive_tuple(name: str, values: tuple[int, ...], *, max_len: int | None = None,
@@ -68,9 +71,10 @@ class MappingOptions:
     double_buffer: bool = False                  # shared copies one tile ahead (cp.async), GPU
     row_block: int = 0                           # cuda: >0 maps a row program to one kernel
                                                  # (map-rows), this many threads per row; 0 off
-    mixed_rows: bool = False                     # cuda, with row_block: row statements and
-                                                 # column reductions as a row kernel and
-                                                 # column kernels (map-mixed)
+    mixed_rows: str = ""                         # cuda, with row_block: row statements and
+                                                 # column reductions (map-mixed): "fused" (in
+                                                 # the row kernel where possible), "kernels"
+                                                 # (column kernels after it); "": off
     devices: tuple[int, ...] = ()                # split a call across these GPUs (tcmlir.multi);
                                                  # (): one device, the inputs'
 
@@ -88,6 +92,9 @@ class MappingOptions:
                            _positive_tuple("devices", self.devices, allow_zero=True))
         if not self.block or not self.grid:
             raise OptionsError("block and grid need at least one dimension")
+        if self.mixed_rows not in MIXED_ROWS:
+            raise OptionsError(f"mixed_rows must be one of {', '.join(map(repr, MIXED_ROWS))}, "
+                               f"got {self.mixed_rows!r}")
         for name in ("unroll_factor",):
             if getattr(self, name) < 1:
                 raise OptionsError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -380,10 +387,12 @@ class MappingOptions:
             # per row, phases separated by barriers (passes/inline_temporaries, map_rows)
             steps.insert(0, "inline-temporaries")
             mapper = "map-rows"
+            extra = ""
             if self.mixed_rows:  # a gradient's adjoint written in pieces becomes one expression
                 steps.insert(0, "merge-updates")
                 mapper = "map-mixed"
-            steps.append(f"{mapper}{{threads={self.row_block},grid={self.grid[0]}}}")
+                extra = "" if self.mixed_rows == "fused" else ",fuse=false"
+            steps.append(f"{mapper}{{threads={self.row_block},grid={self.grid[0]}{extra}}}")
             if self.use_shared_memory or self.use_private_memory:
                 raise OptionsError("row_block (map-rows) keeps rows on chip itself and does not "
                                    "combine with use_shared_memory/use_private_memory")

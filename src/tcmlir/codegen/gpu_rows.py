@@ -23,7 +23,9 @@ that need no global buffer (local ones, and those no statement touches any more,
 
 An ``accumulate S<k> atomic`` mark (`passes/map_columns.py`) keeps one accumulator per thread
 and folds it into its lhs element atomically, without barriers; ``accumulate S<k>,S<j> atomic``
-(`passes/map_mixed.py`: column reductions over the same rows) one per listed statement.
+(`passes/map_mixed.py`: column reductions over the same rows) one per listed statement;
+``accumulate S<k> over-rows atomic``, a column phase inside the row loop, one per call site
+across the rows, folded after the row loop (`codegen.gpu_partials`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from llvmlite import ir
 from .. import ir as tc
 from ..errors import CodegenError
 from .exprs import _COMBINE, ExprEmitter, memory_type
+from .gpu_partials import RowPartials
 from .gpu_reduce import ReducingWalker, ReductionScope, _atomic_fold, _barrier, _if, _shared, enter
 from .lower import _STMT, _id_names
 
@@ -108,6 +111,7 @@ class RowWalker(ReducingWalker):
         self.thread_guards = 0      # enclosing ifs/loops that read a thread index
         self._row_body_next = False
         self._in_rows = False
+        self.partials = RowPartials(self)  # `accumulate S<k> over-rows atomic` (gpu_partials)
 
     # ---- what ExprEmitter asks
 
@@ -117,6 +121,15 @@ class RowWalker(ReducingWalker):
     # ---- the marks
 
     def row_mark(self, name: str, child: isl.AstNode) -> None:
+        over = re.match(r"^accumulate (S\d+(?:,S\d+)*) over-rows atomic$", name.strip())
+        if over is not None:
+            if not self._in_rows:
+                raise CodegenError(f"mark {name!r} outside a rows mark")
+            ks = {int(x[1:]) for x in over.group(1).split(",")}
+            self.partials.active |= ks
+            self.node(child)
+            self.partials.active -= ks
+            return
         m = re.match(r"^accumulate (S\d+(?:,S\d+)*) atomic$", name.strip())
         if m is not None:
             statements = [int(x[1:]) for x in m.group(1).split(",")]
@@ -166,6 +179,7 @@ class RowWalker(ReducingWalker):
         self._in_rows = True
         self._row_body_next = True
         self.node(child)
+        self.partials.fold()  # after the row loop: the column partials, one atomic each
         self._in_rows = False
         self.local = {}
 
@@ -202,6 +216,10 @@ class RowWalker(ReducingWalker):
             raise CodegenError("internal: a block barrier under a condition that reads the thread "
                                "index (not every thread would reach it)")
         _barrier(self.builder)
+
+    def user(self, node: isl.AstNode) -> None:
+        if not (self.partials.active and self.partials.user(node)):
+            super().user(node)
 
     # ---- guards
 
