@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import random
 import sys
 
 import numpy as np
@@ -364,3 +365,15 @@ def test_mixed_programs_on_gpu(src, n, d, rng):
     for opts in variants:
         got = run_program(fn, inputs, options=opts)
         assert_outputs_close(got, want, 1e-3, context=f"{n}x{d} {opts}")
+
+
+def test_tuner_searches_the_mixed_mapping():
+    from tcmlir.tune.space import space_for
+
+    fn = tc.define(GRAD).ir
+    space = space_for(fn, "cuda")
+    assert {"row_block", "mixed_rows"} <= set(space.fields)
+    assert "mixed_rows" not in space_for(tc.define(SOFTMAX).ir, "cuda").fields
+    base = tc.MappingOptions.default_for(fn, "cuda")
+    seen = {space.sample(random.Random(s), base).mixed_rows for s in range(12)}
+    assert seen == {"fused", "kernels"}

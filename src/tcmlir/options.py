@@ -148,7 +148,8 @@ class MappingOptions:
         layernorm, row, column and full reductions: bandwidth-bound) get
         `gpu_defaults.reduction_defaults` (one kernel, a block per row), programs that mix
         row statements and column reductions (a layernorm's gradient with scale and shift)
-        `gpu_defaults.mixed_defaults` (a row kernel and column kernels), 1-D elementwise
+        `gpu_defaults.mixed_defaults` (one row kernel that also accumulates the column
+        reductions, else a row kernel and column kernels), 1-D elementwise
         programs `gpu_defaults.elementwise_defaults`; a contraction (one statement with two
         lhs indices and one reduction index: matmul, its transposed forms, fc) gets
         `cuda_contraction` with the largest tiles that still give every SM two blocks at
