@@ -28,7 +28,7 @@ import tcmlir as tc
 from tcmlir import reference
 from tcmlir.codegen.ptx_tools import find_ptxas, ptxas_check
 from tcmlir.compiler import lower
-from tcmlir.errors import OptionsError, PipelineError
+from tcmlir.errors import CodegenError, OptionsError, PipelineError
 from tcmlir.grad import derive
 from tcmlir.simulate import simulate_call
 
@@ -284,6 +284,22 @@ def test_programs_of_one_kind_are_not_mixed(src):
     assert mixed_problem(tc.define(src).ir) is not None
 
 
+def test_codegen_refuses_a_column_phase_that_is_not_unrolled(monkeypatch):
+    """With the stride limit lifted in map-mixed (not in map-rows' unrolling), isl keeps the stride loop (64 strides of
+    64 threads): a call site would stand for several columns, and the code generator says so
+    rather than folding them into one register."""
+    from tcmlir.passes import map_mixed, row_partials
+
+    monkeypatch.setattr(map_mixed, "UNROLL_STRIDES", 1000)
+    monkeypatch.setattr(row_partials, "UNROLL_STRIDES", 1000)
+    fn = tc.define(GRAD)
+    inputs = [np.zeros((8, 4096) if len(t.shape) == 2 else (4096,), np.float32)
+              for t in fn.ir.inputs]
+    opts = tc.MappingOptions(fusion="max", row_block=64, grid=(8,), mixed_rows="fused")
+    with pytest.raises(CodegenError, match=r"over-rows.*loop iterator"):
+        fn.compile(*inputs, target="cuda", arch="sm_90", options=opts).ptx  # noqa: B018
+
+
 # ---------------------------------------------------------------- merge-updates
 
 
@@ -345,7 +361,9 @@ def test_row_reduction_may_read_a_vector_along_the_reduction(rng):
 
 # ---------------------------------------------------------------- on the GPU
 
-GPU_SIZES = [(1, 1), (33, 31), (300, 33), (1000, 1), (4097, 1000), (2048, 4096)]
+# fused (column partials in the row kernel): 96, 768, 1024, 4096 columns; column kernels: the rest
+GPU_SIZES = [(1, 1), (33, 31), (300, 33), (1000, 1), (5, 96), (4097, 1000), (64, 768),
+             (4097, 1024), (2048, 4096)]
 
 
 @pytest.mark.gpu

@@ -1,6 +1,7 @@
 """Forward + backward benchmark: tcmlir torch ops with derived gradients beside PyTorch eager.
 
     python tools/bench_grad.py [--device cuda|cpu] [--quick] [--only NAME,...] [--json OUT]
+                               [--mixed-rows fused|kernels]
 
 For matmul, softmax and layernorm (float32), times the forward alone and forward + backward
 (the derived gradient program, `tcmlir.grad`) of a `tcmlir.torch.op`, and the same two for
@@ -87,12 +88,30 @@ def timer(torch: Any, device: str, fn: Callable[[], Any], runs: int, warmup: int
     return statistics.median(times)
 
 
-def measure(torch: Any, case: Case, device: str, runs: int) -> dict[str, float]:
+def mixed_factory(mixed: str, target: str) -> Callable[[Any, Any], Any]:
+    """An options factory: the call's default options, with ``mixed_rows=mixed`` where the
+    default maps a mix of rows and column reductions (the layernorm gradient)."""
+    import dataclasses
+
+    import tcmlir as tc
+    from tcmlir.binding import bind_sizes
+
+    def factory(fn: Any, inputs: Any) -> Any:
+        sizes = bind_sizes(fn.ir, [tuple(getattr(x, "shape", ())) for x in inputs])
+        opts = tc.MappingOptions.default_for(fn, target, sizes)
+        return dataclasses.replace(opts, mixed_rows=mixed) if opts.mixed_rows else opts
+
+    return factory
+
+
+def measure(torch: Any, case: Case, device: str, runs: int, mixed: str = "") -> dict[str, float]:
     import tcmlir as tc
     import tcmlir.torch as tt
 
     target = "cuda" if device == "cuda" else "cpu"
-    op = tt.op(tc.define(case.tc, target=target))
+    factory = mixed_factory(mixed, target) if mixed else None
+    op = tt.op(tc.define(case.tc, target=target, options_factory=factory),
+               name=f"bench_{case.name.split()[0]}_{mixed or 'default'}")
     inputs = case.make(torch, device)
     seed = torch.randn_like(case.torch_fn(*inputs))
     # the first call compiles the forward (and backward) programs: warm-up, not timed
@@ -129,11 +148,11 @@ def measure(torch: Any, case: Case, device: str, runs: int) -> dict[str, float]:
         "torch_fwd_bwd": timer(torch, device, fwd_bwd(case.torch_fn), runs),
         "max_rel_err": err,
         "grad_max_rel_err": gerr,
-        "backward": backward_mapping(case, [tuple(x.shape) for x in inputs], target),
+        "backward": backward_mapping(case, [tuple(x.shape) for x in inputs], target, mixed),
     }
 
 
-def backward_mapping(case: Case, shapes: list[tuple[int, ...]], target: str) -> str:
+def backward_mapping(case: Case, shapes: list[tuple[int, ...]], target: str, mixed: str = "") -> str:
     """How the derived gradient program runs by default: its mapping pass and kernel count."""
     import numpy as np
 
@@ -145,7 +164,8 @@ def backward_mapping(case: Case, shapes: list[tuple[int, ...]], target: str) -> 
     grad = tc.define(derive(fwd.ir).source)
     sizes = bind_sizes(fwd.ir, shapes)
     args = [np.zeros(tuple(e.evaluate(sizes) for e in t.shape), t.dtype.numpy) for t in grad.ir.inputs]
-    kernel = grad.compile(*args, target=target)
+    options = mixed_factory(mixed, target)(grad, args) if mixed else None
+    kernel = grad.compile(*args, target=target, options=options)
     passes = re.findall(r"(?:^|,)([a-z-]+)(?=\{|,|$)", kernel.options.to_pipeline(target))
     last = next((p for p in passes if p in ("map-mixed", "map-rows")), passes[-1])
     if target != "cuda":
@@ -161,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="", help="comma list of case-name prefixes")
     ap.add_argument("--runs", type=int, default=None, help="timed runs per measurement")
     ap.add_argument("--json", default=None, help="write the results to this file")
+    ap.add_argument("--mixed-rows", choices=("fused", "kernels"), default="",
+                    help="the mapping of gradients that mix rows and column reductions "
+                         "(default: the default options')")
     args = ap.parse_args(argv)
     try:
         import torch
@@ -177,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     for case in cases(torch, device, args.quick):
         if only and not any(case.name.startswith(p) for p in only):
             continue
-        r = measure(torch, case, device, runs)
+        r = measure(torch, case, device, runs, args.mixed_rows)
         results[case.name] = r
         print(f"{case.name:<26} {r['tcmlir_fwd'] * 1e3:>9.3f} {r['torch_fwd'] * 1e3:>9.3f} "
               f"{r['tcmlir_fwd'] / r['torch_fwd']:>6.2f}   {r['tcmlir_fwd_bwd'] * 1e3:>10.3f} "
