@@ -194,6 +194,8 @@ def test_row_and_column_reduction_of_one_input_is_split():
     assert opts.mixed_rows
     _, ptx = _ptx(ROW_AND_COLUMN, 1000, 333)
     assert ptx.count(".entry") == 3  # rows; the column's identity; the column reduction
+    kernel, ptx = _ptx(ROW_AND_COLUMN, 1000, 256)  # 256 columns: one stride of 256 threads
+    assert ptx.count(".entry") == 2 and "accumulate S1 over-rows atomic" in kernel.schedule
 
 
 @pytest.mark.parametrize("src", [SOFTMAX, LAYERNORM, LAYERNORM_GB],
@@ -236,7 +238,7 @@ def test_simulated_gradient_matches_reference(n, d, mixed, rng):
     assert fused == (mixed == "fused" and d in (64, 96))
 
 
-@pytest.mark.parametrize(("n", "d"), [(1, 1), (5, 33), (31, 7)], ids=str)
+@pytest.mark.parametrize(("n", "d"), [(1, 1), (5, 33), (31, 7), (3, 64)], ids=str)
 @pytest.mark.parametrize("src", [LAYERNORM_GB, ROW_AND_COLUMN, CENTER],
                          ids=["layernorm-forward", "row-and-column", "center"])
 def test_simulated_programs_match_reference(src, n, d, rng):
