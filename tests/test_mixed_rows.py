@@ -18,6 +18,7 @@ import os
 import random
 import sys
 
+import islpy as isl
 import numpy as np
 import pytest
 from corpus import assert_outputs_close, run_program
@@ -140,6 +141,10 @@ def test_fused_gradient_is_one_row_kernel():
     assert set(kernel.runner.image.on_chip) == {t.name for t in kernel.function.ir.temporaries}
     # one atomic fold per column stride (4096 / 1024) and column reduction, after the row loop
     assert ptx.count("red.global.add.f32") + ptx.count("atom.global.add.f32") == 8
+    # the tree prints in isl syntax and re-parses to a fixed point
+    ctx = isl.Context()
+    once = str(isl.Schedule.read_from_str(ctx, sched))
+    assert str(isl.Schedule.read_from_str(ctx, once)) == once
 
 
 def test_gradient_as_row_and_column_kernels():
