@@ -62,7 +62,7 @@ from ..poly.scop import sets_of
 from ..poly.state import CompileState
 from .base import Pass, register
 from .map_columns import _extent, build_columns, column_problem
-from .map_rows import UNROLL_STRIDES, _build, local_tensors, row_program_problem, row_rank
+from .map_rows import _build, local_tensors, row_program_problem, row_rank
 from .row_partials import build_fused, fusable
 
 __all__ = ["MapMixed", "column_groups", "mixed_problem", "split_statements"]
@@ -173,10 +173,13 @@ class MapMixed(Pass):
     threads: int = 512
     grid: int = 528
     fuse: bool = True
+    vector_bytes: int = 0
 
     def __post_init__(self):
         if self.threads < 1 or self.grid < 1:
             raise ValueError("map-mixed: threads and grid must be >= 1")
+        if self.vector_bytes not in (0, 1, 2, 4, 8, 16):
+            raise ValueError("map-mixed: vector-bytes must be 0 (off) or a power of two <= 16")
 
     def run(self, state: CompileState) -> CompileState:
         fn = state.fn
@@ -221,7 +224,8 @@ class MapMixed(Pass):
                columns: tuple[int, ...], b: int) -> isl.Schedule | None:
         """The one-kernel tree (`row_partials.build_fused`) with the most threads per row, at
         most ``b`` (what the row statements alone take) and at least 32, that divide the
-        columns into at most `UNROLL_STRIDES` strides; None when there is none."""
+        columns into at most `map_rows.UNROLL_STRIDES` strides (of ``lanes`` adjacent columns
+        per thread with vector accesses); None when there is none."""
         fn = state.fn
         sub = _only(fn, rows)
         r = row_rank(sub)
@@ -231,9 +235,10 @@ class MapMixed(Pass):
         if not cols or not count:
             return None
         while b >= 32:
-            if cols % b == 0 and cols // b <= UNROLL_STRIDES:
+            if cols % b == 0:  # (the strides, with vector lanes or not: `row_partials`)
                 grid = min(self.grid, SM_COUNT * min(32, 2048 // b), count)
-                tree = build_fused(state, domain, rows, columns, r, b, grid, self.threads)
+                tree = build_fused(state, domain, rows, columns, r, b, grid, self.threads,
+                                   self.vector_bytes)
                 if tree is not None:
                     return tree
             b //= 2
@@ -260,7 +265,7 @@ class MapMixed(Pass):
         local = local_tensors(fn) if row_rank(fn) == r else ()
         while True:
             grid = min(self.grid, SM_COUNT * min(32, 2048 // b), count or self.grid)
-            tree = _build(state, domain, r, b, max(1, grid), local)
+            tree = _build(state, domain, r, b, max(1, grid), local, self.vector_bytes)
             if tree is not None or b == 1:
                 break
             b //= 2

@@ -18,6 +18,8 @@ that the operands they share with the row statements (a layernorm gradient's ``X
                     mark "accumulate S<k> over-rows atomic"
                       filter d mod B = _tx
                         band [floor(d / B)]     unrolled: one call site per column stride
+                                                (vector lanes: floor(d / L) mod B = _tx, band
+                                                [floor(d / (L B)), d mod L], both unrolled)
 
 The NVPTX lowering (`codegen.gpu_partials`) gives each call site of ``S<k>`` a register
 that accumulates over every row of the block and folds it into ``lhs(d)`` atomically after the
@@ -26,8 +28,9 @@ column reduction has one lhs index and reduces over exactly the row indices (sam
 row members carry no dependence once the column reductions' own reduction dependences are set
 aside (a row statement that reads a column result across rows refuses); within a row, column
 instances depend on nothing but their reduction; the stride loop is unrolled (the column
-extent is a multiple of ``B`` with at most `map_rows.UNROLL_STRIDES` strides), so that every
-call site stands for one column; and every thread reaches every barrier (isl proves it).
+extent is a multiple of ``B``, times the vector lanes, with at most `map_rows.UNROLL_STRIDES`
+strides), so that every call site stands for one column; and every thread reaches every
+barrier (isl proves it).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from ..poly.gpu_mapping import (
     member_extent,
     member_filter,
     pin_unused,
+    vector_lanes,
 )
 from ..poly.legality import member_is_parallel
 from ..poly.scop import sets_of
@@ -97,8 +101,8 @@ def _rows_first(fn: tc.Function, columns: tuple[int, ...]) -> tc.Function:
     return dataclasses.replace(fn, statements=tuple(sts))
 
 
-def _column_phase(node: isl.ScheduleNode, state: CompileState, k: int,
-                  b: int) -> isl.ScheduleNode | None:
+def _column_phase(node: isl.ScheduleNode, state: CompileState, k: int, b: int,
+                  vector_bytes: int) -> isl.ScheduleNode | None:
     """Fill the leaf ``node`` below column reduction k's phase filter (None to refuse)."""
     st = state.fn.statements[k]
     name = f"S{k}"
@@ -107,11 +111,14 @@ def _column_phase(node: isl.ScheduleNode, state: CompileState, k: int,
         return _up_to_filter(node)
     band = _insert(node, _band(update, {name: [st.index_names.index(n) for n in st.lhs]}), True)
     span = member_extent(band, band.band_n_member() - 1)
-    if span is None or span % b or span // b > UNROLL_STRIDES:
+    lanes = vector_lanes(state.fn, [name], vector_bytes)
+    if span is not None and span % (lanes * b):
+        lanes = 1  # (as `_split_over_threads` decides)
+    if span is None or span % (lanes * b) or span // (lanes * b) > UNROLL_STRIDES:
         return None  # not unrolled: a call site would stand for several columns
     if not _no_self_deps(band, state, name, allow_reduction=True):
         return None
-    node = _split_over_threads(band, b)
+    node = _split_over_threads(band, b, lanes)
     node = node.insert_mark(isl.Id(over_rows_mark_name(k), context=node.get_ctx()))
     return _up_to_filter(node)
 
@@ -138,8 +145,8 @@ def _init_kernel(state: CompileState, domain: isl.UnionSet, columns: tuple[int, 
 
 
 def build_fused(state: CompileState, domain: isl.UnionSet, rows: tuple[int, ...],
-                columns: tuple[int, ...], r: int, b: int, grid: int,
-                threads: int) -> isl.Schedule | None:
+                columns: tuple[int, ...], r: int, b: int, grid: int, threads: int,
+                vector_bytes: int = 0) -> isl.Schedule | None:
     """The tree of the module docstring (``domain``: every instance, with the block/thread
     parameters), or None when a condition fails."""
     fn = state.fn
@@ -170,7 +177,8 @@ def build_fused(state: CompileState, domain: isl.UnionSet, rows: tuple[int, ...]
     seq = band.child(0).insert_sequence(filters)
     for i, k in enumerate(order):
         leaf = seq.child(i).child(0)
-        phase = _column_phase(leaf, state, k, b) if k in columns else _phase(leaf, state, k, r, b)
+        phase = (_column_phase(leaf, state, k, b, vector_bytes) if k in columns
+                 else _phase(leaf, state, k, r, b, vector_bytes))
         if phase is None:
             return None
         seq = phase.parent()

@@ -60,9 +60,9 @@ CENTER = """def center(float(N, D) X) -> (O, S, M) {
 }"""
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
 GRAD = derive(tc.define(LAYERNORM_GB).ir).source
-# (the fused form needs >= 32 threads per row dividing the columns: 64 and 96 here)
+# (the fused form needs >= 32 threads per row dividing the columns: 64, 96, 128 here)
 SIZES = [(1, 1, "fused"), (3, 33, "kernels"), (7, 5, "fused"), (5, 64, "fused"),
-         (3, 96, "fused")]
+         (3, 96, "fused"), (3, 128, "fused")]  # 128: 32 threads of 4 adjacent columns
 
 
 @pytest.fixture(autouse=True)
@@ -107,7 +107,7 @@ def test_gradient_splits_into_rows_and_two_column_reductions():
     assert opts.mixed_rows == "fused" and opts.row_block == 1024
     assert opts.to_pipeline("cuda") == ("merge-updates,inline-temporaries,schedule{fusion=max,"
                                         "skew=false,positive-orthant=true},"
-                                        "map-mixed{threads=1024,grid=4224}")
+                                        "map-mixed{threads=1024,grid=4224,vector-bytes=16}")
     state = lower(fn, {"N": 64, "D": 32}, opts, "cuda")
     # both column reductions (same rows, independent) in one group
     (group,) = column_groups(state.fn, state.deps.validity, state.scop.domain,
@@ -179,7 +179,7 @@ def test_dump_shows_one_kernel_mark_each(tmp_path, capsys):
     main([str(path), "--grad", "--sizes", "N=16384,D=4096", "--target", "cuda",
           "--stage", "pipeline,loops"])
     out = capsys.readouterr().out
-    assert "map-mixed{threads=1024,grid=4224}" in out
+    assert "map-mixed{threads=1024,grid=4224,vector-bytes=16}" in out
     assert out.count("// kernel grid=") == 2
 
 
@@ -240,7 +240,7 @@ def test_simulated_gradient_matches_reference(n, d, mixed, rng):
     got = simulate_call(fn.ir, inputs, opts)
     assert_outputs_close(got, _reference(fn, inputs), 1e-4, context=f"{n}x{d} {mixed}")
     fused = "over-rows" in lower(fn.ir, {"N": n, "D": d}, opts, "cuda").schedule.to_str()
-    assert fused == (mixed == "fused" and d in (64, 96))
+    assert fused == (mixed == "fused" and d in (64, 96, 128))
 
 
 @pytest.mark.parametrize(("n", "d"), [(1, 1), (5, 33), (31, 7), (3, 64)], ids=str)
@@ -261,10 +261,16 @@ def test_center_runs_its_column_kernel_first():
     assert sched.index("accumulate S0 atomic") < sched.index("rows threads=")
 
 
-def test_explicit_grid_and_block(rng):
+@pytest.mark.parametrize(("n", "d", "mixed", "vector"), [(5, 40, "kernels", 0), (5, 256, "fused", 16)],
+                         ids=["kernels", "fused-lanes"])
+def test_explicit_grid_and_block(n, d, mixed, vector, rng):
     fn = tc.define(GRAD)
-    inputs = _inputs(fn, rng, 5, 40)
-    opts = tc.MappingOptions(fusion="max", row_block=32, grid=(3,), mixed_rows="kernels")
+    inputs = _inputs(fn, rng, n, d)
+    opts = tc.MappingOptions(fusion="max", row_block=32, grid=(3,), mixed_rows=mixed,
+                             vector_bytes=vector)
+    if vector:  # 32 threads of 4 adjacent columns, 2 strides: 8 registers per reduction
+        text = fn.compile(*inputs, target="cuda", arch="sm_90", options=opts).loops
+        assert "accumulate S3 over-rows atomic" in text and "S3(4 * _tx + 131, " in text
     got = simulate_call(fn.ir, inputs, opts)
     assert_outputs_close(got, _reference(fn, inputs), 1e-4)
 
@@ -292,12 +298,11 @@ def test_programs_of_one_kind_are_not_mixed(src):
 
 
 def test_codegen_refuses_a_column_phase_that_is_not_unrolled(monkeypatch):
-    """With the stride limit lifted in map-mixed (not in map-rows' unrolling), isl keeps the stride loop (64 strides of
-    64 threads): a call site would stand for several columns, and the code generator says so
-    rather than folding them into one register."""
-    from tcmlir.passes import map_mixed, row_partials
+    """With the stride limit lifted in map-mixed (not in map-rows' unrolling), isl keeps the
+    stride loop (64 strides of 64 threads, scalar accesses): a call site would stand for
+    several columns, and the code generator says so rather than fold them into one register."""
+    from tcmlir.passes import row_partials
 
-    monkeypatch.setattr(map_mixed, "UNROLL_STRIDES", 1000)
     monkeypatch.setattr(row_partials, "UNROLL_STRIDES", 1000)
     fn = tc.define(GRAD)
     inputs = [np.zeros((8, 4096) if len(t.shape) == 2 else (4096,), np.float32)

@@ -77,6 +77,8 @@ class MappingOptions:
                                                  # (column kernels after it); "": off
     devices: tuple[int, ...] = ()                # split a call across these GPUs (tcmlir.multi);
                                                  # (): one device, the inputs'
+    vector_bytes: int = 0                        # cuda: bytes a thread accesses at once along
+                                                 # its innermost member (16: 128-bit); 0 off
 
     def __post_init__(self) -> None:
         if self.fusion not in FUSION_STRATEGIES:
@@ -98,6 +100,8 @@ class MappingOptions:
         for name in ("unroll_factor",):
             if getattr(self, name) < 1:
                 raise OptionsError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.vector_bytes not in (0, 1, 2, 4, 8, 16):
+            raise OptionsError(f"vector_bytes must be 0 (off) or a power of two <= 16, got {self.vector_bytes}")
         for name in ("shared_depth", "private_depth", "max_shared_memory", "threads", "row_block"):
             if getattr(self, name) < 0:
                 raise OptionsError(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -192,10 +196,10 @@ class MappingOptions:
     def cuda_batched_contraction(cls) -> MappingOptions:
         """Options for batched matmul-like kernels on the GPU (``Z(b, n, m) +=! X(b, n, k) *
         Y(b, m, k)``): one batch entry and a 32×32 output tile per block, one output per
-        thread (32×32 threads), operand tiles of 8 along k in shared memory, accumulators in
-        registers. On the TBMM of the benchmark (500 × 26×26×72) 0.043 ms; the naive options
-        took 1.9 ms."""
-        return cls(fusion="preserve3coincident", tile_sizes=(1, 32, 32, 8), block=(32, 32, 1),
+        thread (32×32 threads), operand tiles of 32 along k in shared memory, accumulators in
+        registers. On the TBMM of the benchmark (500 × 26×26×72, H200): 0.033 ms with k-tiles
+        of 8, 0.029 ms with 24 or 72 (fewer barriers); the naive options took 1.9 ms."""
+        return cls(fusion="preserve3coincident", tile_sizes=(1, 32, 32, 32), block=(32, 32, 1),
                    grid=(64, 64, 1024), use_shared_memory=True, use_private_memory=True)
 
     @classmethod
@@ -304,6 +308,14 @@ class MappingOptions:
         ``grid[0]`` caps the blocks; 0 turns it off."""
         return self._with(row_block=int(threads))
 
+    def vector_access(self, nbytes: int = 16) -> MappingOptions:
+        """cuda: each thread accesses ``nbytes`` (16: 128 bits) of adjacent elements along its
+        innermost member at once, where the extents allow (`map-rows`, `map-to-threads`);
+        LLVM merges them into vector loads and stores when the pointers are 16-byte aligned,
+        which the call's signature records (an unaligned input gets its own scalar kernel).
+        0 turns it off."""
+        return self._with(vector_bytes=int(nbytes))
+
     def on_devices(self, *devices: int) -> MappingOptions:
         """Split each call across these CUDA devices (`tcmlir.multi`; ``on_devices(0, 0)``: two
         parts on device 0); no argument: one device. A part's kernel uses these options without
@@ -317,8 +329,9 @@ class MappingOptions:
         out: dict[str, Any] = {"version": _JSON_VERSION}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name in ("devices", "mixed_rows") and not value:
-                continue  # the default: kept out so kernel cache keys stay those of before
+            if f.name in ("devices", "vector_bytes", "mixed_rows") and not value:
+                continue  # one device, scalar access, no mixed mapping: kept out so cache keys
+                # stay those of before
             out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
 
@@ -388,11 +401,11 @@ class MappingOptions:
             # per row, phases separated by barriers (passes/inline_temporaries, map_rows)
             steps.insert(0, "inline-temporaries")
             mapper = "map-rows"
-            extra = ""
+            extra = f",vector-bytes={self.vector_bytes}" if self.vector_bytes else ""
             if self.mixed_rows:  # a gradient's adjoint written in pieces becomes one expression
                 steps.insert(0, "merge-updates")
                 mapper = "map-mixed"
-                extra = "" if self.mixed_rows == "fused" else ",fuse=false"
+                extra += "" if self.mixed_rows == "fused" else ",fuse=false"
             steps.append(f"{mapper}{{threads={self.row_block},grid={self.grid[0]}{extra}}}")
             if self.use_shared_memory or self.use_private_memory:
                 raise OptionsError("row_block (map-rows) keeps rows on chip itself and does not "
@@ -413,7 +426,8 @@ class MappingOptions:
             steps.append(f"map-to-blocks{{grid={ints(self.grid)}}}")
             if self.register_tile:
                 steps.append(f"register-tile{{sizes={ints(self.register_tile)}}}")
-            steps.append(f"map-to-threads{{block={ints(block)}}}")
+            vec = f",vector-bytes={self.vector_bytes}" if self.vector_bytes else ""
+            steps.append(f"map-to-threads{{block={ints(block)}{vec}}}")
             # a reduction member left sequential goes to threadIdx.x with a block combine
             # (only where the kernel has at most one thread-mapped member; passes/map_reductions)
             steps.append(f"map-reduction{{threads={block[0]}}}")
