@@ -45,7 +45,7 @@ BLOCKS_PER_SM = 2048 // ROW_THREADS
 # threads per row of a program mixing rows and column reductions: its row kernel keeps a
 # register per column stride for each column reduction, and row kernels get 32 registers
 # (codegen.nvptx launch bounds); 1024 threads halve the strides (layernorm gradient
-# 16384x4096: ptxas spills 88 bytes per thread at 1024, 216 at 512)
+# 16384x4096, 128-bit accesses: ptxas keeps a 128-byte stack frame per thread at 1024, 264 at 512)
 MIXED_THREADS = 1024
 # threads per block of a full reduction (s +=! A(i)): measured on the H200 (2^28 float32),
 # blocks of 1024 threads read at 84% of the copy ceiling, blocks of 512 at 65%
