@@ -4,7 +4,8 @@ The space depends on the target: only the fields the backend honours vary, so no
 is spent on knobs that change nothing. On the CPU: fusion, tiling, unrolling, threads. On CUDA: fusion,
 tiling, block, grid, unrolling, register tiles and shared/private promotion, and for row
 programs (softmax, layernorm, reductions: `gpu_defaults.reduction_defaults`) the one-kernel
-``row_block``. Candidates that
+``row_block`` (with ``mixed_rows`` for programs of rows and column reductions:
+`gpu_defaults.mixed_defaults`). Candidates that
 break a device limit (threads per block, block and grid dimensions, shared memory), whose
 register tile does not divide their tiles or needs too many registers are filtered before
 compiling (`SearchSpace.why_invalid`, the reason recorded); the limits default to those of
@@ -56,6 +57,7 @@ class SearchSpace:
     cores: int
     limits: DeviceLimits = DeviceLimits()
     rows: bool = False  # a row program (`gpu_defaults.reduction_defaults`): search map-rows too
+    mixed: bool = False  # rows and column reductions (`gpu_defaults.mixed_defaults`): map-mixed
 
     def _draw(self, rng: random.Random, field: str) -> Any:
         return _FIELDS[field](self, rng)
@@ -64,6 +66,8 @@ class SearchSpace:
     def fields(self) -> tuple[str, ...]:
         if self.target != "cuda":
             return CPU_FIELDS
+        if self.mixed:
+            return (*CUDA_FIELDS, "row_block", "mixed_rows")
         return (*CUDA_FIELDS, "row_block") if self.rows else CUDA_FIELDS
 
     def why_invalid(self, opts: MappingOptions) -> str | None:
@@ -150,6 +154,8 @@ def _register_tile(space: SearchSpace, rng: random.Random) -> tuple[int, ...]:
 _FIELDS: dict[str, Callable[[SearchSpace, random.Random], Any]] = {
     # a row program's one-kernel mapping (map-rows): 0 leaves it off
     "row_block": lambda s, r: r.choice((0, 128, 256, 512, 1024)),
+    # a mixed program's: column reductions inside the row kernel, or column kernels after it
+    "mixed_rows": lambda s, r: r.choice(("fused", "kernels")),
     "register_tile": _register_tile,
     "use_shared_memory": lambda s, r: r.random() < 0.6,
     "use_private_memory": lambda s, r: r.random() < 0.6,
@@ -163,12 +169,13 @@ _FIELDS: dict[str, Callable[[SearchSpace, random.Random], Any]] = {
 
 
 def space_for(fn: ir.Function, target: str, limits: DeviceLimits | None = None) -> SearchSpace:
-    from ..gpu_defaults import reduction_defaults
+    from ..gpu_defaults import mixed_defaults, reduction_defaults
 
     depth = max((len(s.ranges) for s in fn.statements), default=1)
     rows = target == "cuda" and reduction_defaults(fn) is not None
+    mixed = target == "cuda" and not rows and mixed_defaults(fn) is not None
     return SearchSpace(target=target, depth=max(1, depth), cores=os.cpu_count() or 1,
-                       limits=limits or DeviceLimits(), rows=rows)
+                       limits=limits or DeviceLimits(), rows=rows, mixed=mixed)
 
 
 def cuda_limits(device: int = 0) -> DeviceLimits:
