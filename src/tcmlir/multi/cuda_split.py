@@ -1,8 +1,10 @@
 """The CUDA executor of a split call: streams per part, slab copies, the gather.
 
-Place: made by `multi.execute.split_call` once per input types, shapes and devices; each
-part's launch goes through the single-device `launch_plan.CudaPlan` of the chunk's signature
-(its outputs given: rows of the gathered output, or the part's own shard).
+Place: made by `multi.execute.split_call` once per input types, shapes, devices and options;
+its first call prepares everything that does not change between calls (`multi.prepared`: each
+part's `launch_plan.CudaPlan` of the chunk's signature and a parameter block of its own, the
+buffers it keeps, every copy as integers), so a warm call only reads the inputs' pointers and
+queues driver work.
 
 One call on CUDA, with parts ``p`` on devices ``d_p`` and outputs on device ``o``:
 
@@ -11,18 +13,21 @@ One call on CUDA, with parts ``p`` on devices ``d_p`` and outputs on device ``o`
    ``o`` (and zeroed where no part writes);
 2. part ``p`` runs on its own stream of ``d_p`` (made once), which waits for those events, then
    gets its input slabs: an input already on ``d_p`` is used in place (a pointer to its first
-   row), else copied into a pool buffer (host → device, ``cuMemcpyDtoDAsync`` on one device,
-   ``cuMemcpyPeerAsync`` between peers, staged through pinned host memory otherwise);
+   row), else copied into a buffer the part keeps (host → device, ``cuMemcpyDtoDAsync`` on one
+   device, ``cuMemcpyPeerAsync`` between peers, staged through pinned host memory otherwise);
 3. the part's outputs are its rows of the final outputs when ``d_p == o`` (no gather copy),
-   else pool buffers copied to ``o`` after the launches, on the part's stream;
+   else buffers of the part copied to ``o`` after the launches, on the part's stream;
 4. every caller stream waits for every part's last event, so later work (and the allocator's
    reuse of inputs freed by the caller) is ordered after the split call; numpy outputs are
    copied back and the output stream synchronised (the only host wait, besides staging).
+
+A part's kept buffers are used only on its own stream, so one call's use of them is ordered
+after the previous call's without a wait; a CUDA graph capture of such a call is refused
+(`prepared.refuse_capture`): a replay would share them with later calls.
 """
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,11 +35,28 @@ from typing import Any
 
 import numpy as np
 
-from .. import ir
 from ..binding import needs_zero_fill
 from ..errors import CallError
-from .inputs import locate_inputs, row_bytes, size_values
+from ..runtime import cuda_memory
+from ..runtime.arrays import ArrayKind, DeviceArray, bind_device_inputs
+from ..runtime.cuda_launch import _capturing
+from ..runtime.streams import stream_handle
+from .inputs import locate_inputs
+from .prepared import (
+    D2D,
+    F_HOST,
+    F_LIBRARY,
+    H2D,
+    PEER,
+    SET,
+    prepare,
+    refuse_capture,
+    sources_fast,
+    sources_from_views,
+)
 from .shards import Shard, Sharded
+
+_COPIES = {H2D: "cuMemcpyHtoDAsync", D2D: "cuMemcpyDtoDAsync", PEER: "cuMemcpyPeerAsync"}
 
 __all__ = ["SplitExecutor"]
 
@@ -62,13 +84,14 @@ class _PartState:
 class SplitExecutor:
     """A split call on CUDA devices, made once per input types, shapes and devices."""
 
-    in_place = True  # inputs on a part's device are used where they are (False: copied, a test knob)
-
     def __init__(self, fn: Any, kernel: Any, runtime: Any = None, shards: bool = False):
         from ..runtime.cuda_launch import get_runtime
         from ..runtime.peer import PeerAccess
 
-        self.fn, self.plan, self.kernels = fn, kernel.plan, kernel.kernels
+        # the function's IR and name, not the function: it holds its executors, and no cycle
+        # keeps an executor's buffers alive once the function is gone
+        self.ir, self.entry = fn.ir, fn.entry
+        self.plan, self.kernels = kernel.plan, kernel.kernels
         self.shards = shards  # outputs left on the parts' devices (`shards.Sharded`)
         self.runtime = rt = runtime or get_runtime()
         self.peers = PeerAccess(rt)
@@ -82,9 +105,16 @@ class SplitExecutor:
         self._events: dict[int, Any] = {}
         self._pinned: dict[tuple[int, str], Any] = {}
         self._lock = threading.Lock()
-        fn_ir = fn.ir
-        self._zero = [{t.name: needs_zero_fill(fn_ir, t, dict(p.sizes)) for t in fn_ir.outputs}
+        self.prepared: Any = None  # a `prepared.Prepared`, made by the first call
+        self._zero = [{t.name: needs_zero_fill(self.ir, t, dict(p.sizes)) for t in self.ir.outputs}
                       for p in self.plan.parts]
+
+    in_place = True  # inputs on a part's device are used where they are (False: copied, a test knob)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "in_place":  # the prepared copies depend on it: prepare again
+            self.__dict__["prepared"] = None
+        super().__setattr__(name, value)
 
     def _event(self, device: int) -> Any:
         event = self._events.get(device)
@@ -94,197 +124,151 @@ class SplitExecutor:
             event = self._events[device] = _check(_driver().cuEventCreate(flags), "cuEventCreate")
         return event
 
-    def __call__(self, inputs: Sequence[Any], stream: Any = None) -> Any:
+    def __call__(self, inputs: Sequence[Any], stream: Any = None,
+                 views: dict[str, Any] | None = None) -> Any:
+        """One call; ``views``: the inputs' `inputs.locate_inputs` views (None: the inputs are
+        of the types, shapes and devices this executor was made for, read directly)."""
+        fn = self.ir
+        keep: list[Any] = []  # host copies that must outlive the queueing of their copies
         with self._lock:
-            return self._call(inputs, stream)
+            prepared = self.prepared
+            if prepared is None and views is None:
+                views = locate_inputs(fn, inputs)[0]
+            if views is None:
+                src = sources_fast(prepared, fn, inputs, keep)
+            else:
+                src = sources_from_views(fn, views, keep)
+                if prepared is None:
+                    prepared = self.prepared = prepare(self, inputs, views, src)
+            return self._run(prepared, src, stream)
 
-    def _call(self, inputs: Sequence[Any], stream: Any) -> Any:
-        from ..runtime.arrays import ArrayKind, DeviceArrayView
-        from ..runtime.peer import record_event, wait_event
-        from ..runtime.streams import memory_for, stream_handle
-
-        fn, plan, rt = self.fn.ir, self.plan, self.runtime
-        views, where = locate_inputs(fn, inputs)
-        if size_values(fn, views) != dict(plan.sizes):
-            raise CallError(f"{fn.name}: the split was planned for sizes {dict(plan.sizes)}")
-        kind = next((views[t.name].kind for t in fn.inputs if t.rank > 0), ArrayKind.NUMPY)
-        out_dev = plan.output_device
-        callers = {}  # device -> (caller's stream handle, its memory)
-        for dev in sorted(_devices(where) | {p.device for p in plan.parts} | {out_dev}):
-            memory = memory_for(kind if kind.on_device else ArrayKind.CUDA_ARRAY, rt, dev)
-            handle = (stream_handle(stream) if stream is not None and dev == out_dev
-                      else memory.current_stream())
-            callers[dev] = (handle, memory)
-        out_handle, out_memory = callers[out_dev]
-        rt.context(out_dev)
-        finals, results, copies_back, keep = {}, [], [], []
-        shards: dict[str, list] = {t.name: [] for t in fn.outputs}
-        for t in (() if self.shards else fn.outputs):
-            shape = tuple(e.evaluate(dict(plan.sizes)) for e in t.shape)
-            nbytes = math.prod(shape) * t.dtype.itemsize
-            ptr, result, owner = _output(kind, out_memory, rt, out_dev, shape, t.dtype, nbytes,
-                                         out_handle)
-            if not plan.covered[t.name]:
-                _memset(ptr, nbytes, out_handle)
-            finals[t.name] = (ptr, shape)
+    def _run(self, p: Any, src: list[int], stream: Any) -> Any:
+        d, rt, plan = cuda_memory.driver, self.runtime, self.plan
+        ok = d.CUresult.CUDA_SUCCESS
+        callers = p.callers
+        handles = [c.current() for c in callers]
+        if stream is not None:
+            handles[p.out_pos] = stream_handle(stream)
+        out, out_h = callers[p.out_pos], handles[p.out_pos]
+        if p.check_capture and _capturing(out_h):
+            raise refuse_capture(self.entry)
+        out.context.activate()
+        finals, results, backs = [], [], []
+        for f in p.finals:
+            if f.how == F_LIBRARY:
+                ptr, result = out.memory.empty(f.shape, f.lib_dtype)
+            elif f.how == F_HOST:
+                ptr, result = f.held, _host_result(p.kind, f.shape, f.dtype)
+                backs.append((result, ptr, f.nbytes))
+            else:
+                buf = rt.alloc(f.nbytes, out.device)
+                ptr, result = buf.ptr, DeviceArray(buf, f.shape, f.dtype, stream=out_h)
+            if f.zero:
+                _memset(ptr, f.nbytes, out_h)
+            finals.append(ptr)
             results.append(result)
-            keep.append(owner)
-            if kind in (ArrayKind.NUMPY, ArrayKind.TORCH_CPU):
-                copies_back.append((result, ptr, nbytes, owner))
-        for dev, (handle, _) in callers.items():
-            rt.context(dev)
-            record_event(self._event(dev), handle)
-        released = []  # (pool, buffer, stream) given back after the call's work is queued
-        for k, (part, state) in enumerate(zip(plan.parts, self.parts, strict=True)):
-            ctx = rt.context(state.device)
-            for dev in callers:
-                wait_event(state.handle, self._event(dev))
-            pool = rt.pool(state.device)
-            sub = []
-            for t in fn.inputs:
-                view = views[t.name]
-                lo, hi = part.slabs.get(t.name, (0, 1))
-                if t.rank == 0 and not isinstance(view, DeviceArrayView):
-                    sub.append(view.array[()])
+        record, wait = d.cuEventRecord, d.cuStreamWaitEvent
+        for c, h in zip(callers, handles, strict=True):
+            c.context.activate()
+            if (r := record(c.event, h))[0] != ok:
+                _check(r, "cuEventRecord", context=f"stream {h:#x}")
+        events = [c.event for c in callers]
+        shards: list[list[Shard]] = [[] for _ in p.shard_kinds]
+        for part in p.parts:
+            part.context.activate()
+            h = part.handle
+            for event in events:
+                if (r := wait(h, event, 0))[0] != ok:
+                    _check(r, "cuStreamWaitEvent", context=f"stream {h:#x}")
+            values = part.block.values
+            for code, dst, i, off, n, extra in part.ins:
+                if code == SET:
+                    values[dst] = src[i] + off
                     continue
-                sub.append(self._input_slab(t, view, lo, hi, state, ctx, pool, released))
-            outs = []
-            for t in fn.outputs:
-                lo, hi = part.slabs.get(t.name, (0, 1))  # a scalar: one "row"
-                shape = tuple(e.evaluate(dict(plan.sizes)) for e in t.shape)
-                ptr = finals[t.name][0] if t.name in finals else 0
-                row = row_bytes(shape, t.dtype.itemsize, t.rank)
-                sub_shape = (hi - lo, *shape[1:]) if t.rank else ()
-                if self.shards:  # the part's own array, left on its device
-                    memory = callers[state.device][1]
-                    slab_ptr, array, _ = _output(kind if kind.on_device else ArrayKind.CUDA_ARRAY,
-                                                 memory, rt, state.device, sub_shape, t.dtype,
-                                                 (hi - lo) * row, state.handle)
-                    shards[t.name].append(Shard(state.device, (lo, hi), array, slab_ptr))
-                elif state.device == out_dev:
-                    slab_ptr = ptr + lo * row
+                if code == H2D:
+                    r = d.cuMemcpyHtoDAsync(dst, src[i] + off, n, h)
+                elif code == D2D:
+                    r = d.cuMemcpyDtoDAsync(dst, src[i] + off, n, h)
+                elif code == PEER:
+                    r = d.cuMemcpyPeerAsync(dst, extra[0], src[i] + off, extra[1], n, h)
                 else:
-                    buf = pool.acquire((hi - lo) * row, state.handle)
-                    released.append((pool, buf, state.handle))
-                    slab_ptr = buf.ptr
-                if self._zero[k][t.name]:
-                    _memset(slab_ptr, (hi - lo) * row, state.handle)
-                outs.append(_Slab(slab_ptr, sub_shape, t.dtype))
-            if state.plan is None:
-                state.plan = self._sub_plan(k, sub)
-            state.plan.call(sub, state.handle, outs)
-            for t, slab in zip(fn.outputs, outs, strict=True):
-                if state.device != out_dev and not self.shards:
-                    lo, hi = part.slabs.get(t.name, (0, 1))
-                    ptr, shape = finals[t.name]
-                    row = row_bytes(shape, t.dtype.itemsize, t.rank)
-                    self._copy(ptr + lo * row, out_dev, _slab_ptr(slab), state.device,
-                               (hi - lo) * row, state, None, name=f"out {t.name}")
-            record_event(state.done, state.handle)
-        for dev, (handle, _) in callers.items():
-            rt.context(dev)
-            for state in self.parts:
-                wait_event(handle, state.done)
-        for pool, buf, handle in released:
-            pool.release(buf, handle)
-        if copies_back:
-            rt.context(out_dev)
-            for result, ptr, nbytes, _ in copies_back:
+                    self._staged(dst, part.device, src[i] + off, extra[0], n, part, extra[1],
+                                 extra[2])
+                    continue
+                if r[0] != ok:
+                    _check(r, f"{_COPIES[code]}({n} bytes)", context=f"input of {plan.entry}")
+            for slot, j, off in part.outs:
+                values[slot] = finals[j] + off
+            for slot, j, shape, n, rows, dtype in part.shard_outs:
+                ptr, array, _ = _output(p.shard_kinds[j], part.memory, rt, part.device, shape,
+                                        dtype, n, h)
+                values[slot] = ptr
+                shards[j].append(Shard(part.device, rows, array, ptr))
+            for slot, n in part.zero:
+                _memset(values[slot], n, h)
+            part.plan.launch_packed(part.params, h)
+            for code, j, off, ptr, n, extra in part.copies_out:
+                if code == PEER:
+                    r = d.cuMemcpyPeerAsync(finals[j] + off, extra[0], ptr, extra[1], n, h)
+                    if r[0] != ok:
+                        _check(r, f"cuMemcpyPeerAsync({n} bytes)",
+                               context=f"output of {plan.entry}")
+                else:
+                    self._staged(finals[j] + off, out.device, ptr, part.device, n, part, None,
+                                 extra)
+            if (r := record(part.done, h))[0] != ok:
+                _check(r, "cuEventRecord", context=f"stream {h:#x}")
+        for c, h in zip(callers, handles, strict=True):
+            c.context.activate()
+            for part in p.parts:
+                if (r := wait(h, part.done, 0))[0] != ok:
+                    _check(r, "cuStreamWaitEvent", context=f"stream {h:#x}")
+        if backs:
+            out.context.activate()
+            for result, ptr, nbytes in backs:
                 address = (result.ctypes.data if isinstance(result, np.ndarray)
                            else result.data_ptr())
-                _check(_driver().cuMemcpyDtoHAsync(address, ptr, nbytes, out_handle),
-                       f"cuMemcpyDtoHAsync({nbytes} bytes)", context=f"output of {fn.name}")
-            _check(_driver().cuStreamSynchronize(out_handle), "cuStreamSynchronize",
-                   context=f"after the split call of {fn.name}")
-            for _, _, _, owner in copies_back:
-                rt.pool(out_dev).release(owner, out_handle)
+                _check(d.cuMemcpyDtoHAsync(address, ptr, nbytes, out_h),
+                       f"cuMemcpyDtoHAsync({nbytes} bytes)", context=f"output of {plan.entry}")
+            _check(d.cuStreamSynchronize(out_h), "cuStreamSynchronize",
+                   context=f"after the split call of {plan.entry}")
+            for sub in p.gather_plans:  # the flags' reads have landed: report now
+                sub.report_pending()
         if self.shards:
-            results = [Sharded(tuple(e.evaluate(dict(plan.sizes)) for e in t.shape), t.dtype,
-                               tuple(shards[t.name]),
-                               kind if kind.on_device else ArrayKind.CUDA_ARRAY)
-                       for t in fn.outputs]
+            results = [Sharded(shape, t.dtype, tuple(shards[j]), p.shard_kinds[j])
+                       for j, (t, shape) in enumerate(zip(self.ir.outputs, p.shapes,
+                                                          strict=True))]
         return results[0] if len(results) == 1 else tuple(results)
 
-    def _input_slab(self, t: ir.Tensor, view: Any, lo: int, hi: int, state: _PartState,
-                    ctx: Any, pool: Any, released: list) -> _Slab:
-        from ..runtime.arrays import DeviceArrayView
-
-        shape = tuple(view.shape)
-        row = row_bytes(shape, t.dtype.itemsize, t.rank)
-        sub_shape = shape if t.rank == 0 else (hi - lo, *shape[1:])
-        nbytes = row * (1 if t.rank == 0 else hi - lo)
-        offset = 0 if t.rank == 0 else lo * row
-        if isinstance(view, Sharded):
-            return self._from_shards(t, view, lo, hi, state, pool, released)
-        on_device = isinstance(view, DeviceArrayView)
-        if on_device and view.device_ordinal == state.device and self.in_place:
-            return _Slab(view.ptr + offset, sub_shape, t.dtype, view.owner)
-        buf = pool.acquire(nbytes, state.handle)
-        released.append((pool, buf, state.handle))
-        if on_device:
-            self._copy(buf.ptr, state.device, view.ptr + offset, view.device_ordinal, nbytes,
-                       state, self._events.get(view.device_ordinal), name=t.name)
-        elif nbytes:
-            host = view.array if view.array.flags.c_contiguous else np.ascontiguousarray(view.array)
-            _check(_driver().cuMemcpyHtoDAsync(buf.ptr, host.ctypes.data + offset, nbytes,
-                                               state.handle),
-                   f"cuMemcpyHtoDAsync({nbytes} bytes)", context=f"input {t.name}")
-        return _Slab(buf.ptr, sub_shape, t.dtype, buf)
-
-    def _from_shards(self, t: ir.Tensor, view: Sharded, lo: int, hi: int, state: _PartState,
-                     pool: Any, released: list) -> _Slab:
-        """Rows [lo, hi) of a sharded input: in place when one shard on the part's device
-        holds them all, else gathered from the shards that hold them."""
-        row = view.row_bytes
-        sub_shape = (hi - lo, *view.shape[1:])
-        pieces = view.pieces(lo, hi)
-        if (self.in_place and len(pieces) == 1 and pieces[0][0].device == state.device
-                and pieces[0][1:] == (lo, hi)):
-            shard = pieces[0][0]
-            return _Slab(shard.ptr + (lo - shard.rows[0]) * row, sub_shape, t.dtype, shard.array)
-        buf = pool.acquire((hi - lo) * row, state.handle)
-        released.append((pool, buf, state.handle))
-        for shard, a, b in pieces:
-            self._copy(buf.ptr + (a - lo) * row, state.device,
-                       shard.ptr + (a - shard.rows[0]) * row, shard.device, (b - a) * row, state,
-                       self._events.get(shard.device), name=f"{t.name} {shard.rows}")
-        return _Slab(buf.ptr, sub_shape, t.dtype, buf)
-
-    def _copy(self, dst: int, dst_dev: int, src: int, src_dev: int, nbytes: int,
-              state: _PartState, ready: Any, name: str = "output") -> None:
-        from ..runtime.peer import copy_device_to_device, stage_through_host
+    def _staged(self, dst: int, dst_dev: int, src: int, src_dev: int, nbytes: int,
+                part: Any, ready: Any, name: str) -> None:
+        """A copy between devices without peer access, through pinned memory of the part's."""
+        from ..runtime.peer import stage_through_host
 
         rt = self.runtime
         dst_ctx, src_ctx = rt.context(dst_dev), rt.context(src_dev)
-        if self.peers.direct(src_dev, dst_dev):
-            rt.context(state.device)  # the stream's context is current when queueing on it
-            copy_device_to_device(dst, dst_dev, dst_ctx, src, src_dev, src_ctx, nbytes,
-                                  state.handle)
-            return
-        key = (id(state), name)
+        key = (id(part), name)
         pinned = self._pinned.get(key)
         if pinned is None or pinned.nbytes < nbytes:
-            pinned = self._pinned[key] = rt.pinned(nbytes, state.device)
+            pinned = self._pinned[key] = rt.pinned(nbytes, part.device)
         else:  # the previous call's copy out of it must have left
-            _check(_driver().cuEventSynchronize(state.done), "cuEventSynchronize")
+            _check(_driver().cuEventSynchronize(part.done), "cuEventSynchronize")
         if ready is None:  # an output, made by the part's own stream, written synchronously
-            rt.context(state.device)
-            _check(_driver().cuStreamSynchronize(state.handle), "cuStreamSynchronize")
+            rt.context(part.device)
+            _check(_driver().cuStreamSynchronize(part.handle), "cuStreamSynchronize")
         stage_through_host(dst, src, nbytes, pinned, ready, src_ctx, dst_ctx,
-                           None if ready is None else state.handle)
-        rt.context(state.device)
+                           None if ready is None else part.handle)
+        rt.context(part.device)
 
     def _sub_plan(self, k: int, sub: Sequence[Any]) -> Any:
-        from ..runtime.arrays import bind_device_inputs
-
         kernel = self.kernels[k]
-        bound = bind_device_inputs(self.fn.ir, sub)
+        bound = bind_device_inputs(self.ir, sub)
         if bound.device != self.parts[k].device:
-            raise CallError(f"{self.fn.entry}: part {k}'s inputs are on device {bound.device}, "
+            raise CallError(f"{self.entry}: part {k}'s inputs are on device {bound.device}, "
                             f"the part runs on device {self.parts[k].device}")
         runner = kernel.runner
-        runner._source = getattr(self.fn.ir, "source", None)
-        return runner.plan(self.fn.ir, bound, sub, self.parts[k].handle)
+        runner._source = getattr(self.ir, "source", None)
+        return runner.plan(self.ir, bound, sub, self.parts[k].handle)
 
 
 def _devices(where: dict[str, Any]) -> set[int]:
@@ -298,27 +282,20 @@ def _devices(where: dict[str, Any]) -> set[int]:
     return out
 
 
-def _slab_ptr(slab: _Slab) -> int:
-    return int(slab.__cuda_array_interface__["data"][0])
+def _host_result(kind: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+    if kind is ArrayKind.TORCH_CPU:
+        import torch
+
+        return torch.empty(shape, dtype=getattr(torch, dtype.value))
+    return np.empty(shape, dtype.numpy)
 
 
 def _output(kind: Any, memory: Any, rt: Any, device: int, shape: tuple[int, ...], dtype: Any,
             nbytes: int, handle: int) -> tuple[int, Any, Any]:
     """(device pointer, the user's result, the object owning the device memory)."""
-    from ..runtime.arrays import ArrayKind, DeviceArray
-
     if kind is ArrayKind.TORCH_CUDA or kind is ArrayKind.CUPY:
         ptr, result = memory.empty(shape, memory.dtype(dtype))
         return ptr, result, result
-    if kind in (ArrayKind.NUMPY, ArrayKind.TORCH_CPU):
-        buf = rt.pool(device).acquire(nbytes, handle)
-        if kind is ArrayKind.TORCH_CPU:
-            import torch
-
-            result = torch.empty(shape, dtype=getattr(torch, dtype.value))
-        else:
-            result = np.empty(shape, dtype.numpy)
-        return buf.ptr, result, buf
     buf = rt.alloc(nbytes, device)
     return buf.ptr, DeviceArray(buf, shape, dtype, stream=handle), buf
 
@@ -326,20 +303,17 @@ def _output(kind: Any, memory: Any, rt: Any, device: int, shape: tuple[int, ...]
 def _memset(ptr: int, nbytes: int, handle: int) -> None:
     if not nbytes:
         return
+    d = cuda_memory.driver
     if nbytes % 4 == 0:
-        _check(_driver().cuMemsetD32Async(ptr, 0, nbytes // 4, handle),
-               f"cuMemsetD32Async({nbytes} bytes)")
+        r = d.cuMemsetD32Async(ptr, 0, nbytes // 4, handle)
     else:
-        _check(_driver().cuMemsetD8Async(ptr, 0, nbytes, handle), f"cuMemsetD8Async({nbytes} bytes)")
+        r = d.cuMemsetD8Async(ptr, 0, nbytes, handle)
+    if r[0] != d.CUresult.CUDA_SUCCESS:
+        _check(r, f"cuMemsetD{32 if nbytes % 4 == 0 else 8}Async({nbytes} bytes)")
 
 
 def _driver() -> Any:
-    from ..runtime import cuda_memory
-
     return cuda_memory.driver
 
 
-def _check(result: Any, what: str, context: str | None = None) -> Any:
-    from ..runtime.cuda_memory import check
-
-    return check(result, what, context)
+_check = cuda_memory.check

@@ -20,7 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from ..config import hot_path_token
 from ..errors import CallError
+from ..signature import call_key
 from .inputs import host_slab, locate_inputs, placeholder, size_values
 from .plan import SplitPlan, make_plan
 from .shards import Sharded
@@ -73,13 +75,27 @@ def split_call(fn: Any, inputs: Sequence[Any], devices: Sequence[int], options: 
                target: str, *, outputs: Any = None, stream: Any = None,
                output_device: int | None = None, shards: bool = False) -> Any:
     """``fn(*inputs, devices=devices)``: the executor of this call's shapes, made once
-    (``shards``: outputs left on the parts' devices, see `multi.shards`)."""
+    (``shards``: outputs left on the parts' devices, see `multi.shards`).
+
+    A warm call of numpy, torch or CuPy arrays and scalars finds its executor under the
+    inputs' `signature.call_key` (type, shape, dtype, strides, device: what decides the plan)
+    and runs it on the inputs directly; other inputs (CUDA-array-interface and DLPack objects,
+    shards) are located first (`inputs.locate_inputs`), their devices being part of the key."""
     if outputs is not None:
         raise CallError(f"{fn.entry}: outputs= is not supported with devices= (the outputs "
                         "are gathered on the output device); call without outputs=")
-    key = ("split", tuple(devices), output_device, options.to_json() if options else None,
-           target, shards, tuple(_describe(x) for x in inputs))
-    executors = fn.__dict__.setdefault("_split_executors", {})
+    head = ("split", tuple(devices), output_device, options.to_json() if options else None,
+            target, shards, hot_path_token())
+    executors = fn.__dict__.get("_split_executors")
+    if executors is None:
+        executors = fn.__dict__.setdefault("_split_executors", {})
+    fast = call_key(inputs)
+    if fast is not None:
+        executor = executors.get((*head, fast))
+        if executor is not None:
+            return executor(inputs, stream)
+    views, where = locate_inputs(fn.ir, inputs)
+    key = (*head, tuple(_describe(x) for x in inputs), tuple(where.values()))
     executor = executors.get(key)
     if executor is None:
         kernel, _ = split_kernel(fn, inputs, devices, options, target, None, output_device)
@@ -90,7 +106,10 @@ def split_call(fn: Any, inputs: Sequence[Any], devices: Sequence[int], options: 
         else:
             executor = HostSplitExecutor(fn, kernel)
         executors[key] = executor
-    return executor(inputs, stream)
+    result = executor(inputs, stream, views)
+    if fast is not None:  # the call passed every check: later ones take the direct path
+        executors[(*head, fast)] = executor
+    return result
 
 
 def _describe(x: Any) -> tuple:
@@ -114,13 +133,15 @@ class HostSplitExecutor:
     def __init__(self, fn: Any, kernel: SplitKernel):
         self.fn, self.plan, self.kernels = fn, kernel.plan, kernel.kernels
 
-    def __call__(self, inputs: Sequence[Any], stream: Any = None) -> Any:
+    def __call__(self, inputs: Sequence[Any], stream: Any = None,
+                 views: dict[str, Any] | None = None) -> Any:
         if stream is not None:
             raise CallError(f"{self.fn.entry}: stream= is for target='cuda'")
         fn = self.fn.ir
         if any(isinstance(x, Sharded) for x in inputs):
             raise CallError(f"{fn.name}: sharded inputs live on GPUs: call with target='cuda'")
-        views, _ = locate_inputs(fn, inputs)
+        if views is None:
+            views, _ = locate_inputs(fn, inputs)
         if size_values(fn, views) != dict(self.plan.sizes):
             raise CallError(f"{fn.name}: the split was planned for sizes {dict(self.plan.sizes)}")
         results = {}

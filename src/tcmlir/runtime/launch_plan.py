@@ -326,10 +326,10 @@ class CudaPlan:
             self._report(self._pinned.int32(0))
         return results[0] if len(results) == 1 else tuple(results)
 
-    def _enqueue(self, handle: int) -> None:
+    def _enqueue(self, handle: int, params: Any = None) -> None:
         if self._direct is not None:
-            launch, address = self._direct.launch, self._direct_params
-            stream = self._direct.stream(handle)
+            launch, stream = self._direct.launch, self._direct.stream(handle)
+            address = self._direct_params if params is None else params
             for i, (f, gx, gy, gz, bx, by, bz) in enumerate(self._direct_kernels):
                 err = launch(f, gx, gy, gz, bx, by, bz, 0, stream, address, None)
                 if err:
@@ -339,7 +339,8 @@ class CudaPlan:
                                     f"{grid}, block {block}, stream {handle:#x})")
             self.last_stream = handle
             return
-        launch, address, ok = self._launch, self.block.address, self._success
+        launch, ok = self._launch, self._success
+        address = self.block.address if params is None else params
         for i, (f, gx, gy, gz, bx, by, bz) in enumerate(self._kernels):
             err = launch(f, gx, gy, gz, bx, by, bz, 0, handle, address, 0)[0]
             if err != ok:
@@ -348,6 +349,37 @@ class CudaPlan:
                                 f"(kernel {name} with grid {grid}, block {block}, stream "
                                 f"{handle:#x})")
         self.last_stream = handle
+
+    # ------------------------------------------------------------ a split call's part
+
+    def slots(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[tuple[int, int, bool], ...]]:
+        """For a caller packing its own `ParamBlock` (`multi.prepared`): the slots of the inputs'
+        and outputs' pointers, and the temporaries (slot, bytes, zero-filled) it must provide;
+        the other slots (sizes, the error flag) are those of ``self.block``."""
+        return (tuple(k for k, *_ in self._inputs), tuple(k for k, *_ in self._outputs),
+                self._temps)
+
+    def packed_params(self, block: ParamBlock) -> Any:
+        """What `launch_packed` takes for ``block`` (made once per block)."""
+        return block.address if self._direct is None else self._direct.pointer(block.address)
+
+    def launch_packed(self, params: Any, handle: int) -> None:
+        """Queue the kernels on ``handle`` with a block the caller packed (``params``: its
+        `packed_params`); the gather flag is read as after `call` (and reported now when
+        ``gather_sync``)."""
+        self.report_pending()
+        self._enqueue(handle, params)
+        self.runtime._last_launch[self.device] = self
+        if self.gathers:
+            self._queue_flag_read(handle)
+            if self.gather_sync:
+                self._synchronize(handle)
+                self._report(self._pinned.int32(0))
+
+    def report_pending(self) -> None:
+        """Raise the failure of an earlier call whose flag read has landed (never waits)."""
+        if self._pending:
+            self._poll()
 
     def _zero(self, ptr: int, nbytes: int, handle: int) -> None:
         if nbytes % 4 == 0:
