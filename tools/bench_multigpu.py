@@ -3,6 +3,15 @@
     python tools/bench_multigpu.py                    # devices=[0, 0]: two parts on one GPU
     python tools/bench_multigpu.py --devices 0,1      # two GPUs (inputs on device 0)
     python tools/bench_multigpu.py --quick --only matmul --json out.json
+    python tools/bench_multigpu.py --host             # host µs per call only (small sizes)
+    python tools/bench_multigpu.py --fake             # the same without a GPU (tests' fake driver)
+
+``--host`` times the host side alone: ``--calls`` calls queued back to back (best of
+``--runs`` batches; small sizes, so the GPU keeps up and never holds the host back), one
+partition against the split, and the split's excess over two one-partition calls. ``--fake``
+runs the same loop over the two-device fake driver of the tests (torch tensors faked too, no
+simulation of the kernels): it reports the fake's own time per call (driver calls and fake
+tensors, measured by wrapping them) and ours, the rest.
 
 For each case (torch CUDA tensors on device 0, TF32 off), in one run:
 
@@ -64,6 +73,135 @@ def cases(quick: bool) -> list[Case]:
     ]
 
 
+def small_cases(scale: int = 1) -> list[Case]:
+    """Sizes at which a call's host time shows: the kernels take microseconds."""
+    s = scale
+    return [
+        Case("matmul 256^3", MATMUL, ((256 // s, 256 // s), (256 // s, 256 // s))),
+        Case("batched matmul 8x64x64x32", BMM, ((8, 64 // s, 32 // s), (8, 32 // s, 64 // s))),
+        Case("softmax 512x1024", SOFTMAX, ((512 // s, 1024 // s),)),
+        Case("grouped conv 8x4x4 10^2 3x3", GCONV, ((8, 4, 4, 10, 10), (4, 4, 4, 3, 3))),
+    ]
+
+
+def host_us(call: Any, calls: int, runs: int, sync: Any = lambda: None) -> float:
+    """Host microseconds per call: best of ``runs`` batches of ``calls`` back-to-back calls."""
+    for _ in range(3):
+        call()
+    sync()
+    best = float("inf")
+    for _ in range(runs):
+        start = time.perf_counter()
+        for _ in range(calls):
+            call()
+        best = min(best, (time.perf_counter() - start) / calls)
+        sync()
+    return best * 1e6
+
+
+def _host_row(name: str, parts: int, one: float, split: float, fake: tuple | None = None) -> dict:
+    row = {"case": name, "parts": parts, "one_host_us": one, "split_host_us": split,
+           "host_ratio": split / one, "excess_over_two_us": split - 2 * one}
+    text = (f"{name:30s} parts {parts}  host one {one:7.1f} us  split {split:7.1f} us  "
+            f"split/one {split / one:5.2f}  split - 2*one {split - 2 * one:+7.1f} us")
+    if fake is not None:
+        row.update(one_fake_us=fake[0], split_fake_us=fake[1], one_ours_us=one - fake[0],
+                   split_ours_us=split - fake[1])
+        text += (f"  | fake driver {fake[0]:5.1f} / {fake[1]:5.1f} us, ours {one - fake[0]:6.1f}"
+                 f" / {split - fake[1]:6.1f} us")
+    print(text, flush=True)
+    return row
+
+
+def host_mode(args: Any, devices: list[int]) -> list[dict]:
+    """``--host`` on the GPU: torch CUDA tensors on device 0."""
+    import torch
+
+    import tcmlir as tc
+
+    rows = []
+    for case in small_cases():
+        if args.only and not any(case.name.startswith(p) for p in args.only.split(",")):
+            continue
+        fn = tc.define(case.source, target="cuda")
+        inputs = [torch.randn(*shape, device="cuda:0") for shape in case.shapes]
+        parts = len(fn.plan(*inputs, devices=devices).parts)
+        one = host_us(functools.partial(fn, *inputs), args.calls, args.runs, torch.cuda.synchronize)
+        split = host_us(functools.partial(fn, *inputs, devices=devices), args.calls, args.runs,
+                        torch.cuda.synchronize)
+        rows.append(_host_row(case.name, parts, one, split))
+    return rows
+
+
+def fake_mode(args: Any, devices: list[int]) -> list[dict]:
+    """``--fake``: the same over the tests' two-device fake driver, no GPU needed. Each case
+    runs twice: plainly (the times), and with every fake driver function and fake torch
+    allocation wrapped in a timer from the start (the fake's own time, subtracted)."""
+    import os
+
+    import pytest
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    rows = []
+    for case in small_cases(scale=8):
+        if args.only and not any(case.name.startswith(p) for p in args.only.split(",")):
+            continue
+        measured = []
+        for wrapped in (False, True):
+            mp = pytest.MonkeyPatch()
+            try:
+                measured.append(_fake_run(mp, case, devices, args, wrapped))
+            finally:
+                mp.undo()
+        (one, split, parts), (one_fake, split_fake, _) = measured
+        rows.append(_host_row(case.name, parts, one, split, (one_fake, split_fake)))
+    return rows
+
+
+def _fake_run(mp: Any, case: Case, devices: list[int], args: Any, wrapped: bool) -> tuple:
+    """(one, split, parts): host µs per call, or (``wrapped``) µs per call inside the fake."""
+    import numpy as np
+    from fake_cuda import FakeTensor, install_fake_torch
+    from fake_multi import two_devices
+
+    torch = install_fake_torch(mp)
+    rng = np.random.default_rng(0)
+    host = [rng.standard_normal(shape).astype(np.float32) for shape in case.shapes]
+    fn, kernel, driver, runtime = two_devices(mp, case.source, *host, devices=tuple(devices))
+    driver.simulate = None  # the kernels' results are the tests' business
+    spent = [0.0]
+    if wrapped:  # before any launch plan binds a driver function or torch.empty
+        def timed(f: Any) -> Any:
+            def wrapper(*a: Any, **k: Any) -> Any:
+                start = time.perf_counter()
+                try:
+                    return f(*a, **k)
+                finally:
+                    spent[0] += time.perf_counter() - start
+            return wrapper
+
+        for name in dir(type(driver)):
+            if name.startswith("cu"):
+                setattr(driver, name, timed(getattr(driver, name)))
+        torch.empty = timed(torch.empty)
+    inputs = [FakeTensor(runtime.place(x, 0), 0) for x in host]
+    out = []
+    for call in (functools.partial(fn, *inputs), functools.partial(fn, *inputs, devices=devices)):
+        if not wrapped:
+            out.append(host_us(call, args.calls, args.runs, driver.calls.clear))
+            continue
+        host_us(call, 1, 1)  # warm
+        best = float("inf")
+        for _ in range(args.runs):  # the best batch, as `host_us` takes
+            spent[0] = 0.0
+            for _ in range(args.calls):
+                call()
+            driver.calls.clear()
+            best = min(best, spent[0] / args.calls * 1e6)
+        out.append(best)
+    return (*out, len(kernel.plan.parts))
+
+
 def time_device(torch: Any, call: Any, runs: int, warmup: int = 3) -> float:
     for _ in range(warmup):
         call()
@@ -97,7 +235,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="", help="comma list of case-name prefixes")
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--host", action="store_true", help="host time per call only (small sizes)")
+    ap.add_argument("--fake", action="store_true",
+                    help="--host without a GPU, over the tests' fake two-device driver")
+    ap.add_argument("--calls", type=int, default=200, help="calls per batch (--host, --fake)")
     args = ap.parse_args(argv)
+    if args.host or args.fake:
+        devices = [int(d) for d in args.devices.split(",")]
+        rows = (fake_mode if args.fake else host_mode)(args, devices)
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as f:
+                json.dump(rows, f, indent=1)
+        return 0
     import torch
 
     import tcmlir as tc

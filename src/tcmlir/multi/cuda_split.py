@@ -232,8 +232,8 @@ class SplitExecutor:
                        f"cuMemcpyDtoHAsync({nbytes} bytes)", context=f"output of {plan.entry}")
             _check(d.cuStreamSynchronize(out_h), "cuStreamSynchronize",
                    context=f"after the split call of {plan.entry}")
-            for sub in p.gather_plans:  # the flags' reads have landed: report now
-                sub.report_pending()
+            for sub in p.gather_plans:  # the flags' reads have landed: this call's failure
+                sub.report_pending(landed=True)
         if self.shards:
             results = [Sharded(shape, t.dtype, tuple(shards[j]), p.shard_kinds[j])
                        for j, (t, shape) in enumerate(zip(self.ir.outputs, p.shapes,

@@ -376,9 +376,13 @@ class CudaPlan:
                 self._synchronize(handle)
                 self._report(self._pinned.int32(0))
 
-    def report_pending(self) -> None:
-        """Raise the failure of an earlier call whose flag read has landed (never waits)."""
-        if self._pending:
+    def report_pending(self, landed: bool = False) -> None:
+        """Raise the failure of an earlier call whose flag read has landed (never waits);
+        ``landed``: the caller synchronised after this call's read, which is reported as its own."""
+        if self._pending and landed:
+            self._pending = False
+            self._report(self._pinned.int32(0))
+        elif self._pending:
             self._poll()
 
     def _zero(self, ptr: int, nbytes: int, handle: int) -> None:
