@@ -186,3 +186,14 @@ def test_getters_follow_the_input_types(rng):
     assert prepared.getter_for(a, classify(a)) == prepared.G_NUMPY
     assert prepared.getter_for(a.T, classify(a.T)) == prepared.G_NUMPY_COPY
     assert prepared.getter_for(2.5, classify(np.asarray(2.5))) == prepared.G_SCALAR
+
+
+def test_a_slab_in_place_off_16_bytes_gets_a_kernel_for_its_alignment(monkeypatch, rng):
+    A = rng.standard_normal((6, 5)).astype(np.float32)  # part 1's rows start 60 bytes in
+    B = rng.standard_normal((5, 3)).astype(np.float32)
+    fn, split, _, runtime = two_devices(monkeypatch, MATMUL, A, B, devices=(0, 0))
+    dA, dB = device_array_on(runtime, A, 0), device_array_on(runtime, B, 0)
+    np.testing.assert_allclose(fn(dA, dB, devices=[0, 0]).get(), A @ B, rtol=1e-5)
+    parts = list(fn._split_executors.values())[-1].prepared.parts
+    if "A" in split.kernels[0].runner.image.aligned:  # kernels that specialise on it
+        assert "A" in parts[0].plan._aligned and "A" not in parts[1].plan._aligned

@@ -29,6 +29,7 @@ after the previous call's without a wait; a CUDA graph capture of such a call is
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -91,6 +92,7 @@ class SplitExecutor:
         # the function's IR and name, not the function: it holds its executors, and no cycle
         # keeps an executor's buffers alive once the function is gone
         self.ir, self.entry = fn.ir, fn.entry
+        self._fn = weakref.ref(fn)  # to compile a part's kernel for its slabs' alignment
         self.plan, self.kernels = kernel.plan, kernel.kernels
         self.shards = shards  # outputs left on the parts' devices (`shards.Sharded`)
         self.runtime = rt = runtime or get_runtime()
@@ -208,11 +210,11 @@ class SplitExecutor:
                 _memset(values[slot], n, h)
             part.plan.launch_packed(part.params, h)
             for code, j, off, ptr, n, extra in part.copies_out:
-                if code == PEER:
-                    r = d.cuMemcpyPeerAsync(finals[j] + off, extra[0], ptr, extra[1], n, h)
+                if code == PEER or code == D2D:
+                    r = (d.cuMemcpyPeerAsync(finals[j] + off, extra[0], ptr, extra[1], n, h)
+                         if code == PEER else d.cuMemcpyDtoDAsync(finals[j] + off, ptr, n, h))
                     if r[0] != ok:
-                        _check(r, f"cuMemcpyPeerAsync({n} bytes)",
-                               context=f"output of {plan.entry}")
+                        _check(r, f"{_COPIES[code]}({n} bytes)", context=f"output of {plan.entry}")
                 else:
                     self._staged(finals[j] + off, out.device, ptr, part.device, n, part, None,
                                  extra)
@@ -266,6 +268,11 @@ class SplitExecutor:
         if bound.device != self.parts[k].device:
             raise CallError(f"{self.entry}: part {k}'s inputs are on device {bound.device}, "
                             f"the part runs on device {self.parts[k].device}")
+        if bound.signature != kernel.signature and not getattr(kernel.options, "parametric",
+                                                               False):
+            # the slabs' own alignment (a slab in place starts at a row, which may not be
+            # 16-byte aligned: the kernel specialises on it, `Signature.align`)
+            kernel = self._fn()._compile(sub, kernel.options, "cuda", None)[0]
         runner = kernel.runner
         runner._source = getattr(self.ir, "source", None)
         return runner.plan(self.ir, bound, sub, self.parts[k].handle)

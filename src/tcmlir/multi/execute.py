@@ -95,7 +95,7 @@ def split_call(fn: Any, inputs: Sequence[Any], devices: Sequence[int], options: 
         if executor is not None:
             return executor(inputs, stream)
     views, where = locate_inputs(fn.ir, inputs)
-    key = (*head, tuple(_describe(x) for x in inputs), tuple(where.values()))
+    key = (*head, tuple(_describe(x) for x in inputs), tuple(where.values()), _alignment(views))
     executor = executors.get(key)
     if executor is None:
         kernel, _ = split_kernel(fn, inputs, devices, options, target, None, output_device)
@@ -110,6 +110,18 @@ def split_call(fn: Any, inputs: Sequence[Any], devices: Sequence[int], options: 
     if fast is not None:  # the call passed every check: later ones take the direct path
         executors[(*head, fast)] = executor
     return result
+
+
+def _alignment(views: dict[str, Any]) -> tuple:
+    """The low bits of the device inputs' pointers (in-place slabs' kernels specialise on
+    16-byte alignment, `signature.Signature`); host inputs are copied, aligned."""
+    out = []
+    for view in views.values():
+        if isinstance(view, Sharded):
+            out.append(tuple(s.ptr & 15 for s in view.shards))
+        else:
+            out.append(getattr(view, "ptr", 0) & 15)
+    return tuple(out)
 
 
 def _describe(x: Any) -> tuple:

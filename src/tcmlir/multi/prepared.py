@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import CallError
+from ..signature import ALIGN_BYTES
 from .inputs import row_bytes
 from .shards import Sharded
 
@@ -270,7 +271,7 @@ def prepare(ex: Any, inputs: Sequence[Any], views: dict[str, Any], src: list[int
             sub.append(view.array[()] if t.rank == 0 and not on_device
                        else _Slab(ptr, sub_shape, t.dtype))
         sub_plan = ex._sub_plan(k, sub)
-        in_slots, out_slots, temps = sub_plan.slots()
+        in_slots, out_slots, temps, aligned = sub_plan.slots()
         block = ParamBlock(sub_plan.block.count)
         for s in range(block.count):
             block.values[s] = sub_plan.block.values[s]  # sizes, the error flag
@@ -286,9 +287,9 @@ def prepare(ex: Any, inputs: Sequence[Any], views: dict[str, Any], src: list[int
             slot, nbytes = out_slots[j], (hi - lo) * row
             if ex.shards:
                 shard_outs.append((slot, j, sub_shape, nbytes, (lo, hi), t.dtype))
-            elif dev == out_dev:
-                outs.append((slot, j, lo * row))
-            else:
+            elif dev == out_dev and (lo * row % ALIGN_BYTES == 0 or t.name not in aligned):
+                outs.append((slot, j, lo * row))  # (outputs are allocated aligned)
+            else:  # rows on another device, or rows the kernel cannot write in place unaligned
                 block.values[slot] = ptr = hold(nbytes, dev)
                 if nbytes:
                     copies_out.append((j, lo * row, ptr, nbytes, f"out {t.name}"))
@@ -312,10 +313,13 @@ def prepare(ex: Any, inputs: Sequence[Any], views: dict[str, Any], src: list[int
 
 
 def _out_copies(ex: Any, copies: list[tuple], dev: int, out_dev: int, rt: Any) -> tuple:
-    """A part's output copies to the output device: peer when the devices talk, else staged."""
+    """A part's output copies to the output device: peer when the devices talk, else staged
+    (on one device: a stand-in moved into place)."""
     out = []
     for j, offset, ptr, nbytes, name in copies:
-        if ex.peers.direct(dev, out_dev):
+        if dev == out_dev:  # an aligned stand-in for unaligned rows: moved into place
+            out.append((D2D, j, offset, ptr, nbytes, None))
+        elif ex.peers.direct(dev, out_dev):
             extra = (rt.context(out_dev).handle, rt.context(dev).handle)
             out.append((PEER, j, offset, ptr, nbytes, extra))
         else:

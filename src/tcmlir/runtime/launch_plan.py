@@ -352,12 +352,14 @@ class CudaPlan:
 
     # ------------------------------------------------------------ a split call's part
 
-    def slots(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[tuple[int, int, bool], ...]]:
+    def slots(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[tuple[int, int, bool], ...],
+                             frozenset[str]]:
         """For a caller packing its own `ParamBlock` (`multi.prepared`): the slots of the inputs'
-        and outputs' pointers, and the temporaries (slot, bytes, zero-filled) it must provide;
-        the other slots (sizes, the error flag) are those of ``self.block``."""
+        and outputs' pointers, the temporaries (slot, bytes, zero-filled) it must provide, and
+        the outputs the kernels take ``ALIGN_BYTES``-aligned; the other slots (sizes, the error
+        flag) are those of ``self.block``."""
         return (tuple(k for k, *_ in self._inputs), tuple(k for k, *_ in self._outputs),
-                self._temps)
+                self._temps, frozenset(n for n in self._output_names if n in self._aligned))
 
     def packed_params(self, block: ParamBlock) -> Any:
         """What `launch_packed` takes for ``block`` (made once per block)."""
