@@ -197,3 +197,48 @@ def test_a_slab_in_place_off_16_bytes_gets_a_kernel_for_its_alignment(monkeypatc
     parts = list(fn._split_executors.values())[-1].prepared.parts
     if "A" in split.kernels[0].runner.image.aligned:  # kernels that specialise on it
         assert "A" in parts[0].plan._aligned and "A" not in parts[1].plan._aligned
+
+
+# ------------------------------------------------------------------ on the GPU
+
+
+@pytest.mark.gpu
+def test_gpu_warm_split_calls_allocate_nothing(rng):
+    torch = pytest.importorskip("torch")
+    import tcmlir as tc
+    from tcmlir.runtime.cuda_memory import ALLOC_COUNTS
+
+    fn = tc.define(MATMUL, target="cuda")
+    A = torch.randn(301, 64, device="cuda:0")
+    B = torch.randn(64, 96, device="cuda:0")
+    expected = (A.double() @ B.double()).float()
+    for inputs in ((A, B), (A.cpu().numpy(), B.cpu().numpy())):
+        fn(*inputs, devices=[0, 0])
+        fn(*inputs, devices=[0, 0])
+        before = dict(ALLOC_COUNTS)
+        for _ in range(5):
+            out = fn(*inputs, devices=[0, 0])
+        torch.cuda.synchronize()
+        assert ALLOC_COUNTS["cuMemAlloc"] == before["cuMemAlloc"]
+        assert ALLOC_COUNTS["cuMemHostAlloc"] == before["cuMemHostAlloc"]
+        torch.testing.assert_close(torch.as_tensor(out).to("cuda:0"), expected, rtol=1e-4,
+                                   atol=1e-3)
+
+
+@pytest.mark.gpu
+def test_gpu_split_slabs_off_16_bytes_in_place(rng):
+    torch = pytest.importorskip("torch")
+    import tcmlir as tc
+
+    fn = tc.define(MATMUL, target="cuda")
+    # part 1's rows of A start 150 * 63 * 4 bytes in, of C 150 * 33 * 4: both 8 mod 16
+    A = torch.randn(301, 63, device="cuda:0")
+    B = torch.randn(63, 33, device="cuda:0")
+    expected = (A.double() @ B.double()).float()
+    for _ in range(3):
+        torch.testing.assert_close(fn(A, B, devices=[0, 0]), expected, rtol=1e-4, atol=1e-3)
+    # a tensor whose own pointer is 8 bytes off 16: an executor of its own
+    storage = torch.randn(301 * 63 + 2, device="cuda:0")
+    A8 = storage[2:].view(301, 63)
+    torch.testing.assert_close(fn(A8, B, devices=[0, 0]),
+                               (A8.double() @ B.double()).float(), rtol=1e-4, atol=1e-3)

@@ -2,7 +2,9 @@
 
 `plan.make_plan` computes the split with isl (no GPU needed); `execute` runs it: per-device
 input slabs (peer copies, host staging, or in place), one stream per part, outputs gathered on
-the output device (or left as per-device `shards`); `tune` tunes the chunk's signature so the single-device kernel is reused.
+the output device (or left as per-device `shards`); `prepared` is what an executor works out
+on its first call so that later calls only queue driver work; `tune` tunes the chunk's
+signature so the single-device kernel is reused.
 """
 
 from .execute import SplitKernel

@@ -31,7 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from ..binding import scalar_array
 from ..errors import CallError
+from ..runtime.arrays import classify
 from ..signature import ALIGN_BYTES
 from .inputs import row_bytes
 from .shards import Sharded
@@ -122,9 +124,6 @@ def getter_for(x: Any, view: Any) -> int:
 
 def sources_fast(prepared: Prepared, fn: Any, inputs: Sequence[Any], keep: list) -> list[int]:
     """The inputs' pointers (shards: one per shard), read with the prepared getters."""
-    from ..binding import scalar_array
-    from ..runtime.arrays import classify
-
     src: list[int] = []
     for code, x, t in zip(prepared.getters, inputs, fn.inputs, strict=True):
         if code == G_TORCH:
