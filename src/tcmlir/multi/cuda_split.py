@@ -79,7 +79,7 @@ class _PartState:
     stream: Any            # a `cuda_memory.Stream` of the part's device
     handle: int
     done: Any              # a driver event, recorded after the part's last work
-    plan: Any = None       # the sub-call's `CudaPlan`, made on the first call
+    plan: Any = None       # the sub-call's `CudaPlan`, set when the executor is prepared
 
 
 class SplitExecutor:
@@ -176,7 +176,7 @@ class SplitExecutor:
                 _check(r, "cuEventRecord", context=f"stream {h:#x}")
         events = [c.event for c in callers]
         shards: list[list[Shard]] = [[] for _ in p.shard_kinds]
-        for part in p.parts:
+        for part, state in zip(p.parts, self.parts, strict=True):
             part.context.activate()
             h = part.handle
             for event in events:
@@ -208,7 +208,7 @@ class SplitExecutor:
                 shards[j].append(Shard(part.device, rows, array, ptr))
             for slot, n in part.zero:
                 _memset(values[slot], n, h)
-            part.plan.launch_packed(part.params, h)
+            state.plan.launch_packed(part.params, h)  # (a profiler may wrap state.plan)
             for code, j, off, ptr, n, extra in part.copies_out:
                 if code == PEER or code == D2D:
                     r = (d.cuMemcpyPeerAsync(finals[j] + off, extra[0], ptr, extra[1], n, h)

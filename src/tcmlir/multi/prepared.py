@@ -269,7 +269,7 @@ def prepare(ex: Any, inputs: Sequence[Any], views: dict[str, Any], src: list[int
                                    nbytes, t.name))
             sub.append(view.array[()] if t.rank == 0 and not on_device
                        else _Slab(ptr, sub_shape, t.dtype))
-        sub_plan = ex._sub_plan(k, sub)
+        sub_plan = state.plan = ex._sub_plan(k, sub)
         in_slots, out_slots, temps, aligned = sub_plan.slots()
         block = ParamBlock(sub_plan.block.count)
         for s in range(block.count):
