@@ -9,7 +9,9 @@ Passes (see each file): ``schedule{fusion=max|preserve3coincident|min,skew=false
 positive-orthant=true}``, ``tile{sizes=...}``, ``specialize{N=...}``, ``verify``,
 ``mark-parallel`` and ``vectorize`` (host), ``map-to-blocks{grid=...}``,
 ``map-to-threads{block=...}`` and ``map-reduction{threads=...}`` (GPU), ``inline-temporaries``
-and ``map-rows{threads=...,grid=...}`` (GPU: a row program as one kernel), ``unroll{factor=4}``.
+and ``map-rows{threads=...,grid=...}`` (GPU: a row program as one kernel), ``unroll{factor=4}``,
+``split-k{ways=4}`` (a long reduction cut into chunks on different blocks, then folded; before
+``schedule``).
 A researcher adds a pass by adding a file here (a frozen dataclass with ``@register``, see
 `base.py`) and importing it below.
 
@@ -49,6 +51,7 @@ from . import (  # noqa: F401  (registration)
     register_tile,
     schedule,
     specialize,
+    split_k,
     tile,
     unroll,
     vectorize,

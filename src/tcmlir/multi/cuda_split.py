@@ -284,7 +284,7 @@ class SplitExecutor:
                             f"the part runs on device {self.parts[k].device}")
         runner = kernel.runner
         runner._source = getattr(self.fn.ir, "source", None)
-        return runner.plan(self.fn.ir, bound, sub, self.parts[k].handle)
+        return runner.plan(kernel.compiled_ir or self.fn.ir, bound, sub, self.parts[k].handle)
 
 
 def _devices(where: dict[str, Any]) -> set[int]:
