@@ -55,8 +55,8 @@ from .base import Pass, register
 from .register_tile import point_extent
 from .tile import tile_band
 
-__all__ = ["SplitK", "TileFolds", "chunking", "fold_statements", "split_k", "splittable",
-           "splittable_statements"]
+__all__ = ["SplitK", "TileFolds", "chunking", "fold_statements", "split_k", "split_note",
+           "splittable", "splittable_statements"]
 
 _RESERVED = {"_bx", "_by", "_bz", "_tx", "_ty", "_tz"}
 
@@ -155,6 +155,21 @@ def split_k(fn: tc.Function, ways: int, sizes: Mapping[str, int]) -> tc.Function
     return dataclasses.replace(fn, statements=tuple(statements), temporaries=tuple(temporaries))
 
 
+def split_note(fn: tc.Function, pipeline: str, sizes: Mapping[str, int] | None) -> str | None:
+    """What the dump's ``ir`` stage adds for a ``pipeline`` with `split-k`: the function the
+    later passes compile (None without split-k)."""
+    from .pipeline import parse_pipeline
+
+    ways = [p.ways for p in parse_pipeline(pipeline) if isinstance(p, SplitK) and p.ways > 1]
+    if not ways:
+        return None
+    missing = [s for s in fn.sizes if s not in (sizes or {})]
+    if missing:
+        return (f"split-k{{ways={ways[0]}}} rewrites the program at fixed sizes: give "
+                f"{', '.join(missing)} with --sizes to see it")
+    return f"after split-k{{ways={ways[0]}}}:\n{split_k(fn, ways[0], sizes or {})}".rstrip()
+
+
 def _split(fn: tc.Function, st: tc.Statement, ways: int, sizes: Mapping[str, int],
            taken: set[str]) -> tuple[tc.Tensor, list[tc.Statement]] | None:
     red, row = st.reduction_indices[0], st.lhs[0]
@@ -180,9 +195,11 @@ def _split(fn: tc.Function, st: tc.Statement, ways: int, sizes: Mapping[str, int
     def const(v: int) -> tc.Expr:
         return tc.Const(v, DType.INT32)
 
-    chunk = index("floordiv", tc.Index(row2), const(height))
+    start = index("*", index("floordiv", tc.Index(row2), const(height)), const(kc))
+    if lo:
+        start = index("+", const(lo), start)
     moved = {row: index("floormod", tc.Index(row2), const(height)),
-             red: index("+", index("+", const(lo), index("*", chunk, const(kc))), tc.Index(red2))}
+             red: index("+", start, tc.Index(red2))}
     rhs = tc.replace_indices(st.rhs, lambda i: moved.get(i.name, i))
     others = tuple(r for r in st.ranges if r.name in st.lhs[1:])
 
