@@ -79,9 +79,10 @@ class SplitK(Pass):
     def run(self, state: CompileState) -> CompileState:
         if self.ways == 1:
             return state
-        if state.sizes is None:
-            raise OptionsError(f"split_k={self.ways} needs fixed sizes: a parametric kernel "
-                               "keeps them symbolic; drop with_parametric() or split_k")
+        missing = [s for s in state.fn.sizes if s not in (state.sizes or {})]
+        if missing:
+            raise OptionsError(f"split_k={self.ways} needs every size fixed ({', '.join(missing)} "
+                               "not given); it does not combine with a parametric kernel")
         fn = split_k(state.fn, self.ways, state.sizes)
         if fn is state.fn:
             return state

@@ -143,6 +143,7 @@ def test_unsplittable_statements_say_why_and_split_k_on_them_is_an_options_error
 @pytest.mark.parametrize("source,shapes,ways,dtype", [
     (MM.format(t="double"), [(2, 3), (3, 5)], 8, None),
     (MM.format(t="int32"), [(3, 29), (29, 4)], 3, None),
+    (MM.format(t="float16"), [(3, 21), (21, 4)], 4, None),      # accumulates in float32
     (FC, [(3, 17), (5, 17), (5,)], 4, None),
     (ACC, [(3, 9), (9, 4), (3, 4)], 2, None),
 ])
@@ -231,6 +232,12 @@ def test_the_launch_plan_allocates_the_partial_sums_on_the_device(monkeypatch, r
 # ------------------------------------------------------------------ options, defaults, tuner, dump
 
 
+def test_split_k_needs_every_size():
+    with pytest.raises(OptionsError, match="needs every size fixed"):
+        dump(TMM, "tmm.tc", None, "schedule", {"M": 8}, target="cuda",
+             options=SIM.split_reduction(4))
+
+
 def test_split_k_options_round_trip_and_validate():
     opts = MO.cuda_contraction().split_reduction(4)
     assert opts.split_k == 4 and MO.from_json(opts.to_json()) == opts
@@ -255,7 +262,8 @@ def test_default_for_splits_small_contractions_with_long_reductions(monkeypatch)
     assert (d.split_k, d.tile_sizes, d.register_tile) == (8, (64, 32, 16), (4, 2))
     d = MO.default_for(fc, "cuda", {"B": 1024, "M": 2048, "N": 1024})
     assert (d.split_k, d.tile_sizes) == (8, (128, 128, 16))
-    assert MO.default_for(mm, "cuda", {"M": 4096, "K": 4096, "N": 4096}).split_k == 1
+    for n in (4096, 2048):   # 128x128 / 128x64 tiles fill the GPU: no split
+        assert MO.default_for(mm, "cuda", {"M": n, "K": n, "N": n}).split_k == 1
     assert MO.default_for(tmm, "cuda", {"M": 128, "K": 256, "N": 1024}).split_k == 1  # short k
     assert MO.default_for(tmm, "cuda", {"M": 128, "K": 1031, "N": 1024}).split_k == 1  # prime
     assert MO.default_for(tmm, "cuda", None).split_k == 1                       # parametric

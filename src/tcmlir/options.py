@@ -144,8 +144,8 @@ class MappingOptions:
         programs `gpu_defaults.elementwise_defaults`; a contraction (one statement with two
         lhs indices and one reduction index: matmul, its transposed forms, fc) gets
         `cuda_contraction` with the largest tiles that still give every SM two blocks at
-        ``sizes`` (`contraction_tiles`) or, when even the largest tiles leave too few blocks
-        and the reduction is long, split-K (`split_k_choice`); a batched contraction (three lhs indices, one
+        ``sizes`` (`contraction_tiles`) or, when those would be small and the reduction is
+        long, larger tiles with split-K (`split_k_choice`); a batched contraction (three lhs indices, one
         reduction index: batched matmul) `cuda_batched_contraction`; a convolution
         `cuda_convolution`; a program that reads a tensor across its rows where it writes
         along them (a transpose) the naive options with `promote-shared`, whose tile copies
@@ -496,10 +496,12 @@ def contraction_tiles(extents: tuple[int, int] | None) -> tuple[tuple[int, int, 
     return CONTRACTION_TILES[-1]
 
 
-# split-K defaults (`split_k_choice`): on when SPLIT_K_DEFAULT; a reduction of at least
+# split-K defaults (`split_k_choice`): on when SPLIT_K_DEFAULT, for contractions whose unsplit
+# tiles (`contraction_tiles`) would be smaller than SPLIT_K_BELOW_TILE; a reduction of at least
 # SPLIT_K_MIN_EXTENT elements cut into one of SPLIT_K_WAYS chunk counts that divides it, each
 # chunk at least SPLIT_K_MIN_CHUNK long
 SPLIT_K_DEFAULT = True
+SPLIT_K_BELOW_TILE = (128, 64, 16)
 SPLIT_K_WAYS = (2, 4, 8, 16)
 SPLIT_K_MIN_EXTENT = 512
 SPLIT_K_MIN_CHUNK = 128
@@ -508,9 +510,10 @@ SPLIT_K_MIN_CHUNK = 128
 def split_k_choice(fn: Any, sizes: Mapping[str, int] | None
                    ) -> tuple[tuple[int, int, int], tuple[int, int], int] | None:
     """(tile, register tile, ways) for split-K on a one-contraction program at ``sizes``, or
-    None to keep the unsplit `contraction_tiles`: split only when the largest tiles of
-    `CONTRACTION_TILES` give fewer than `CONTRACTION_MIN_BLOCKS` blocks and the reduction has
-    at least `SPLIT_K_MIN_EXTENT` elements; then the largest tile (fewest ways for it) whose
+    None to keep the unsplit `contraction_tiles`: split only when those would be smaller than
+    `SPLIT_K_BELOW_TILE` (fewer than `CONTRACTION_MIN_BLOCKS` blocks with it: tmm 128x1024x1024
+    and fc 1024x2048->1024, not matmul 2048^3) and the reduction has at least
+    `SPLIT_K_MIN_EXTENT` elements; then the largest tile (fewest ways for it) whose
     rows divide the output's, with ways from `SPLIT_K_WAYS` dividing the reduction into
     chunks of at least `SPLIT_K_MIN_CHUNK`, that reaches `CONTRACTION_MIN_BLOCKS` blocks
     (the partial sums stack the chunks along the rows: ``ways * rows`` rows)."""
@@ -536,7 +539,7 @@ def split_k_choice(fn: Any, sizes: Mapping[str, int] | None
     def blocks(tile: tuple[int, int, int], rows: int) -> int:
         return -(-rows // tile[0]) * -(-extents[1] // tile[1])
 
-    if blocks(CONTRACTION_TILES[0][0], extents[0]) >= CONTRACTION_MIN_BLOCKS:
+    if blocks(SPLIT_K_BELOW_TILE, extents[0]) >= CONTRACTION_MIN_BLOCKS:
         return None
     for tile, reg in CONTRACTION_TILES:
         if extents[0] % tile[0]:
