@@ -99,7 +99,7 @@ def splittable(fn: tc.Function, st: tc.Statement) -> str | None:
         return f"it has {len(st.reduction_indices)} reduction indices, not one"
     if not st.lhs or len(set(st.lhs)) != len(st.lhs):
         return "its left-hand side has no index or repeats one"
-    if st.range_of(st.lhs[0]).lo != tc.SizeExpr.constant(0):
+    if not _is_zero(st.range_of(st.lhs[0]).lo):
         return f"its first index {st.lhs[0]} does not start at 0"
     reads = [x for x in tc.walk(st.rhs) if isinstance(x, tc.Read)]
     if any(r.tensor == st.tensor for r in reads):
@@ -309,6 +309,13 @@ def _untile(tile: isl.ScheduleNode) -> isl.ScheduleNode | None:
     for i, c in enumerate(coincident):
         node = node.band_member_set_coincident(i, c)
     return node
+
+
+def _is_zero(e: tc.SizeExpr) -> bool:
+    try:
+        return e.evaluate({}) == 0
+    except (KeyError, ValueError):  # depends on a size (or is undefined somewhere)
+        return False
 
 
 def _fresh(base: str, taken: set[str]) -> str:
