@@ -63,6 +63,8 @@ from ..poly.gpu_mapping import (
     member_extent,
     member_filter,
     pin_unused,
+    split_lanes,
+    vector_lanes,
     with_params,
 )
 from ..poly.legality import member_is_parallel
@@ -165,10 +167,13 @@ class MapRows(Pass):
     requires_schedule = True
     threads: int = 512
     grid: int = 528
+    vector_bytes: int = 0
 
     def __post_init__(self):
         if self.threads < 1 or self.grid < 1:
             raise ValueError("map-rows: threads and grid must be >= 1")
+        if self.vector_bytes not in (0, 1, 2, 4, 8, 16):
+            raise ValueError("map-rows: vector-bytes must be 0 (off) or a power of two <= 16")
 
     def run(self, state: CompileState) -> CompileState:
         domain = with_params(isl.Schedule.from_domain(state.scop.domain),
@@ -200,7 +205,7 @@ class MapRows(Pass):
         while True:
             # no more blocks than the SMs hold at once (more only add tail), nor than rows
             grid = min(self.grid, SM_COUNT * min(32, 2048 // b), rows or self.grid)
-            schedule = _build(state, domain, r, b, max(1, grid), local)
+            schedule = _build(state, domain, r, b, max(1, grid), local, self.vector_bytes)
             if schedule is not None or b == 1:
                 break
             b //= 2
@@ -255,7 +260,7 @@ def _insert(node: isl.ScheduleNode, mupa: isl.MultiUnionPwAff | None,
 
 
 def _phase(node: isl.ScheduleNode, state: CompileState, k: int, r: int,
-           b: int) -> isl.ScheduleNode | None:
+           b: int, vector_bytes: int = 0) -> isl.ScheduleNode | None:
     """Fill the leaf ``node`` below phase k's filter; returns the phase filter, None to refuse."""
     st = state.fn.statements[k]
     n_lhs, n_all = len(st.lhs), len(st.index_names)
@@ -285,7 +290,7 @@ def _phase(node: isl.ScheduleNode, state: CompileState, k: int, r: int,
         elif b > 1:
             if not _no_self_deps(band, state, name):
                 return None
-            node = _split_over_threads(band, b)
+            node = _split_over_threads(band, b, vector_lanes(state.fn, [f"S{k}"], vector_bytes))
         else:
             node = band
         return _up_to_filter(node)
@@ -295,33 +300,36 @@ def _phase(node: isl.ScheduleNode, state: CompileState, k: int, r: int,
     rband = _insert(node, _band(update, {name: list(range(n_lhs, n_all))}), False)
     if not _no_self_deps(rband, state, name, allow_reduction=True):
         return None
-    node = _split_over_threads(rband, b)
+    node = _split_over_threads(rband, b, vector_lanes(state.fn, [f"S{k}"], vector_bytes))
     node = node.insert_mark(isl.Id(reduction_mark_name(k, b), context=node.get_ctx()))
     if not _full_participation(node.child(0).child(0), b):
         return None
     return _up_to_filter(node)
 
 
-def _split_over_threads(band: isl.ScheduleNode, b: int) -> isl.ScheduleNode:
+def _split_over_threads(band: isl.ScheduleNode, b: int, vector: int = 1) -> isl.ScheduleNode:
     """Split ``band``'s last member ``v`` over the block: a filter ``v mod b = _tx`` above the
     band, whose member becomes ``floor(v / b)``. The loop then counts whole strides from 0 (a
     constant trip count when ``b`` divides the extent), so LLVM unrolls it fully and keeps the
-    row's values in registers from one phase to the next instead of loading them again."""
+    row's values in registers from one phase to the next instead of loading them again.
+
+    With ``vector`` > 1 (when ``vector * b`` divides the extent) each thread takes ``vector``
+    adjacent elements instead of one: the filter is ``floor(v / vector) mod b = _tx`` and the
+    member becomes two, ``floor(v / (vector * b))`` and ``v mod vector`` (`split_lanes`), so a
+    thread's accesses along the row are adjacent and LLVM's load/store vectoriser makes
+    128-bit accesses of them where the alignment is known (`codegen.nvptx`)."""
     m = band.band_n_member() - 1
     span = member_extent(band, m)
-    filt = member_filter(band, m, 1, b, "_tx")
-    mupa = band.band_get_partial_schedule()
-    coincident = [band.band_member_get_coincident(i) for i in range(m + 1)]
-    mupa = mupa.set_at(m, mupa.get_at(m).scale_down_val(isl.Val.int_from_si(band.get_ctx(), b)).floor())
-    node = band.delete().insert_partial_schedule(mupa).band_set_permutable(band.band_get_permutable())
-    for i, c in enumerate(coincident):
-        node = node.band_member_set_coincident(i, c)
+    if vector > 1 and (span is None or span % (vector * b)):
+        vector = 1
+    filt = member_filter(band, m, vector, b, "_tx")
+    node = split_lanes(band, vector, b)
     # a short stride loop is unrolled by isl itself: every phase then reads the row's elements
     # in straight-line code, and LLVM reuses the first phase's loads in the later ones (left
     # to LLVM, softmax's last phase was unrolled only after value numbering and loaded again)
     # (only when every thread makes the same trips: a partial last stride unrolled lets isl
     # merge it with the next phase's guarded code)
-    if span is not None and span % b == 0 and span // b <= UNROLL_STRIDES:
+    if span is not None and span % (vector * b) == 0 and span // (vector * b) <= UNROLL_STRIDES:
         node = node.band_member_set_ast_loop_type(m, isl.ast_loop_type.unroll)
     return node.insert_filter(filt)
 
@@ -350,7 +358,7 @@ def _no_self_deps(band: isl.ScheduleNode, state: CompileState, name: str,
 
 
 def _build(state: CompileState, domain: isl.UnionSet, r: int, b: int, grid: int,
-           local: tuple[str, ...]) -> isl.Schedule | None:
+           local: tuple[str, ...], vector_bytes: int = 0) -> isl.Schedule | None:
     fn = state.fn
     ctx = domain.get_ctx()
     row_dims = {s.get_tuple_name(): list(range(r)) for s in sets_of(domain)}
@@ -365,7 +373,7 @@ def _build(state: CompileState, domain: isl.UnionSet, r: int, b: int, grid: int,
         filters = filters.add(_named(domain, {f"S{k}", f"S{k}_init"}))
     seq = band.child(0).insert_sequence(filters)
     for k in range(len(fn.statements)):
-        phase = _phase(seq.child(k).child(0), state, k, r, b)
+        phase = _phase(seq.child(k).child(0), state, k, r, b, vector_bytes)
         if phase is None:
             return None
         seq = phase.parent()

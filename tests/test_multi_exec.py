@@ -409,9 +409,11 @@ def test_sharded_outputs_stay_on_their_devices_and_feed_the_next_call_in_place(m
     moved = sorted((c[0], c[1]) for c in rdriver.calls if c[0] in ("cuMemcpyPeerAsync",
                                                                    "cuMemcpyDtoDAsync"))
     # in: 24 (peer) + 12 (device-local, row 4 into part 1's buffer) + 36 (peer, part 2 is on
-    # device 0 but the rows are on device 1); out: part 1's 3 rows back to device 0 (peer)
-    assert moved == [("cuMemcpyDtoDAsync", 12), ("cuMemcpyPeerAsync", 24),
-                     ("cuMemcpyPeerAsync", 36), ("cuMemcpyPeerAsync", 36)]
+    # device 0 but the rows are on device 1); out: part 1's 3 rows back to device 0 (peer);
+    # part 2 writes rows 5..7 of the output, 60 bytes in: not 16-byte aligned, so its kernel
+    # (which takes outputs aligned) runs on an aligned copy moved in and back (2 x 36)
+    assert moved == [("cuMemcpyDtoDAsync", 12), ("cuMemcpyDtoDAsync", 36), ("cuMemcpyDtoDAsync", 36),
+                     ("cuMemcpyPeerAsync", 24), ("cuMemcpyPeerAsync", 36), ("cuMemcpyPeerAsync", 36)]
 
 
 def test_unsplittable_program_runs_as_one_part_on_the_first_device(monkeypatch, rng):

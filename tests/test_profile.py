@@ -146,7 +146,8 @@ def test_host_ceilings_are_measured_once_and_cached(tmp_path, monkeypatch):
     assert first.bandwidth > 1e8 and first.flops > 1e8 and 0 < first.launch_s < 0.1
     assert first.arch and first.device
     stored = json.loads((tmp_path / "ceilings.json").read_text())
-    assert any(k.startswith("cpu|") for k in stored)
+    assert [e["version"] for k, e in stored.items() if k.startswith("cpu|")] == [
+        mod.CEILINGS_VERSION]
     second = mod.ceilings_for("cpu")
     assert second.source == "cache" and mod.MEASURE_COUNTS["measure"] == before + 1
     assert (second.bandwidth, second.flops) == (first.bandwidth, first.flops)
@@ -219,7 +220,7 @@ def test_advice_promotion():
 
 
 def test_thread_strides_of_row_and_parametric_kernels():
-    from tcmlir.profile.ceilings import _COPY
+    from tcmlir.profile.host_ceilings import _COPY
     from tcmlir.profile.structure import kernel_structures
 
     X = f32(64, 100)
@@ -372,6 +373,8 @@ def test_gpu_profile_of_a_matmul(tmp_path, monkeypatch):
     assert 1e12 < p.ceilings.bandwidth < 1e13 and 5e12 < p.ceilings.flops < 2e14
     assert 0 < p.ceilings.launch_s < 1e-3
     assert 0 < p.roofline_fraction <= 1 and p.bound == "compute"
+    # the ceilings are the device's, not our code's: no rate above them (issue 14)
+    assert p.raw_fraction < 1 and "[ceilings]" not in tags(p.advice)
     k = p.kernels[0]
     assert k.resources_from == "driver" and k.registers > 0 and 0 < k.occupancy <= 1
     assert 0 < k.time_s <= p.time_s * 1.5
@@ -471,3 +474,30 @@ def test_merge_ncu_with_a_stand_in_ncu(tmp_path, monkeypatch):
                                               "dram_bytes_written": 10240.0,
                                               "achieved_occupancy": 0.8, "dram_bytes": 30740.0})
     assert "ncu mm_k0: DRAM 30.7 kB" in str(p) and "achieved occupancy 80%" in str(p)
+
+
+def test_per_kernel_events_through_ctypes_queue_event_launch_pairs():
+    """Where libcuda is reachable through ctypes the per-kernel timing queues its events and
+    launches there (a tiny kernel then reads about the launch cost, not cuda-python's
+    overhead); the order is an event before each kernel and one after the last."""
+    import types
+
+    from tcmlir.errors import CudaError
+    from tcmlir.profile.profiler import _queue_direct
+
+    calls = []
+    fast = types.SimpleNamespace(
+        event_record=lambda e, s: calls.append(("record", e, s)) or 0,
+        launch=lambda f, *rest: calls.append(("launch", f, rest[:6], rest[8])) or 0,
+        pointer=lambda v: v)  # (the real one wraps handles and addresses in c_void_p)
+    plan = types.SimpleNamespace(_kernels=[(11, 2, 1, 1, 32, 1, 1), (12, 4, 1, 1, 64, 1, 1)],
+                                 _launch_info=[("k0", 0, 0), ("k1", 0, 0)],
+                                 block=types.SimpleNamespace(address=0xAB))
+    events = [types.SimpleNamespace(handle=100 + i) for i in range(3)]
+    _queue_direct(fast, plan, events)
+    assert calls == [("record", 100, None), ("launch", 11, (2, 1, 1, 32, 1, 1), 0xAB),
+                     ("record", 101, None), ("launch", 12, (4, 1, 1, 64, 1, 1), 0xAB),
+                     ("record", 102, None)]
+    fast.launch = lambda *a: 700
+    with pytest.raises(CudaError, match="profiling kernel k0"):
+        _queue_direct(fast, plan, events)

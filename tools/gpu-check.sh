@@ -38,6 +38,9 @@ if [ "$status" -eq 0 ] && grep -Eq '^SKIPPED|[0-9]+ skipped' "$OUT/gpu-tests.log
     status=1
 fi
 
+# the profiler's ceilings and launch cost, measured now, beside the data sheet's peaks
+python3 -m tcmlir.profile --measure --target cuda 2>&1 | tee "$OUT/ceilings.log"
+
 if [ -f tools/bench.py ]; then
     python3 tools/bench.py 2>&1 | tee "$OUT/bench.log"
 fi

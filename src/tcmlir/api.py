@@ -393,16 +393,19 @@ class TCFunction:
         return times
 
     def profile(self, *inputs: Any, options: MappingOptions | None = None, runs: int = 20,
-                ceilings: Any = None) -> Any:
+                ceilings: Any = None, devices: Sequence[int] | None = None) -> Any:
         """Profile a call on ``inputs``: a `tcmlir.profile.Profile` with the median time of
         ``runs`` runs (CUDA events on the GPU, a wall clock on the host) of the call and of each
         launched kernel, the exact flops and minimal DRAM bytes (counted with isl), achieved
         FLOP/s and bytes/s, the binding ceiling and the roofline fraction, launch configuration,
         registers and occupancy (cuda), and advice. ``ceilings``: a `tcmlir.profile.Ceilings`
-        or a dict of its fields, instead of the measured (cached) ones."""
+        or a dict of its fields, instead of the measured (cached) ones. ``devices``: profile
+        the split call ``fn(*inputs, devices=devices)``, with each part's bytes and time of
+        copies in and out per call (``profile.parts``, ``transfer_bytes``, ``transfer_s``)."""
         from .profile import profile_function
 
-        return profile_function(self, inputs, options=options, runs=runs, ceilings=ceilings)
+        return profile_function(self, inputs, options=options, runs=runs, ceilings=ceilings,
+                                devices=devices)
 
 
 def _host_ready(x: Any) -> bool:

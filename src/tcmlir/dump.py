@@ -246,18 +246,26 @@ def _poly_stages(out: dict[str, str], fn: Any, plan: DumpPlan, stages: Sequence[
     if "loops" in stages:
         out["loops"] = format_loops(build_ast(state)).rstrip()
     if set(stages) & _CODE_STAGES:
-        out.update(_code_stages(state, plan.target, stages, arch))
+        out.update(_code_stages(state, plan.target, stages, arch, plan.options))
 
 
-def _code_stages(state: Any, target: str, stages: Sequence[str], arch: str | None) -> dict[str, str]:
+def _code_stages(state: Any, target: str, stages: Sequence[str], arch: str | None,
+                 options: Any = None) -> dict[str, str]:
     """LLVM IR before and after optimisation and the machine code, built as a call builds
     them (`codegen.host.compile_host`, `codegen.nvptx.compile_cuda`), without the cache."""
     if target == "cuda":
-        from .codegen.nvptx import compile_cuda, optimized_ir
+        from .codegen.nvptx import aligned_tensors, compile_cuda, optimized_ir
         from .runtime import default_cuda_arch
 
         arch = arch or default_cuda_arch()
-        image = compile_cuda(state, arch)
+        # as a call with aligned arrays (fresh torch tensors) compiles it (a pipeline given
+        # without options: as options at these sizes would, parametric without sizes)
+        if options is None:
+            from .options import MappingOptions
+
+            options = MappingOptions(parametric=not state.sizes)
+        aligned = aligned_tensors(state.fn, None, options)
+        image = compile_cuda(state, arch, aligned=aligned)
         texts = {"llvm-raw": image.llvm_ir, "ptx": image.ptx}
         if "llvm" in stages:
             texts["llvm"] = optimized_ir(image.llvm_ir, arch)

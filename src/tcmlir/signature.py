@@ -18,7 +18,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ArgSpec", "Signature", "call_key"]
+__all__ = ["ALIGN_BYTES", "ArgSpec", "Signature", "call_key", "pointer_alignment"]
+
+# the pointer alignment GPU kernels specialise on (128-bit accesses)
+ALIGN_BYTES = 16
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,9 @@ class ArgSpec:
     shape: tuple[int, ...]
     dtype: str
     strides: tuple[int, ...]  # in elements, row-major contiguous for now
+    # bytes the data pointer is aligned to, up to 16 (GPU kernels specialise on 16-byte
+    # alignment: 128-bit accesses); arrays copied or allocated by tcmlir are aligned
+    align: int = ALIGN_BYTES
 
 
 @dataclass(frozen=True)
@@ -33,12 +39,14 @@ class Signature:
     args: tuple[ArgSpec, ...]
 
     def to_json(self) -> str:
-        return json.dumps([[list(a.shape), a.dtype, list(a.strides)] for a in self.args],
-                          separators=(",", ":"))
+        # the alignment only when below 16, so aligned signatures keep their former text
+        return json.dumps([[list(a.shape), a.dtype, list(a.strides)] + ([a.align] if a.align < 16 else [])
+                           for a in self.args], separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> Signature:
-        return cls(tuple(ArgSpec(tuple(s), d, tuple(st)) for s, d, st in json.loads(text)))
+        return cls(tuple(ArgSpec(tuple(s), d, tuple(st), *(rest[:1] or [16]))
+                         for s, d, st, *rest in json.loads(text)))
 
     @property
     def ranks_and_dtypes(self) -> tuple[tuple[int, str], ...]:
@@ -51,12 +59,19 @@ def _numpy_key(x: np.ndarray) -> tuple:
 
 
 def _torch_key(x: Any) -> tuple:
-    # get_device(): the CUDA ordinal, -1 on the CPU (cheaper than building x.device)
-    return (x.__class__, x.shape, x.dtype, x.stride(), x.get_device())
+    # get_device(): the CUDA ordinal, -1 on the CPU (cheaper than building x.device); the
+    # pointer's low bits: GPU kernels specialise on 16-byte alignment
+    return (x.__class__, x.shape, x.dtype, x.stride(), x.get_device(), x.data_ptr() & 15)
 
 
 def _cupy_key(x: Any) -> tuple:
-    return (x.__class__, x.shape, x.dtype, x.strides, x.device.id)
+    return (x.__class__, x.shape, x.dtype, x.strides, x.device.id, x.data.ptr & 15)
+
+
+def pointer_alignment(ptr: int) -> int:
+    """The largest power of two up to 16 dividing ``ptr``."""
+    low = ptr & (ALIGN_BYTES - 1)
+    return ALIGN_BYTES if low == 0 else low & -low
 
 
 def _scalar_key(x: Any) -> type:

@@ -154,7 +154,7 @@ def compile_cuda_cached(fn: Any, state: Any, signature: Any, options: Any, arch:
 
     Returns the image and the key under which the runner keeps the driver's cubin (or None).
     """
-    from ..codegen.nvptx import compile_cuda
+    from ..codegen.nvptx import aligned_tensors, compile_cuda
 
     cache = artifact_cache()
     key = kernel_artifact_key(fn, signature, options, arch, "ptx") if cache is not None else {}
@@ -168,7 +168,8 @@ def compile_cuda_cached(fn: Any, state: Any, signature: Any, options: Any, arch:
             COUNTERS.ptx_emits += 1
             _put(cache, key, ptx.encode("utf-8"), {"entry": fn.entry})
 
-    image = compile_cuda(state, arch, ptx_cache=_Ptx())
+    aligned = aligned_tensors(fn.ir, signature, options)
+    image = compile_cuda(state, arch, ptx_cache=_Ptx(), aligned=aligned)
     cubin_key = (kernel_artifact_key(fn, signature, options, arch, "cubin")
                  if cache is not None else None)
     return image, cubin_key

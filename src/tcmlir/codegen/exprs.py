@@ -128,6 +128,10 @@ class ExprEmitter:
 
     def load(self, tensor: str, offset: ir.Value) -> ir.Value:
         t = self.ctx.fn.tensor(tensor)
+        cached = getattr(self.ctx, "local_value", None)  # a row's element in a register (gpu_rows)
+        raw = cached(tensor) if cached is not None else None
+        if raw is not None:
+            return self.from_memory(raw, t.dtype)
         raw = self.b.load(self.address(tensor, offset), typ=memory_type(t.dtype))
         if t.role is tc.Role.INPUT and self.ctx.target.invariant_inputs:
             raw.set_metadata("invariant.load", self.b.module.add_metadata([]))

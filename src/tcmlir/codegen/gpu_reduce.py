@@ -9,11 +9,13 @@ and, at the mark, all instances of ``S<k>`` below it write one lhs element. Lowe
 2. in the subtree, ``S<k>`` folds its right-hand side into the accumulator and records the lhs
    offset (it never touches the lhs in memory); ``S<k>_init`` and other statements are as usual;
 3. the combine: butterfly warp shuffles (``llvm.nvvm.shfl.sync.bfly.{f32,i32}``; 64-bit values
-   as two 32-bit halves) fold the accumulators, and take the max of the offsets (threads that
-   ran no instance hold -1); lane 0 of each warp writes both to static shared arrays
-   (address space 3, one slot per warp); ``llvm.nvvm.barrier0``; thread 0 folds the warps'
-   values and, when some thread ran an instance, does ``lhs = op(lhs, total)``; a second barrier
-   so that the shared slots may be reused and later statements of the kernel see the lhs.
+   as two 32-bit halves) fold the accumulators; lane 0 of each warp writes its value to a
+   static shared array (address space 3, one slot per warp); ``llvm.nvvm.barrier0``; thread 0
+   folds the warps' values and, when it ran an instance (its offset is not -1), does ``lhs =
+   op(lhs, total)`` at its own offset. The passes that make the mark prove that every thread
+   runs instances below it whenever one does (`map_reductions._full_participation`), so thread
+   0 ran one exactly when some thread did, and they all write the same element; a second
+   barrier so that the shared slots may be reused and later statements see the lhs.
 
 With ``atomic`` (``reduction S<k> threads=B atomic``, `passes/map_full_reduction.py`: blocks
 share the lhs element) thread 0 folds by a compare-and-swap loop on the element's bits
@@ -176,22 +178,23 @@ def combine(walker: GroupWalker, scope: ReductionScope, atomic: bool = False) ->
     width = min(threads, 32)
     mask = -1 if width == 32 else (1 << width) - 1
     step = width // 2
+    # only the accumulators are combined: the mark's pass proved that every thread of the
+    # block runs instances below it whenever one does (`map_reductions._full_participation`),
+    # and all of them write one lhs element, so thread 0's own offset names it (-1 exactly
+    # when no thread ran one: a block past the extents)
     while step >= 1:
         acc = em.arith(op, acc, _shfl(b, acc, step, mask), dt, st)
-        off = _smax(b, off, _shfl(b, off, step, mask))
         step //= 2
     tid = b.trunc(walker.param("_tx"), I32)
     is0 = b.icmp_unsigned("==", tid, ir.Constant(I32, 0))
     warps = (threads + 31) // 32
     if warps > 1:
         vals = _shared(b.module, acc.type, warps, "red.vals")
-        offs = _shared(b.module, I64, warps, "red.offs")
         lane0 = b.icmp_unsigned("==", b.and_(tid, ir.Constant(I32, 31)), ir.Constant(I32, 0))
         done = _if(b, lane0, "red.warp")
         warp = b.zext(b.lshr(tid, ir.Constant(I32, 5)), I64)
         zero = ir.Constant(I64, 0)
         b.store(acc, b.gep(vals, [zero, warp], inbounds=True))
-        b.store(off, b.gep(offs, [zero, warp], inbounds=True))
         b.branch(done)
         b.position_at_end(done)
     _barrier(b)
@@ -199,11 +202,9 @@ def combine(walker: GroupWalker, scope: ReductionScope, atomic: bool = False) ->
     if warps > 1:
         zero = ir.Constant(I64, 0)
         acc = b.load(b.gep(vals, [zero, zero], inbounds=True))
-        off = b.load(b.gep(offs, [zero, zero], inbounds=True))
         for w in range(1, warps):
             slot = ir.Constant(I64, w)
             acc = em.arith(op, acc, b.load(b.gep(vals, [zero, slot], inbounds=True)), dt, st)
-            off = _smax(b, off, b.load(b.gep(offs, [zero, slot], inbounds=True)))
     ran = b.icmp_signed(">=", off, ir.Constant(I64, 0))
     inner = _if(b, ran, "red.store")
     if atomic:

@@ -7,6 +7,9 @@ the body is a sequence of phases, one per statement. Lowering:
   softmax's ``mx(n)``) lives in a one-element static shared array (address space 3): its
   statements' loads and stores go there (`exprs.ExprEmitter.address` asks `local_slot`), so
   it never exists in global memory;
+* after the barrier that ends a phase writing a local tensor, every thread loads its element
+  once, where the load dominates the rest of the row, and later phases read that register
+  (`local_value`) until a phase writes the tensor again;
 * after each phase of the body a block barrier (``llvm.nvvm.barrier0``), except after a
   ``reduction`` mark, whose combine already ends with one (and between the pieces isl makes of
   one phase, e.g. a statement's initialisation and its combine): the phase's writes (global and
@@ -103,6 +106,7 @@ class RowWalker(ReducingWalker):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.local: dict[str, ir.Value] = {}
+        self.local_values: dict[str, ir.Value] = {}  # a local element read once after its phase
         self.local_seen: set[str] = set()
         self.thread_guards = 0      # enclosing ifs/loops that read a thread index
         self._row_body_next = False
@@ -112,6 +116,11 @@ class RowWalker(ReducingWalker):
 
     def local_slot(self, tensor: str) -> ir.Value | None:
         return self.local.get(tensor)
+
+    def local_value(self, tensor: str) -> ir.Value | None:
+        """The row's element of local ``tensor`` as loaded once after the barrier that ended
+        the phase writing it, while no later phase has written it again (None otherwise)."""
+        return self.local_values.get(tensor)
 
     # ---- the marks
 
@@ -180,10 +189,14 @@ class RowWalker(ReducingWalker):
     def row_body(self, node: isl.AstNode) -> None:
         phases = _flat(node)
         touched = [_statements(p) for p in phases]
+        writes = [{self.fn.statements[k].tensor for k in t} & set(self.local) for t in touched]
+        self.local_values = {}
         for i, phase in enumerate(phases):
             if len(touched[i]) > 1:  # isl split the row loop: phases would share a barrier interval
                 raise CodegenError(f"internal: one phase of a row body runs statements "
                                    f"{sorted(touched[i])}; map-rows gives each its own phase")
+            for t in writes[i]:
+                self.local_values.pop(t, None)
             self.node(phase)
             # pieces of one statement's phase (its init, then its combine; or unrolled copies)
             # need no barrier between them: map-rows proved its instances in a row independent
@@ -191,6 +204,19 @@ class RowWalker(ReducingWalker):
             same_next = i + 1 < len(phases) and touched[i + 1] == touched[i]
             if not _is_reduction_mark(phase) and not same_next:
                 self.barrier()
+            if not same_next and any(self._reads_any(touched[j], writes[i])
+                                     for j in range(i + 1, len(phases))):
+                # after the phase's barrier (a reduction's combine ends with one) every thread
+                # reads the new values once, here, where the load dominates the rest of the
+                # row: later phases use the register (softmax's two exp(X - mx) then are one
+                # value to LLVM, where a load after each barrier was a different one)
+                for t in sorted(writes[i]):
+                    ty = memory_type(self.fn.tensor(t).dtype)
+                    self.local_values[t] = self.builder.load(self.local[t], typ=ty)
+        self.local_values = {}
+
+    def _reads_any(self, statements: set[int], tensors: set[str]) -> bool:
+        return any(_reads(self.fn.statements[k].rhs) & tensors for k in statements)
 
     def barrier(self) -> None:
         if self.thread_guards:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import islpy as isl
 
@@ -30,7 +31,8 @@ from .tree import mark_name
 
 __all__ = [
     "BLOCK_PARAMS", "THREAD_PARAMS", "KernelMark", "build_context", "check_coverage",
-    "kernel_groups", "kernel_marks", "parallel_members", "parse_kernel_mark",
+    "kernel_groups", "kernel_marks", "parallel_members", "parse_kernel_mark", "split_lanes",
+    "vector_lanes",
 ]
 
 BLOCK_PARAMS = ("_bx", "_by", "_bz")
@@ -156,6 +158,48 @@ def member_filter(band: isl.ScheduleNode, member: int, divisor: int, extent: int
     assert pos >= 0, f"parameter {param} missing from the tree (with_params first)"
     pid = isl.UnionPwAff.param_on_domain_id(domain, space.get_dim_id(isl.dim_type.param, pos))
     return upa.sub(pid).zero_union_set().intersect(domain)
+
+
+def vector_lanes(fn: Any, names: Any, vector_bytes: int) -> int:
+    """Elements a thread accesses at once along its innermost member for statements ``names``
+    (``S<k>`` / ``S<k>_init``) of ``fn``: ``vector_bytes`` over the widest element they touch
+    (1 when vectors are off or one element already fills them)."""
+    from .. import ir as tc
+
+    if vector_bytes <= 1:
+        return 1
+    width = 1
+    for name in names:
+        m = re.match(r"^S(\d+)", name)
+        if m is None:
+            continue
+        st = fn.statements[int(m.group(1))]
+        tensors = {st.tensor} | {x.tensor for x in tc.walk(st.rhs) if isinstance(x, tc.Read)}
+        width = max(width, *(fn.tensor(t).dtype.itemsize for t in tensors))
+    return vector_bytes // width if vector_bytes >= 2 * width else 1
+
+
+def split_lanes(band: isl.ScheduleNode, lanes: int, stride: int = 1) -> isl.ScheduleNode:
+    """``band`` with its last member ``v`` replaced by ``floor(v / (lanes * stride))`` and a new
+    last member ``v mod lanes`` (unrolled by the AST generator): strip-mining in place, legal
+    whatever the dependences. A thread whose filter fixes ``floor(v / lanes) mod stride`` then
+    walks ``lanes`` adjacent elements in straight-line code (vector accesses)."""
+    ctx = band.get_ctx()
+    m = band.band_n_member() - 1
+    mupa = band.band_get_partial_schedule()
+    coincident = [band.band_member_get_coincident(i) for i in range(m + 1)]
+    v = mupa.get_at(m)
+    mupa = mupa.set_at(m, v.scale_down_val(isl.Val.int_from_si(ctx, lanes * stride)).floor())
+    if lanes > 1:
+        lane = v.mod_val(isl.Val.int_from_si(ctx, lanes))
+        mupa = mupa.flat_range_product(isl.MultiUnionPwAff.from_union_pw_aff(lane))
+        coincident.append(coincident[m])
+    node = band.delete().insert_partial_schedule(mupa).band_set_permutable(band.band_get_permutable())
+    for i, c in enumerate(coincident):
+        node = node.band_member_set_coincident(i, c)
+    if lanes > 1:
+        node = node.band_member_set_ast_loop_type(m + 1, isl.ast_loop_type.unroll)
+    return node
 
 
 def pin_unused(node: isl.ScheduleNode, params: tuple[str, ...], extents: list[int]) -> isl.ScheduleNode:

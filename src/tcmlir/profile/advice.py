@@ -17,6 +17,8 @@ rule's tag in brackets, so tools (and tests) can tell them apart:
 * ``[occupancy]`` theoretical occupancy under `OCCUPANCY_MIN`, with the limit that binds;
 * ``[launch]`` a kernel (or a call) whose time is within `LAUNCH_FACTOR` of the launch cost;
 * ``[ceilings]`` a measured rate above the ceilings (they were measured low);
+* ``[transfers]`` a split call (``devices=[...]``) whose parts spend longer copying their
+  slabs in and out than running their kernels;
 * ``[autotune]`` far from the roofline (under `AUTOTUNE_BELOW`) with nothing above to blame.
 """
 
@@ -32,7 +34,7 @@ from .report import KernelProfile
 from .structure import KernelStructure
 
 __all__ = ["AUTOTUNE_BELOW", "LAUNCH_FACTOR", "OCCUPANCY_MIN", "REUSE_MIN", "advise",
-           "advise_kernel"]
+           "advise_kernel", "advise_split"]
 
 REUSE_MIN = 4.0
 OCCUPANCY_MIN = 0.25
@@ -79,12 +81,30 @@ def advise(fn: ir.Function, structures: Sequence[KernelStructure],
     raw = max([whole.raw_fraction, *(k.raw_fraction for k in kernels)])
     if raw > 1.05:
         out.append(f"[ceilings] a measured rate is {raw:.2f}x the roofline of the ceilings "
-                   f"({ceil.source}): they were measured low; measure again (delete ceilings.json "
-                   "in the cache directory) or set TCMLIR_CEILINGS")
+                   f"({ceil.source}): they were measured low; measure again (python -m "
+                   "tcmlir.profile --measure) or set TCMLIR_CEILINGS")
     if not out and whole.roofline_fraction < AUTOTUNE_BELOW:
         out.append(f"[autotune] the call reaches {100 * whole.roofline_fraction:.0f}% of its "
                    f"{whole.bound}-bound roofline and no rule above names a cause: search the "
                    "mapping options with fn.autotune(*inputs) (or `tcmlir tune`)")
+    return out
+
+
+def advise_split(prof: Any) -> list[str]:
+    """The advice of a split call's profile (`split_profile`): its transfers and ceilings."""
+    out = []
+    compute = sum(p.kernels_s for p in prof.parts)
+    if prof.transfer_s > compute > 0:
+        out.append(f"[transfers] the parts spend {_us(prof.transfer_s)} per call copying "
+                   f"{prof.transfer_bytes} bytes in and out, more than their kernels "
+                   f"({_us(compute)}): pass inputs that already live on the parts' devices "
+                   "(device arrays; the shards of tcmlir.multi.call_sharded for a chain of "
+                   "split calls) and leave outputs there (call_sharded)")
+    raw = max([prof.raw_fraction, *(k.raw_fraction for k in prof.kernels)])
+    if raw > 1.05:
+        out.append(f"[ceilings] a measured rate is {raw:.2f}x the roofline of the ceilings "
+                   f"({prof.ceilings.source}): they were measured low; measure again "
+                   "(python -m tcmlir.profile --measure) or set TCMLIR_CEILINGS")
     return out
 
 

@@ -1,46 +1,45 @@
 """The ceilings a profile is measured against: memory bandwidth, fp32 FMA throughput, launch cost.
 
-Measured once per device, at first use, in well under a second of running time, and kept in
-the cache directory (``ceilings.json`` beside the cache database, one entry per target, arch
-and device name; written to a temporary file and renamed):
+Measured once per device, at first use, in a few hundred milliseconds, and kept in the cache
+directory (``ceilings.json`` beside the cache database, one entry per target, arch and device
+name, each marked with `CEILINGS_VERSION`; written to a temporary file and renamed). An entry
+of another version — measured by an older, wrong method — is measured again. How:
 
-* **copy bandwidth** (bytes read + written per second): on the GPU a TC copy kernel
-  ``Y(i) = X(i)`` over 2^26 float32 compiled by our cuda pipeline, timed with CUDA events;
-  on the host a STREAM-like ``numpy.copyto`` of 2^24 float32 (numpy's memcpy: the host's
-  copy bandwidth, not our code's);
-* **fp32 FMA throughput** (FLOP/s, 2 per FMA): a TC kernel whose every element runs a chain of
-  96 dependent FMAs (``(((x*a + b)*a + b)...)``), compiled by our own pipeline for the target
-  (cuda, or cpu with the host's threads) — what our generated code reaches, counted with
-  `counts.count_work`;
-* **launch cost**: the median time of the same copy kernel on one element (a parametric
-  kernel: one compile serves both sizes).
+* on the GPU (`gpu_ceilings`): kernels written for the job in PTX, on device buffers
+  allocated once, timed with CUDA events around many back-to-back launches — a grid-stride
+  copy with 128-bit loads and stores over 2 x 512 MiB (bytes read + written per second), an
+  FMA kernel of 8 independent accumulators per thread on every SM (FLOP/s), and the time per
+  launch of back-to-back empty launches (the launch cost);
+* on the host (`host_ceilings`): a threaded STREAM-like ``numpy.copyto``, our own
+  FMA-chain kernel on all threads, and the cost of one call of a compiled loop group —
+  arrays, kernels and packed arguments made before the clock starts.
 
 Overrides, strongest first: a `Ceilings` (or a dict of its fields) passed to ``profile``;
 ``TCMLIR_CEILINGS=bandwidth=B,flops=F[,launch=S]`` (`config.Config.ceilings`); the cache.
+``python -m tcmlir.profile --measure [--target cuda|cpu]`` measures now (and
+refreshes the cache), printing the ceilings (on the GPU beside the data sheet's peaks).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import math
 import os
 import platform
-import statistics
+import sys
 import tempfile
-import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ..config import get_config
 from ..errors import TCError
 
-__all__ = ["MEASURE_COUNTS", "Ceilings", "ceilings_for", "measure_ceilings"]
+__all__ = ["CEILINGS_VERSION", "MEASURE_COUNTS", "Ceilings", "ceilings_for", "main",
+           "measure_ceilings"]
 
-CHAIN = 96
+CEILINGS_VERSION = 2  # 1: TC copy / FMA-chain kernels and one-element calls (low on the GPU)
 MEASURE_COUNTS = {"measure": 0}  # measurements made by this process (tests read it)
 
 
@@ -81,9 +80,9 @@ class Ceilings:
 def device_identity(target: str) -> tuple[str, str]:
     """(arch, device name) of the device ``target`` runs on."""
     if target == "cuda":
-        from ..runtime.cuda import Device
+        from ..runtime import cuda_launch
 
-        dev = Device(0)
+        dev = cuda_launch.get_runtime().device(0)
         return dev.arch, dev.name
     from ..runtime.host_arch import host_arch
 
@@ -108,17 +107,31 @@ def ceilings_for(target: str, given: Ceilings | Mapping[str, Any] | None = None)
                         source="env")
     arch, name = device_identity(target)
     key = f"{target}|{arch}|{name}"
-    path = _cache_file()
-    cached = _read(path).get(key)
+    cached = _cached(_read(_cache_file()).get(key))
     if cached is not None:
-        try:
-            return replace(Ceilings(**cached), source="cache")
-        except TypeError:
-            pass  # an entry of another layout: measure again
-    found = measure_ceilings(target)
+        return cached
+    return _measure_and_store(target, key, arch, name)
+
+
+def _cached(entry: Any) -> Ceilings | None:
+    """The ceilings of a cache entry of this `CEILINGS_VERSION`, else None (measure again)."""
+    if not isinstance(entry, dict) or entry.get("version") != CEILINGS_VERSION:
+        return None
+    fields = {k: v for k, v in entry.items() if k != "version"}
+    try:
+        return replace(Ceilings(**fields), source="cache")
+    except TypeError:
+        return None  # an entry of another layout
+
+
+def _measure_and_store(target: str, key: str, arch: str, name: str,
+                       found: Ceilings | None = None) -> Ceilings:
+    """Measure (unless ``found`` is given) and write the cache entry."""
+    found = found if found is not None else measure_ceilings(target)
     found = replace(found, device=name, arch=arch, target=target)
+    path = _cache_file()
     entries = _read(path)
-    entries[key] = found.to_dict()
+    entries[key] = {**found.to_dict(), "version": CEILINGS_VERSION}
     _write(path, entries)
     return found
 
@@ -148,52 +161,76 @@ def _write(path: Path, entries: dict[str, Any]) -> None:
         pass  # a read-only cache directory: measure again next process
 
 
-# ---------------------------------------------------------------- measuring
-
-
-def _chain_source() -> str:
-    e = "X(i)"
-    for _ in range(CHAIN):
-        e = f"({e} * a + b)"
-    return f"def fma_chain(float(N) X, float a, float b) -> (Y) {{ Y(i) = {e} }}"
-
-
-_COPY = "def copy(float(N) X) -> (Y) { Y(i) = X(i) }"
-
-
 def measure_ceilings(target: str) -> Ceilings:
     """Measure ``target``'s ceilings now (see the module docstring for how)."""
-    import tcmlir as tc
-
-    from ..options import MappingOptions
-    from .counts import count_work
-
     MEASURE_COUNTS["measure"] += 1
-    base = MappingOptions.default_for(tc.define(_COPY).ir, target)
-    opts = base.with_parametric()
-    copy = tc.define(_COPY, target=target)
-    chain = tc.define(_chain_source(), target=target)
-    n_copy = 1 << (26 if target == "cuda" else 24)
-    n_chain = 1 << (25 if target == "cuda" else 20)
-    a, b = np.float32(0.999), np.float32(0.001)
-    x = np.random.default_rng(0).random(n_copy, dtype=np.float32)
     if target == "cuda":
-        kernel = copy.compile(x, options=opts)
-        bandwidth = 2 * x.nbytes / min(kernel.benchmark(x, runs=10))
-    else:
-        kernel = copy.compile(x, options=opts)
-        y = np.empty_like(x)
-        times = []
-        for _ in range(5):
-            start = time.perf_counter()
-            np.copyto(y, x)
-            times.append(time.perf_counter() - start)
-        bandwidth = 2 * x.nbytes / min(times)
-    launch = statistics.median(kernel.benchmark(x[:1].copy(), runs=20))
-    xc = x[:n_chain].copy()
-    chain_kernel = chain.compile(xc, a, b, options=MappingOptions.default_for(chain.ir, target)
-                                 .with_parametric())
-    flops = count_work(chain.ir, {"N": n_chain}).flops / min(chain_kernel.benchmark(xc, a, b, runs=5))
-    if not (math.isfinite(bandwidth) and math.isfinite(flops)):  # pragma: no cover - a broken clock
-        raise TCError(f"measuring the {target} ceilings gave {bandwidth} B/s, {flops} FLOP/s")
+        from .gpu_ceilings import measure_gpu
+
+        return _from_gpu(measure_gpu())
+    from .host_ceilings import measure_host
+
+    bandwidth, flops, launch = measure_host()
     return Ceilings(bandwidth, flops, launch, target=target, source="measured")
+
+
+def _from_gpu(m: Any) -> Ceilings:
+    return Ceilings(m.bandwidth, m.flops, m.launch_s, target="cuda", source="measured")
+
+
+# ---------------------------------------------------------------- python -m tcmlir.profile
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m tcmlir.profile [--measure] [--target cuda|cpu]``: print the
+    ceilings (cached, else measured); ``--measure`` measures now and refreshes the cache."""
+    from .report import format_si
+
+    p = argparse.ArgumentParser(prog="python -m tcmlir.profile",
+                                description="the profiler's ceilings of this machine")
+    p.add_argument("--measure", action="store_true", help="measure now (refreshes the cache)")
+    p.add_argument("--target", choices=["auto", "cuda", "cpu"], default="auto")
+    args = p.parse_args(argv)
+    target = args.target
+    if target == "auto":
+        from ..runtime.cuda import is_available
+
+        target = "cuda" if is_available() else "cpu"
+    detail = None
+    try:
+        arch, name = device_identity(target)
+        if args.measure and target == "cuda":
+            from .gpu_ceilings import measure_gpu
+
+            MEASURE_COUNTS["measure"] += 1
+            detail = measure_gpu()
+            ceil = _measure_and_store(target, f"{target}|{arch}|{name}", arch, name,
+                                      _from_gpu(detail))
+        elif args.measure:
+            ceil = _measure_and_store(target, f"{target}|{arch}|{name}", arch, name)
+        else:
+            ceil = ceilings_for(target)
+    except TCError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if ceil.source == "env":
+        print("(TCMLIR_CEILINGS is set: these are its values, nothing was measured)")
+    print(f"{target} ceilings of {ceil.device or name} ({ceil.arch or arch}; {ceil.source}):")
+    print(f"  copy bandwidth  {format_si(ceil.bandwidth, 'B/s')} (read + write)")
+    print(f"  fp32 FMA        {format_si(ceil.flops, 'FLOP/s')}")
+    print(f"  launch cost     {ceil.launch_s * 1e6:.2f} us")
+    if detail is not None:
+        print(f"  (copy: {format_si(detail.copy_bytes, 'B')} moved per launch; FMA: "
+              f"{format_si(detail.fma_flops, 'FLOP')} per launch; launch cost: "
+              f"{detail.launches} empty launches per sample through {detail.launch_path})")
+    if target == "cuda":
+        from .gpu_ceilings import theoretical_peaks
+
+        bw, fl = theoretical_peaks(0)
+        for what, got, peak in (("bandwidth", ceil.bandwidth, bw), ("FMA", ceil.flops, fl)):
+            if peak:
+                print(f"  {what} peak from the device attributes: "
+                      f"{format_si(peak, 'B/s' if what == 'bandwidth' else 'FLOP/s')} "
+                      f"(measured {100 * got / peak:.0f}%)")
+    return 0
+

@@ -1,10 +1,11 @@
-"""``tcmlir profile FILE --name E --sizes ... [--options ...] [--plot roofline.png] [--json]``.
+"""``tcmlir profile FILE --name E --sizes ... [--options ...] [--devices 0,1] [--plot PNG] [--json]``.
 
 Profiles one call of a TC definition on random inputs (the same ones ``tcmlir run`` makes) and
 prints the profile's table and advice, or its ``to_dict()`` as JSON. ``--options`` takes a
 preset name (naive, pointwise, mlp, convolution, group_convolution), MappingOptions JSON, or
 the path of a file holding that JSON. ``--ncu`` (cuda, with ``ncu`` on the PATH) runs the call
 again under Nsight Compute and merges its measured DRAM bytes and achieved occupancy.
+``--devices 0,1`` profiles the call split across those GPUs (`split_profile`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ def add_profile_command(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--plot", default=None, metavar="PNG", help="write the roofline picture here")
     p.add_argument("--json", action="store_true", help="print the profile as JSON")
+    p.add_argument("--devices", default=None, metavar="0,1",
+                   help="profile the call split across these GPU ordinals (tcmlir.multi): "
+                        "each part's copies in and out and its kernels")
     p.add_argument("--ncu", action="store_true",
                    help="also run under Nsight Compute (ncu) and merge its DRAM bytes and "
                         "achieved occupancy (cuda)")
@@ -58,15 +62,31 @@ def parse_options(text: str | None) -> Any:
                       f"JSON or a file of it; {exc}") from None
 
 
+def _parse_devices(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        devices = tuple(int(d) for d in text.split(","))
+    except ValueError:
+        devices = ()
+    if not devices or min(devices) < 0:
+        raise TCError(f"--devices: expected GPU ordinals like 0,1, got {text!r}")
+    return devices
+
+
 def _cmd_profile(args: argparse.Namespace) -> int:
     from ..cli import definition_and_inputs
 
     if args.ncu and args.options:
         raise TCError("--ncu runs the call again through `tcmlir run`, which takes the default "
                       "options: use --ncu without --options")
+    devices = _parse_devices(args.devices)
+    if args.ncu and devices is not None:
+        raise TCError("--ncu runs the call again through `tcmlir run`, on one device: use "
+                      "--ncu without --devices")
     fn, _sizes, inputs = definition_and_inputs(args)
     options = parse_options(args.options)
-    prof = fn.profile(*inputs, options=options, runs=args.runs)
+    prof = fn.profile(*inputs, options=options, runs=args.runs, devices=devices)
     if args.ncu:
         from .ncu import merge_ncu
 

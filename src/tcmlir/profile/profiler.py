@@ -1,6 +1,7 @@
 """Profiling a call: time it, count its ideal work, put both against the ceilings, advise.
 
     profile_function(fn, inputs, options, runs)   # fn.profile(*inputs)
+      (devices=[...]: `split_profile.profile_split`, the split call's parts and transfers)
       -> fn.compile(...) -> profile_kernel(kernel, inputs, runs)        # kernel.profile(*inputs)
            times:      the whole call (median of ``runs``; CUDA events on the GPU, wall clock on
                        the host) and each launched kernel on its own (`_cuda_times`, `_host_times`)
@@ -34,7 +35,15 @@ __all__ = ["build_profile", "kernel_resources", "profile_function", "profile_ker
 
 
 def profile_function(fn: Any, inputs: Sequence[Any], options: Any = None, runs: int = 20,
-                     ceilings: Ceilings | Mapping[str, Any] | None = None) -> Profile:
+                     ceilings: Ceilings | Mapping[str, Any] | None = None,
+                     devices: Sequence[int] | None = None) -> Profile:
+    """``fn.profile(*inputs)``: compile, then `profile_kernel`; with ``devices`` (or
+    ``options.devices``) the split call's profile (`split_profile.profile_split`)."""
+    if devices is not None or (options is not None and options.devices):
+        from .split_profile import profile_split
+
+        return profile_split(fn, inputs, options.devices if devices is None else devices,
+                             options, runs=runs, ceilings=ceilings)
     kernel = fn.compile(*inputs, options=options)
     return profile_kernel(kernel, inputs, runs=runs, ceilings=ceilings)
 
@@ -186,7 +195,8 @@ def _cuda_times(kernel: Any, inputs: Sequence[Any], runs: int) -> tuple[list[flo
     device once, outside the timing; the plan's packed parameters)."""
     from ..runtime.arrays import DeviceArray, bind_device_inputs
     from ..runtime.cuda_launch import benchmark_cuda
-    from ..runtime.cuda_memory import DeviceBuffer, check, driver, elapsed_ms
+    from ..runtime.cuda_memory import DeviceBuffer, driver, elapsed_ms
+    from ..runtime.fast_driver import direct_calls
 
     whole = benchmark_cuda(kernel, inputs, runs)
     runner = kernel.runner
@@ -210,14 +220,50 @@ def _cuda_times(kernel: Any, inputs: Sequence[Any], runs: int) -> tuple[list[flo
     # a kernel relaunched alone found its inputs in L2 and measured half its real time.
     events = [rt.event(plan.device) for _ in range(len(plan._kernels) + 1)]
     per: list[list[float]] = [[] for _ in plan._kernels]
+    # A kernel shorter than the host's time to queue an event and a launch is timed as that
+    # host time (the GPU waits for the next launch): queued through ctypes, as the plan's own
+    # calls are, that floor is about the launch cost, so a tiny kernel reads as launch-bound
+    # (the `[launch]` rule) rather than as several microseconds of cuda-python overhead.
+    fast = direct_calls(driver)
+    queue = _queue_direct if fast is not None and fast.event_record is not None else _queue
+    rt.context(plan.device)
     for _ in range(max(1, int(runs))):
-        for i, ((f, gx, gy, gz, bx, by, bz), (name, _, _)) in enumerate(
-                zip(plan._kernels, plan._launch_info, strict=True)):
-            events[i].record()
-            check(driver.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, 0, 0, plan.block.address, 0),
-                  "cuLaunchKernel", context=f"profiling kernel {name}")
-        events[-1].record()
+        queue(fast, plan, events)
         for i in range(len(plan._kernels)):
             per[i].append(elapsed_ms(events[i], events[i + 1]) / 1e3)
     plan.check_errors()
     return whole, per
+
+
+def _queue(_fast: Any, plan: Any, events: Sequence[Any]) -> None:
+    """An event before each kernel of ``plan`` and one after the last (cuda-python)."""
+    from ..runtime.cuda_memory import check, driver
+
+    for i, ((f, gx, gy, gz, bx, by, bz), (name, _, _)) in enumerate(
+            zip(plan._kernels, plan._launch_info, strict=True)):
+        events[i].record()
+        check(driver.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, 0, 0, plan.block.address, 0),
+              "cuLaunchKernel", context=f"profiling kernel {name}")
+    events[-1].record()
+
+
+def _queue_direct(fast: Any, plan: Any, events: Sequence[Any]) -> None:
+    """`_queue` through ctypes (`runtime.fast_driver`)."""
+    from ..errors import CudaError
+    from ..runtime import cuda_memory
+
+    def error_text(err: int) -> str:
+        return cuda_memory.error_text(cuda_memory.driver.CUresult(err))
+
+    # `DirectCalls.launch` takes no argtypes: handles and addresses as c_void_p
+    record, launch, address = fast.event_record, fast.launch, fast.pointer(plan.block.address)
+    handles = [int(e.handle) for e in events]
+    for i, ((f, gx, gy, gz, bx, by, bz), (name, _, _)) in enumerate(
+            zip(plan._kernels, plan._launch_info, strict=True)):
+        err = record(handles[i], None) or launch(fast.pointer(int(f)), gx, gy, gz, bx, by, bz, 0,
+                                                 None, address, None)
+        if err:
+            raise CudaError(f"profiling kernel {name}: {error_text(err)}")
+    err = record(handles[-1], None)
+    if err:
+        raise CudaError(f"profiling: cuEventRecord: {error_text(err)}")

@@ -15,7 +15,7 @@ from typing import Any
 
 from .ceilings import Ceilings
 
-__all__ = ["KernelProfile", "Profile", "format_si", "roofline"]
+__all__ = ["KernelProfile", "PartTransfers", "Profile", "format_si", "roofline"]
 
 
 def roofline(flops: int, nbytes: int, time_s: float, ceil: Ceilings) -> tuple[str, float, float]:
@@ -95,6 +95,34 @@ class KernelProfile(_Rates):
 
 
 @dataclass
+class PartTransfers:
+    """What one part of a split call (``fn.profile(*inputs, devices=[...])``) copies per call:
+    bytes and CUDA-event seconds of its copies in and out, and of its kernels."""
+
+    part: int
+    device: int
+    rows: tuple[int, int]     # [lo, hi) of the split dimension ((0, 0): the whole call)
+    bytes_in: int             # input slabs received, from the host or another GPU
+    bytes_from_host: int      # of those, from host arrays
+    bytes_out: int            # output rows sent to the output device
+    in_s: float               # copies in (and zero fills); 0 when nothing is copied in
+    out_s: float              # copies out; 0 when nothing is sent
+    kernels_s: float          # the part's kernels
+
+    @property
+    def bytes_between_devices(self) -> int:
+        """Bytes copied from or to another GPU (not from the host)."""
+        return self.bytes_in - self.bytes_from_host + self.bytes_out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as plain JSON-ready values."""
+        return {"part": self.part, "device": self.device, "rows": list(self.rows),
+                "bytes_in": self.bytes_in, "bytes_from_host": self.bytes_from_host,
+                "bytes_out": self.bytes_out, "bytes_between_devices": self.bytes_between_devices,
+                "in_s": self.in_s, "out_s": self.out_s, "kernels_s": self.kernels_s}
+
+
+@dataclass
 class Profile(_Rates):
     """The profile of a call: the whole call's numbers, ``kernels``, and ``advice``."""
 
@@ -117,8 +145,16 @@ class Profile(_Rates):
     exact: bool = True                   # False: a gather makes the bytes an upper bound
     runs: int = 0
     raw_fraction: float = 0.0
-    transfer_bytes: int = 0              # between GPUs (multi-GPU calls; 0 on one device)
-    transfer_s: float = 0.0
+    transfer_bytes: int = 0              # copied per call by a split call's parts (0 on one device)
+    transfer_s: float = 0.0              # the parts' copy phases, summed (`PartTransfers`)
+    parts: list[PartTransfers] = field(default_factory=list)   # a split call's parts
+    devices: tuple[int, ...] = ()        # the devices of a split call (() for one device)
+    split: str = ""                      # how it was split, or why not
+
+    @property
+    def transfer_bytes_between_devices(self) -> int:
+        """Of `transfer_bytes`, those copied from or to another GPU (not from the host)."""
+        return sum(p.bytes_between_devices for p in self.parts)
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as plain JSON-ready values (for tools and ``--json``)."""
@@ -132,6 +168,9 @@ class Profile(_Rates):
             "intensity": _finite(self.intensity), "bound": self.bound,
             "roofline_fraction": self.roofline_fraction, "runs": self.runs,
             "transfer_bytes": self.transfer_bytes, "transfer_s": self.transfer_s,
+            "transfer_bytes_between_devices": self.transfer_bytes_between_devices,
+            "devices": list(self.devices), "split": self.split,
+            "parts": [p.to_dict() for p in self.parts],
             "ceilings": self.ceilings.to_dict(),
             "kernels": [k.to_dict() for k in self.kernels], "advice": list(self.advice),
         }
@@ -172,10 +211,9 @@ class Profile(_Rates):
         table = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
                  for r in rows]
         table.insert(1, "  ".join("-" * w for w in widths))
-        if self.transfer_bytes:
-            table.append(f"transfers between GPUs: {format_si(self.transfer_bytes, 'B')} in "
-                         f"{_time(self.transfer_s)}")
         lines = [*head, "", *table]
+        if self.parts:
+            lines += ["", *self._transfer_lines()]
         for k in self.kernels:
             if k.ncu:
                 dram = k.ncu.get("dram_bytes")
@@ -190,6 +228,20 @@ class Profile(_Rates):
         if self.advice:
             lines += ["", "advice:"] + [f"  - {a}" for a in self.advice]
         return "\n".join(lines)
+
+
+    def _transfer_lines(self) -> list[str]:
+        host = sum(p.bytes_from_host for p in self.parts)
+        lines = [f"split on devices {list(self.devices)}: {self.split}",
+                 f"transfers per call: {format_si(self.transfer_bytes, 'B')} in "
+                 f"{_time(self.transfer_s)} ({format_si(host, 'B')} from the host, "
+                 f"{format_si(self.transfer_bytes_between_devices, 'B')} between GPUs)"]
+        for p in self.parts:
+            lines.append(f"  part {p.part} on device {p.device}, rows [{p.rows[0]}, {p.rows[1]}): "
+                         f"in {format_si(p.bytes_in, 'B')} {_time(p.in_s)}, kernels "
+                         f"{_time(p.kernels_s)}, out {format_si(p.bytes_out, 'B')} "
+                         f"{_time(p.out_s)}")
+        return lines
 
 
 def _finite(x: float) -> float | None:

@@ -30,6 +30,7 @@ from ..poly.gpu_mapping import (
     THREAD_PARAMS,
     first_band_below,
     kernel_marks,
+    member_extent,
     member_filter,
 )
 from ..poly.scop import maps_of, sets_of
@@ -171,6 +172,7 @@ def _strides(state: Any, kernel_node: isl.ScheduleNode, block: tuple[int, int, i
         sub = filt.child(0).get_subtree_schedule_union_map()
         band = first_band_below(filt.child(0))
         member = None if band is None else _thread_member(band, block[0])
+        lanes = 1 if band is None else _lanes(band)
         if member is not None:
             # map-to-threads: the member's value v runs over threads as v mod B, so a thread's
             # own loop over it advances floor(v / B): time keeps that, not v
@@ -199,9 +201,22 @@ def _strides(state: Any, kernel_node: isl.ScheduleNode, block: tuple[int, int, i
                     acc = acc.align_params(neighbours.get_space())
                     nb = neighbours.align_params(acc.get_space())
                     pairs = nb.apply_domain(acc).apply_range(acc)
-                    out.append(AccessStride(stmt, tensor, kind,
-                                            _linear_stride(pairs, fn.tensor(tensor), sizes)))
+                    stride = _linear_stride(pairs, fn.tensor(tensor), sizes)
+                    if lanes > 1 and stride is not None and abs(stride) == lanes:
+                        stride //= lanes  # a vector of `lanes` elements per thread, adjacent
+                    out.append(AccessStride(stmt, tensor, kind, stride))
     return tuple(_dedupe(out)), mapped
+
+
+def _lanes(band: isl.ScheduleNode) -> int:
+    """The lanes of a thread's vector access (`gpu_mapping.split_lanes`: a last member
+    ``v mod L``, unrolled, below the thread filter), else 1. Neighbouring threads' accesses at
+    the same lane are then ``L`` apart while each thread's ``L`` are adjacent: coalesced."""
+    m = band.band_n_member() - 1
+    if m < 1 or band.band_member_get_ast_loop_type(m) != isl.ast_loop_type.unroll:
+        return 1
+    extent = member_extent(band, m)
+    return extent if extent in (2, 4, 8, 16) else 1
 
 
 def _thread_member(band: isl.ScheduleNode, extent: int) -> int | None:

@@ -454,7 +454,7 @@ def bind_device_inputs(fn: Any, inputs: Any) -> DeviceBoundCall:
     """Check inputs (numpy, torch, CuPy, CUDA-array-interface or DLPack arrays) against ``fn``
     (an ``ir.Function``): count, rank, dtype, one device, contiguity; bind the sizes."""
     from ..binding import bind_sizes, check_copy_fits, scalar_array
-    from ..signature import ArgSpec, Signature
+    from ..signature import ArgSpec, Signature, pointer_alignment
 
     if len(inputs) != len(fn.inputs):
         names = ", ".join(t.name for t in fn.inputs)
@@ -490,7 +490,10 @@ def bind_device_inputs(fn: Any, inputs: Any) -> DeviceBoundCall:
             return _c_strides(view.shape, 1)
         return tuple(s // view.dtype.itemsize for s in view.strides_bytes)
 
-    signature = Signature(tuple(ArgSpec(tuple(v.shape), str(v.dtype), strides(v))
+    def align(view: HostArrayView | DeviceArrayView) -> int:  # host arrays: copied, aligned
+        return 16 if isinstance(view, HostArrayView) else pointer_alignment(view.ptr)
+
+    signature = Signature(tuple(ArgSpec(tuple(v.shape), str(v.dtype), strides(v), align(v))
                                 for v in views.values()))
     return DeviceBoundCall(views, sizes, signature, kind or ArrayKind.NUMPY,
                            next(iter(devices), 0))

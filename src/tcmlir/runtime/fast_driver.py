@@ -19,7 +19,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["DirectCalls", "direct_calls"]
@@ -31,10 +31,36 @@ _ptr = ctypes.c_void_p
 @dataclass(frozen=True)
 class DirectCalls:
     """``launch(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)`` returns the
-    ``CUresult`` code (0 on success); `current_context` the code and the current context."""
+    ``CUresult`` code (0 on success); `current_context` the code and the current context;
+    ``event_record(event, stream)`` (the profiler's per-kernel events) the code.
+
+    ``launch`` has no ``argtypes``: ctypes then converts nothing through ``from_param``, which
+    took two thirds of the call's cost (measured: 7.6 against 2.4 µs per call of an 11-argument
+    C function on a loaded 2-core host). Its caller passes the handles and addresses as
+    prebuilt ``c_void_p`` objects (`pointer`, `stream`) and the dimensions as Python ints (C
+    ``int``: block and grid dimensions fit; `fits` says whether they do)."""
 
     launch: Any
     get_current: Any
+    event_record: Any = None
+    _streams: dict = field(default_factory=dict)
+
+    @staticmethod
+    def pointer(value: int | None) -> Any:
+        return _ptr(value or None)
+
+    def stream(self, handle: int) -> Any:
+        """The ``c_void_p`` of a stream handle, made once per handle."""
+        found = self._streams.get(handle)
+        if found is None:
+            if len(self._streams) > 4096:  # streams come and go: keep the table small
+                self._streams.clear()
+            found = self._streams[handle] = _ptr(handle or None)
+        return found
+
+    @staticmethod
+    def fits(*dims: int) -> bool:
+        return all(0 <= d < 2**31 for d in dims)
 
     def current_context(self) -> tuple[int, int]:
         """(CUresult, the current context's handle or 0)."""
@@ -67,8 +93,11 @@ def direct_calls(driver: Any) -> DirectCalls | None:
         get_current = lib.cuCtxGetCurrent
     except AttributeError:
         return None
-    launch.argtypes = [_ptr, _u32, _u32, _u32, _u32, _u32, _u32, _u32, _ptr, _ptr, _ptr]
-    launch.restype = ctypes.c_int
+    launch.restype = ctypes.c_int  # no argtypes: see DirectCalls
     get_current.argtypes = [ctypes.POINTER(_ptr)]
     get_current.restype = ctypes.c_int
-    return DirectCalls(launch, get_current)
+    record = getattr(lib, "cuEventRecord", None)
+    if record is not None:
+        record.argtypes = [_ptr, _ptr]
+        record.restype = ctypes.c_int
+    return DirectCalls(launch, get_current, record)

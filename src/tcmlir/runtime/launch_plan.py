@@ -38,6 +38,7 @@ import numpy as np
 from .. import ir as tc
 from ..binding import needs_zero_fill
 from ..errors import CallError, CudaError
+from ..signature import ALIGN_BYTES
 from .arrays import ArrayKind, DeviceArray, DeviceArrayView, classify
 from .cuda_memory import check, driver, error_text
 from .fast_driver import direct_calls
@@ -119,6 +120,7 @@ class CudaPlan:
              f"{fn.name}: input {t.name}")
             for t, cls in zip(fn.inputs, input_types, strict=True))
         self._output_names = tuple(t.name for t in fn.outputs)
+        self._aligned = frozenset(getattr(image, "aligned", ()))
         self._outputs = tuple(
             (slot[t.name], shape, math.prod(shape) * t.dtype.itemsize, t.dtype, lib_dtype(t.dtype),
              needs_zero_fill(fn, t, sizes))
@@ -158,8 +160,12 @@ class CudaPlan:
         self._torch_call = self._make_torch_call()
         # warm launches go straight into libcuda when the real driver is loaded (fast_driver)
         self._direct = direct_calls(driver)
+        if self._direct is not None and not all(self._direct.fits(*rest) for _, *rest in self._kernels):
+            self._direct = None
         if self._direct is not None:
-            self._direct_kernels = tuple((int(f), *rest) for f, *rest in self._kernels)
+            self._direct_kernels = tuple((self._direct.pointer(int(f)), *rest)
+                                         for f, *rest in self._kernels)
+            self._direct_params = self._direct.pointer(self.block.address)
         self._memset32 = driver.cuMemsetD32Async
         self._memset8 = driver.cuMemsetD8Async
 
@@ -257,6 +263,7 @@ class CudaPlan:
         pooled: list[Any] = []  # pool buffers, given back after the launches
         keep: list[Any] = []    # objects that must outlive the call's host-side work
         copies_back: list[tuple[int, int, int]] = []
+        moves_back: list[tuple[int, int, int]] = []  # (given output, its aligned stand-in, bytes)
         self.context.activate()
         with self._lock:
             values = self.block.values
@@ -273,7 +280,8 @@ class CudaPlan:
             results = []
             for i, (k, shape, nbytes, dtype, lib_dtype, zero) in enumerate(self._outputs):
                 if given is not None:
-                    values[k] = self._given_output(i, given[i], handle, pooled, keep, copies_back)
+                    values[k] = self._given_output(i, given[i], handle, pooled, keep, copies_back,
+                                                   moves_back)
                     results.append(given[i])
                     continue
                 if not memory.pooled:
@@ -300,6 +308,9 @@ class CudaPlan:
                     self._zero(ptr, nbytes, handle)
             self._enqueue(handle)
         self.runtime._last_launch[self.device] = self
+        for dst, src, nbytes in moves_back:
+            check(driver.cuMemcpyDtoDAsync(dst, src, nbytes, handle),
+                  f"cuMemcpyDtoDAsync({nbytes} bytes)", context=f"output of {self.entry}")
         if self.gathers and not capturing:
             self._queue_flag_read(handle)
         if copies_back:
@@ -317,9 +328,10 @@ class CudaPlan:
 
     def _enqueue(self, handle: int) -> None:
         if self._direct is not None:
-            launch, address = self._direct.launch, self.block.address
+            launch, address = self._direct.launch, self._direct_params
+            stream = self._direct.stream(handle)
             for i, (f, gx, gy, gz, bx, by, bz) in enumerate(self._direct_kernels):
-                err = launch(f, gx, gy, gz, bx, by, bz, 0, handle, address, None)
+                err = launch(f, gx, gy, gz, bx, by, bz, 0, stream, address, None)
                 if err:
                     name, grid, block = self._launch_info[i]
                     raise CudaError(f"CUDA driver call cuLaunchKernel failed: "
@@ -381,9 +393,11 @@ class CudaPlan:
         return np.empty(shape, dtype.numpy)
 
     def _given_output(self, i: int, x: Any, handle: int, pooled: list[Any], keep: list[Any],
-                      copies_back: list[tuple[int, int, int]]) -> int:
-        """The device pointer of a user-given output: its own memory, or (host arrays) a
-        staging buffer holding a copy of it (``+=`` reads it), copied back after the launch."""
+                      copies_back: list[tuple[int, int, int]],
+                      moves_back: list[tuple[int, int, int]]) -> int:
+        """The device pointer of a user-given output: its own memory, or (host arrays, and
+        device arrays less aligned than the kernel assumes) a staging buffer holding a copy of
+        it (``+=`` reads it), copied back after the launch."""
         _, shape, _, dtype, _, _ = self._outputs[i]
         what = f"{self.entry}: output {self._output_names[i]}"
         view = classify(x, what, runtime=self.runtime)
@@ -391,7 +405,18 @@ class CudaPlan:
             raise CallError(f"{what} must be {dtype} of shape {shape}, got {view.dtype} of "
                             f"shape {tuple(view.shape)}")
         if isinstance(view, DeviceArrayView):
-            return self._on_device(view, what, keep)
+            ptr = self._on_device(view, what, keep)
+            if ptr % ALIGN_BYTES and self._output_names[i] in self._aligned:
+                # the kernel takes this output 16-byte aligned (128-bit accesses): run it on an
+                # aligned copy, moved back after the launch on the same stream
+                _, _, nbytes, _, _, _ = self._outputs[i]
+                buf = self._pool.acquire(nbytes, handle)
+                pooled.append(buf)
+                check(driver.cuMemcpyDtoDAsync(buf.ptr, ptr, nbytes, handle),
+                      f"cuMemcpyDtoDAsync({nbytes} bytes)", context=what)
+                moves_back.append((ptr, buf.ptr, nbytes))
+                return buf.ptr
+            return ptr
         host = view.array
         if not host.flags.c_contiguous or not host.flags.writeable:
             raise CallError(f"{what}: an output array must be C-contiguous and writeable "
