@@ -149,8 +149,8 @@ class MappingOptions:
         lhs indices and one reduction index: matmul, its transposed forms, fc) gets
         `cuda_contraction` with the largest tiles that still give every SM two blocks at
         ``sizes`` (`contraction_tiles`) or, when those would be small and the reduction is
-        long, larger tiles with split-K (`split_k_choice`); a batched contraction (three lhs indices, one
-        reduction index: batched matmul) `cuda_batched_contraction`; a convolution
+        long, larger tiles with split-K (`split_k_choice`); a batched contraction (three lhs
+        indices, one reduction index: batched matmul) `cuda_batched_contraction`; a convolution
         `cuda_convolution`; a program that reads a tensor across its rows where it writes
         along them (a transpose) the naive options with `promote-shared`, whose tile copies
         read rows; everything else the naive options."""
