@@ -161,6 +161,7 @@ SIM = MO.cuda_contraction((4, 4, 4), (2, 2))
 @pytest.mark.parametrize("source,shapes,options", [
     (TMM, [(4, 37), (4, 37)], SIM.split_reduction(4)),           # a remainder chunk
     (MM.format(t="int32"), [(4, 3), (3, 8)], SIM.split_reduction(8)),  # K < S
+    (TMM, [(6, 9), (5, 9)], SIM.split_reduction(2)),             # row tiles straddle chunks
     (FC, [(4, 13), (4, 13), (4,)], SIM.split_reduction(2)),      # prime K, bias + relu
     (BMM, [(2, 4, 6), (2, 4, 6)], MO(tile_sizes=(1, 4, 4, 4), block=(4, 4, 1), grid=(8, 8, 8),
                                      use_shared_memory=True, use_private_memory=True)
