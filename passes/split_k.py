@@ -298,8 +298,12 @@ def _untile(tile: isl.ScheduleNode) -> isl.ScheduleNode | None:
         size = point_extent(point, i)
         if size is None:
             return None
-        lst = lst.add(outer.get_at(i).scale_val(isl.Val.int_from_si(ctx, size))
-                      .add(inner.get_at(i)))
+        val = isl.Val.int_from_si(ctx, size)
+        u = outer.get_at(i).scale_val(val).add(inner.get_at(i))
+        if not (_same(u.scale_down_val(val).floor(), outer.get_at(i))
+                and _same(u.mod_val(val), inner.get_at(i))):
+            return None  # not a tile band over its point band
+        lst = lst.add(u)
     space = isl.Space.set_alloc(ctx, 0, n).align_params(outer.get_space().params())
     mupa = isl.MultiUnionPwAff.from_union_pw_aff_list(space, lst)
     permutable = tile.band_get_permutable()
@@ -309,6 +313,10 @@ def _untile(tile: isl.ScheduleNode) -> isl.ScheduleNode | None:
     for i, c in enumerate(coincident):
         node = node.band_member_set_coincident(i, c)
     return node
+
+
+def _same(a: isl.UnionPwAff, b: isl.UnionPwAff) -> bool:
+    return isl.UnionMap.from_union_pw_aff(a).is_equal(isl.UnionMap.from_union_pw_aff(b))
 
 
 def _is_zero(e: tc.SizeExpr) -> bool:
