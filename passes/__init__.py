@@ -9,9 +9,10 @@ Passes (see each file): ``schedule{fusion=max|preserve3coincident|min,skew=false
 positive-orthant=true}``, ``tile{sizes=...}``, ``specialize{N=...}``, ``verify``,
 ``mark-parallel`` and ``vectorize`` (host), ``map-to-blocks{grid=...}``,
 ``map-to-threads{block=...}`` and ``map-reduction{threads=...}`` (GPU), ``inline-temporaries``
-and ``map-rows{threads=...,grid=...}`` (GPU: a row program as one kernel), ``unroll{factor=4}``,
-``split-k{ways=4}`` (a long reduction cut into chunks on different blocks, then folded; before
-``schedule``).
+and ``map-rows{threads=...,grid=...}`` (GPU: a row program as one kernel), ``merge-updates``
+and ``map-mixed{threads=...,grid=...}`` (GPU: row statements and column reductions as a row
+kernel and column kernels), ``unroll{factor=4}``, ``split-k{ways=4}`` (a long reduction cut
+into chunks on different blocks, then folded; before ``schedule``).
 A researcher adds a pass by adding a file here (a frozen dataclass with ``@register``, see
 `base.py`) and importing it below.
 
@@ -31,7 +32,13 @@ How mappings are recorded in the tree, so that it prints in isl syntax and re-pa
   the NVPTX backend puts a block barrier after each phase of the row body and keeps the
   ``local`` temporaries in shared memory; ``reduction S<k> threads=B atomic`` (blocks fold
   their totals atomically: full reductions) and ``accumulate S<k> atomic`` (each thread folds
-  its own total: column reductions), also from ``map-rows``.
+  its own total: column reductions), also from ``map-rows``;
+* ``map-mixed{threads=...,grid=...,fuse=true}``: a program of row statements and column
+  reductions (a layernorm's gradient with scale and shift) as one row kernel in which each
+  column reduction is a phase under ``accumulate S<k> over-rows atomic`` (a register per
+  column across the block's rows, folded atomically after the row loop), or (``fuse=false``,
+  or when that is not possible) as a row kernel and column kernels, ``accumulate S<k>,S<j>
+  atomic`` for column reductions over the same rows.
 
 Backends read marks with `tcmlir.poly.tree.mark_name`; the isl AST builder prints them as
 comments and hands them to the code generator as mark nodes.
@@ -41,11 +48,13 @@ from __future__ import annotations
 
 from . import (  # noqa: F401  (registration)
     inline_temporaries,
+    map_mixed,
     map_reductions,
     map_rows,
     map_to_blocks,
     map_to_threads,
     mark_parallel,
+    merge_updates,
     promote_private,
     promote_shared,
     register_tile,

@@ -1,7 +1,9 @@
 """A column reduction (``S(d) +=! X(n, d)``: reduced over an outer dimension), for `map-rows`.
 
 `map-rows` calls `build_columns` for a function whose only statement reduces over indices
-that are not the innermost index of its reads (`column_problem` is None). Threads take
+that are not the innermost index of its reads (`column_problem` is None; a read of only
+reduced indices, a per-row operand such as ``w(n)``, is a broadcast to the warp and allowed);
+`map-mixed` calls it for each column reduction of a program that also has row statements. Threads take
 consecutive columns, so every warp reads consecutive addresses; the reduced dimension is split
 over ``blockIdx.y`` so that enough blocks run; each thread sums its share of one column in a
 register and folds it into ``S(d)`` atomically (``red.global.add`` for sums, compare-and-swap
@@ -27,6 +29,8 @@ that the columns need, ``GX`` covers the columns (at most ``grid``), ``GY`` fill
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import islpy as isl
 
 from .. import ir as tc
@@ -36,7 +40,7 @@ from ..poly.gpu_mapping import BLOCK_PARAMS, THREAD_PARAMS, KernelMark, pin_unus
 from ..poly.scop import sets_of
 from ..poly.state import CompileState
 
-__all__ = ["build_columns", "column_problem"]
+__all__ = ["accumulate_mark_name", "build_columns", "column_problem"]
 
 _ATOMIC = (DType.FLOAT32, DType.FLOAT64, DType.INT32, DType.INT64, DType.UINT32, DType.UINT64)
 
@@ -55,6 +59,8 @@ def column_problem(fn: tc.Function) -> str | None:
     for rd in (x for x in tc.walk(st.rhs) if isinstance(x, tc.Read)):
         used = {x.name for i in rd.indices for x in tc.walk(i) if isinstance(x, tc.Index)}
         if used & reduced:
+            if not used & set(st.lhs):  # a per-row operand (``w(n)``): one address per warp
+                continue
             last = rd.indices[-1] if rd.indices else None
             if not isinstance(last, tc.Index) or last.name != col:
                 return "a read is not contiguous along the lhs's innermost index"
@@ -78,32 +84,49 @@ def _extent(r: tc.IndexRange, sizes) -> int | None:
     return r.hi.evaluate(sizes) - r.lo.evaluate(sizes)
 
 
-def _kernel(node: isl.ScheduleNode, s: isl.Set, col: int, outer: list[int], inner: list[str],
-            b: int, gx: int, split: tuple[int, int] | None, mark: str | None) -> isl.ScheduleNode:
-    """Fill the leaf ``node`` (whose domain is the set ``s``) with one kernel's subtree."""
+def _kernel(node: isl.ScheduleNode, sets: list[isl.Set], col: int, outer: list[int],
+            inner: Callable[[list[str]], list[str]] | None, b: int, gx: int,
+            split: tuple[int, int] | None, mark: str | None) -> isl.ScheduleNode:
+    """Fill the leaf ``node`` (whose domain is the union of ``sets``, statements of the same
+    lhs rank) with one kernel's subtree; ``inner(dims)`` are the accumulated band's members."""
     ctx = node.get_ctx()
-    name, dims, params = s.get_tuple_name(), _dims(s), _params(node.get_domain())
-    c = dims[col]
-    cond = f"{c} mod {b} = _tx and floor({c}/{b}) mod {gx} = _bx"
-    gy = 1
-    if split is not None:
-        pos, gy = split
-        cond += f" and {dims[pos]} mod {gy} = _by"
-    filt = isl.UnionSet.read_from_str(ctx, f"[{params}] -> {{ {name}[{', '.join(dims)}] : {cond} }}")
+    params = _params(node.get_domain())
+    gy = 1 if split is None else split[1]
+
+    def union(text_of: Callable[[str, list[str]], str]) -> str:
+        return "; ".join(text_of(x.get_tuple_name(), _dims(x)) for x in sets)
+
+    def cond(name: str, dims: list[str]) -> str:
+        c = dims[col]
+        text = f"{c} mod {b} = _tx and floor({c}/{b}) mod {gx} = _bx"
+        if split is not None:
+            text += f" and {dims[split[0]]} mod {gy} = _by"
+        return f"{name}[{', '.join(dims)}] : {text}"
+
+    filt = isl.UnionSet.read_from_str(ctx, f"[{params}] -> {{ {union(cond)} }}")
     filt = filt.intersect(node.get_domain())
 
-    def band(at: isl.ScheduleNode, exprs: list[str]) -> isl.ScheduleNode:
-        members = ", ".join(f"{{ {name}[{', '.join(dims)}] -> [({e})] }}" for e in exprs)
+    def band(at: isl.ScheduleNode, exprs: Callable[[list[str]], list[str]]) -> isl.ScheduleNode:
+        count = len(exprs(_dims(sets[0])))
+        members = ", ".join(
+            "{ " + union(lambda name, dims, m=m: f"{name}[{', '.join(dims)}] -> [({exprs(dims)[m]})]")
+            + " }" for m in range(count))
         mupa = isl.MultiUnionPwAff.read_from_str(ctx, f"[{params}] -> [{members}]")
         return at.insert_partial_schedule(mupa)
 
-    outer_exprs = [dims[i] for i in outer] + [f"floor({c}/{b * gx})"]
+    def outer_exprs(dims: list[str]) -> list[str]:
+        return [dims[i] for i in outer] + [f"floor({dims[col]}/{b * gx})"]
+
     top = band(node, outer_exprs)
-    for m in range(len(outer_exprs)):
+    for m in range(len(outer) + 1):
         top = top.band_member_set_coincident(m, 1)
-    if mark is not None and inner:
-        leaf = top.child(0)
-        leaf = band(leaf, inner)
+    if mark is not None and inner is not None and inner(_dims(sets[0])):
+        leaf = band(top.child(0), inner)
+        if len(sets) > 1:  # the statements in program order at each accumulated point
+            filters = isl.UnionSetList.alloc(ctx, len(sets))
+            for x in sets:
+                filters = filters.add(isl.UnionSet.from_set(x))
+            leaf = leaf.child(0).insert_sequence(filters).parent()
         leaf = leaf.insert_mark(isl.Id(mark, context=ctx))
         top = leaf.parent()
     node = top.insert_filter(filt)
@@ -112,11 +135,18 @@ def _kernel(node: isl.ScheduleNode, s: isl.Set, col: int, outer: list[int], inne
     return node.insert_mark(isl.Id(KernelMark((gx, gy, 1), (b, 1, 1)).name, context=ctx))
 
 
+def accumulate_mark_name(statements: tuple[int, ...]) -> str:
+    """``accumulate S3 atomic``, ``accumulate S3,S4 atomic`` (`codegen.gpu_rows`)."""
+    return f"accumulate {','.join(f'S{k}' for k in statements)} atomic"
+
+
 def build_columns(state: CompileState, domain: isl.UnionSet, threads: int,
-                  grid: int) -> isl.Schedule | None:
-    """The tree of the module docstring (None when the reduction runs no instance)."""
+                  grid: int, statements: tuple[int, ...] = (0,)) -> isl.Schedule | None:
+    """The tree of the module docstring for the column reductions ``statements`` (``domain``:
+    their instances; several: the same lhs rank and ranges as the first, accumulated in one
+    loop under one mark; None when they run no instance)."""
     fn = state.fn
-    st = fn.statements[0]
+    st = fn.statements[statements[0]]
     n_lhs = len(st.lhs)
     cols = _extent(st.ranges[n_lhs - 1], state.sizes)
     b = 1
@@ -129,24 +159,30 @@ def build_columns(state: CompileState, domain: isl.UnionSet, threads: int,
     gy = max(1, min(65535, red0 or 1, (SM_COUNT * (2048 // b)) // gx))
     ctx = domain.get_ctx()
     sets = {s.get_tuple_name(): s for s in sets_of(domain) if not s.is_empty()}
-    update, init = sets.get("S0"), sets.get("S0_init")
-    if update is None:
+    updates = [sets[f"S{k}"] for k in statements if f"S{k}" in sets]
+    inits = [sets[f"S{k}_init"] for k in statements if f"S{k}_init" in sets]
+    if not updates:
         return None
     root = isl.Schedule.from_domain(domain).get_root().child(0)
-    names = [n for n in ("S0_init", "S0") if n in sets]
-    if len(names) == 2:
+    if inits:
         filters = isl.UnionSetList.alloc(ctx, 2)
-        for n in names:
-            filters = filters.add(isl.UnionSet.from_set(sets[n]))
+        for part in (inits, updates):
+            u = isl.UnionSet.empty(domain.get_space())
+            for x in part:
+                u = u.union(isl.UnionSet.from_set(x))
+            filters = filters.add(u)
         seq = root.insert_sequence(filters)
         gi = max(1, min(grid, -(-cols // b) if cols else grid))
-        node = _kernel(seq.child(0).child(0), init, n_lhs - 1, list(range(n_lhs - 1)), [], b, gi,
+        node = _kernel(seq.child(0).child(0), inits, n_lhs - 1, list(range(n_lhs - 1)), None, b, gi,
                        None, None)
         node = node.parent().parent().child(1).child(0)
     else:
         node = root
-    dims = _dims(update)
-    inner = [f"floor({dims[n_lhs]}/{gy})", *dims[n_lhs + 1:]]
-    node = _kernel(node, update, n_lhs - 1, list(range(n_lhs - 1)), inner, b, gx, (n_lhs, gy),
-                   "accumulate S0 atomic")
+
+    def inner(dims: list[str]) -> list[str]:
+        return [f"floor({dims[n_lhs]}/{gy})", *dims[n_lhs + 1:]]
+
+    ran = tuple(k for k in statements if f"S{k}" in sets)
+    node = _kernel(node, updates, n_lhs - 1, list(range(n_lhs - 1)), inner, b, gx, (n_lhs, gy),
+                   accumulate_mark_name(ran))
     return node.get_schedule()

@@ -5,7 +5,8 @@ mapping of 1-D elementwise programs (`elementwise_defaults`, at the end).
 (`passes.map_rows.row_program_problem` is None: every statement starts with the same row
 indices) that is bandwidth-bound — every tensor read either carries all of the statement's row
 indices or none of them and no reduction index (a per-row operand, or a small vector such as
-a bias; a matmul's ``A(i, k)`` carries only some of ``C(i, j)``'s rows and is refused; a tensor
+a bias), or none of them and only indices of a read that carries them all (``G(d)`` beside
+``X(n, d)`` in a reduction over ``d``: a vector reused by every row); a matmul's ``A(i, k)`` carries only some of ``C(i, j)``'s rows and is refused; a tensor
 the program writes is read only at the row's own indices, so rows are independent; a read that
 involves a reduction index has one as its last index, so a row is reduced along contiguous
 memory — a pooling window or a column reduction is refused) — and
@@ -21,7 +22,11 @@ the grid. A full reduction into a scalar (``s +=! A(i)``, 32/64-bit types) gets 
 options: `map-rows` then spreads it over every block, which fold their totals atomically
 (`passes/map_full_reduction.py`; float sums are not bitwise deterministic run to run); so does
 a column reduction (``S(d) +=! X(n, d)``: a thread per column, the reduced dimension split
-over ``blockIdx.y``, atomic folds; `passes/map_columns.py`).
+over ``blockIdx.y``, atomic folds; `passes/map_columns.py`). A program that mixes row
+statements and column reductions (a layernorm's gradient with scale and shift) whose row
+statements are such a row program gets `mixed_defaults`: one row kernel that also accumulates
+the column reductions in registers across its rows (`passes/row_partials.py`), else a row
+kernel and a column kernel per group of column reductions (`passes/map_mixed.py`).
 """
 
 from __future__ import annotations
@@ -31,12 +36,17 @@ from typing import Any
 from . import ir as tc
 
 __all__ = ["BLOCKS_PER_SM", "ELEMENTWISE_BLOCKS", "ELEMENTWISE_THREADS", "ELEMENTWISE_TILE", "FULL_THREADS",
-           "ROW_THREADS", "SM_COUNT", "VECTOR_BYTES", "elementwise_defaults", "is_bandwidth_bound_rows",
-           "reduction_defaults"]
+           "MIXED_THREADS", "ROW_THREADS", "SM_COUNT", "VECTOR_BYTES", "elementwise_defaults",
+           "is_bandwidth_bound_rows", "mixed_defaults", "reduction_defaults"]
 
 SM_COUNT = 132          # NVIDIA H200 (sm_90)
 ROW_THREADS = 512       # threads per row: 16 warps; 4 blocks (2048 threads) per SM
 BLOCKS_PER_SM = 2048 // ROW_THREADS
+# threads per row of a program mixing rows and column reductions: its row kernel keeps a
+# register per column stride for each column reduction, and row kernels get 32 registers
+# (codegen.nvptx launch bounds); 1024 threads halve the strides (layernorm gradient
+# 16384x4096, 128-bit accesses: ptxas keeps a 128-byte stack frame per thread at 1024, 264 at 512)
+MIXED_THREADS = 1024
 # threads per block of a full reduction (s +=! A(i)): measured on the H200 (2^28 float32),
 # blocks of 1024 threads read at 84% of the copy ceiling, blocks of 512 at 65%
 FULL_THREADS = 1024
@@ -59,9 +69,15 @@ def is_bandwidth_bound_rows(fn: tc.Function) -> bool:
         return False
     r = row_rank(fn)
     written = {st.tensor for st in fn.statements}
+    def used_by(rd: tc.Read) -> set[str]:
+        return {x.name for i in rd.indices for x in tc.walk(i) if isinstance(x, tc.Index)}
+
     for st in fn.statements:
         rows = st.index_names[:r]
         reduced = set(st.reduction_indices)
+        # indices of the reads that carry the whole row: a read of no row index within them
+        # (``G(d)`` beside ``X(n, d)``) reads at most as much per row as they do
+        along = set().union(*(u for u in map(used_by, _reads(st.rhs)) if set(rows) <= u))
         for rd in _reads(st.rhs):
             if rd.tensor in written:  # only at the row's own elements: rows stay independent
                 lead = rd.indices[:r]
@@ -74,7 +90,7 @@ def is_bandwidth_bound_rows(fn: tc.Function) -> bool:
                 last = rd.indices[-1]
                 if not isinstance(last, tc.Index) or last.name not in reduced:
                     return False
-            if set(rows) <= used:
+            if set(rows) <= used or (not used & set(rows) and used <= along):
                 continue
             if used & set(rows) or used & reduced:
                 return False
@@ -98,6 +114,26 @@ def reduction_defaults(fn: Any) -> Any:
     # hold (up to 32 each) when short rows get small blocks
     return MappingOptions(fusion="max", row_block=FULL_THREADS if full else ROW_THREADS,
                           grid=(SM_COUNT * 32,), vector_bytes=VECTOR_BYTES)
+
+
+def mixed_defaults(fn: Any) -> Any:
+    """The default cuda `MappingOptions` for ``fn`` (an `ir.Function`) when it mixes row
+    statements and column reductions (`passes.map_mixed.mixed_problem` is None) and its row
+    statements alone are a bandwidth-bound row program: `map-mixed`, one row kernel of
+    `MIXED_THREADS` threads per row that also accumulates the column reductions where it can
+    (``mixed_rows="fused"``), else a row kernel and column kernels; else None."""
+    import dataclasses
+
+    from .options import MappingOptions
+    from .passes.map_mixed import mixed_problem, split_statements
+
+    if not isinstance(fn, tc.Function) or mixed_problem(fn) is not None:
+        return None
+    rows, _ = split_statements(fn)
+    if not is_bandwidth_bound_rows(dataclasses.replace(fn, statements=tuple(fn.statements[k] for k in rows))):
+        return None
+    return MappingOptions(fusion="max", row_block=MIXED_THREADS, grid=(SM_COUNT * 32,),
+                          mixed_rows="fused", vector_bytes=VECTOR_BYTES)
 
 
 # elements per block and grid-stride step of a 1-D elementwise kernel, threads per block (each

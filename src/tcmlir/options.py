@@ -31,6 +31,9 @@ from .poly.scheduler import FUSION_STRATEGIES
 __all__ = ["FUSION_STRATEGIES", "MappingOptions"]
 
 _JSON_VERSION = 1
+# MappingOptions.mixed_rows: off, the column reductions inside the row kernel (passes/row_partials,
+# falling back to column kernels), column kernels after the row kernel (passes/map_mixed)
+MIXED_ROWS = ("", "fused", "kernels")
 
 
 def _positive_tuple(name: str, values: tuple[int, ...], *, max_len: int | None = None,
@@ -70,6 +73,10 @@ class MappingOptions:
     double_buffer: bool = False                  # shared copies one tile ahead (cp.async), GPU
     row_block: int = 0                           # cuda: >0 maps a row program to one kernel
                                                  # (map-rows), this many threads per row; 0 off
+    mixed_rows: str = ""                         # cuda, with row_block: row statements and
+                                                 # column reductions (map-mixed): "fused" (in
+                                                 # the row kernel where possible), "kernels"
+                                                 # (column kernels after it); "": off
     devices: tuple[int, ...] = ()                # split a call across these GPUs (tcmlir.multi);
                                                  # (): one device, the inputs'
     vector_bytes: int = 0                        # cuda: bytes a thread accesses at once along
@@ -91,6 +98,9 @@ class MappingOptions:
                            _positive_tuple("devices", self.devices, allow_zero=True))
         if not self.block or not self.grid:
             raise OptionsError("block and grid need at least one dimension")
+        if self.mixed_rows not in MIXED_ROWS:
+            raise OptionsError(f"mixed_rows must be one of {', '.join(map(repr, MIXED_ROWS))}, "
+                               f"got {self.mixed_rows!r}")
         for name in ("unroll_factor", "split_k"):
             if getattr(self, name) < 1:
                 raise OptionsError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -144,7 +154,10 @@ class MappingOptions:
         row reductions, softmax) are fused instead of tiled (measured: softmax 4096×1024
         15.5 ms fused and untiled, 42.6 ms naive). On the GPU, row programs (softmax,
         layernorm, row, column and full reductions: bandwidth-bound) get
-        `gpu_defaults.reduction_defaults` (one kernel, a block per row), 1-D elementwise
+        `gpu_defaults.reduction_defaults` (one kernel, a block per row), programs that mix
+        row statements and column reductions (a layernorm's gradient with scale and shift)
+        `gpu_defaults.mixed_defaults` (one row kernel that also accumulates the column
+        reductions, else a row kernel and column kernels), 1-D elementwise
         programs `gpu_defaults.elementwise_defaults`; a contraction (one statement with two
         lhs indices and one reduction index: matmul, its transposed forms, fc) gets
         `cuda_contraction` with the largest tiles that still give every SM two blocks at
@@ -163,9 +176,9 @@ class MappingOptions:
             # on (m, n, k) (16x256^3 batched matmul: 231 -> 67 ms on 2 cores)
             return cls.naive().tile(*(0,) * batch, 32, 32, 32)
         if target == "cuda":
-            from .gpu_defaults import elementwise_defaults, reduction_defaults
+            from .gpu_defaults import elementwise_defaults, mixed_defaults, reduction_defaults
 
-            rows = reduction_defaults(ir_fn)
+            rows = reduction_defaults(ir_fn) or mixed_defaults(ir_fn)
             if rows is not None:
                 return rows
             flat = elementwise_defaults(ir_fn)
@@ -332,8 +345,9 @@ class MappingOptions:
         out: dict[str, Any] = {"version": _JSON_VERSION}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name in ("devices", "vector_bytes") and not value:
-                continue  # one device, scalar access: kept out so cache keys stay those of before
+            if f.name in ("devices", "vector_bytes", "mixed_rows") and not value:
+                continue  # one device, scalar access, no mixed mapping: kept out so cache keys
+                # stay those of before
             if f.name == "split_k" and value == 1:
                 continue  # no split: kept out so cache keys stay those of before
             out[f.name] = list(value) if isinstance(value, tuple) else value
@@ -411,8 +425,13 @@ class MappingOptions:
             # one kernel for the whole row program: pointwise temporaries recomputed, a block
             # per row, phases separated by barriers (passes/inline_temporaries, map_rows)
             steps.insert(0, "inline-temporaries")
-            vec = f",vector-bytes={self.vector_bytes}" if self.vector_bytes else ""
-            steps.append(f"map-rows{{threads={self.row_block},grid={self.grid[0]}{vec}}}")
+            mapper = "map-rows"
+            extra = f",vector-bytes={self.vector_bytes}" if self.vector_bytes else ""
+            if self.mixed_rows:  # a gradient's adjoint written in pieces becomes one expression
+                steps.insert(0, "merge-updates")
+                mapper = "map-mixed"
+                extra += "" if self.mixed_rows == "fused" else ",fuse=false"
+            steps.append(f"{mapper}{{threads={self.row_block},grid={self.grid[0]}{extra}}}")
             if self.use_shared_memory or self.use_private_memory:
                 raise OptionsError("row_block (map-rows) keeps rows on chip itself and does not "
                                    "combine with use_shared_memory/use_private_memory")

@@ -244,11 +244,14 @@ class ReducingWalker(GroupWalker):
     def user(self, node: isl.AstNode) -> None:
         call = node.user_get_expr()
         m = _STMT.match(call.get_op_arg(0).get_id().get_name()) if call.get_op_n_arg() else None
-        if not self.scopes or m is None or m.group(2) or int(m.group(1)) != self.scopes[-1].statement:
+        # (several scopes only under an accumulate mark of several statements, codegen.gpu_rows)
+        scope = next((s for s in self.scopes if m is not None and not m.group(2)
+                      and s.statement == int(m.group(1))), None)
+        if scope is None:
             super().user(node)
             return
-        st = self.fn.statements[self.scopes[-1].statement]
+        st = self.fn.statements[scope.statement]
         args = [self.expr(call.get_op_arg(i + 1)) for i in range(call.get_op_n_arg() - 1)]
         if len(args) != len(st.index_names):
             raise CodegenError(f"isl AST call {call.to_C_str()} has {len(args)} arguments")
-        accumulate(self, self.scopes[-1], dict(zip(st.index_names, args, strict=True)))
+        accumulate(self, scope, dict(zip(st.index_names, args, strict=True)))

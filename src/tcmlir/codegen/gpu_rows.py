@@ -25,7 +25,10 @@ that need no global buffer (local ones, and those no statement touches any more,
 `inline-temporaries`).
 
 An ``accumulate S<k> atomic`` mark (`passes/map_columns.py`) keeps one accumulator per thread
-and folds it into its lhs element atomically, without barriers.
+and folds it into its lhs element atomically, without barriers; ``accumulate S<k>,S<j> atomic``
+(`passes/map_mixed.py`: column reductions over the same rows) one per listed statement;
+``accumulate S<k> over-rows atomic``, a column phase inside the row loop, one per call site
+across the rows, folded after the row loop (`codegen.gpu_partials`).
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ from llvmlite import ir
 from .. import ir as tc
 from ..errors import CodegenError
 from .exprs import _COMBINE, ExprEmitter, memory_type
-from .gpu_reduce import ReducingWalker, _atomic_fold, _barrier, _if, _shared, enter
+from .gpu_partials import RowPartials
+from .gpu_reduce import ReducingWalker, ReductionScope, _atomic_fold, _barrier, _if, _shared, enter
 from .lower import _STMT, _id_names
 
 __all__ = ["RowWalker", "on_chip_tensors", "parse_rows_mark"]
@@ -111,6 +115,7 @@ class RowWalker(ReducingWalker):
         self.thread_guards = 0      # enclosing ifs/loops that read a thread index
         self._row_body_next = False
         self._in_rows = False
+        self.partials = RowPartials(self)  # `accumulate S<k> over-rows atomic` (gpu_partials)
 
     # ---- what ExprEmitter asks
 
@@ -125,22 +130,35 @@ class RowWalker(ReducingWalker):
     # ---- the marks
 
     def row_mark(self, name: str, child: isl.AstNode) -> None:
-        m = re.match(r"^accumulate S(\d+) atomic$", name.strip())
+        over = re.match(r"^accumulate (S\d+(?:,S\d+)*) over-rows atomic$", name.strip())
+        if over is not None:
+            if not self._in_rows:
+                raise CodegenError(f"mark {name!r} outside a rows mark")
+            ks = {int(x[1:]) for x in over.group(1).split(",")}
+            self.partials.active |= ks
+            self.node(child)
+            self.partials.active -= ks
+            return
+        m = re.match(r"^accumulate (S\d+(?:,S\d+)*) atomic$", name.strip())
         if m is not None:
-            self.accumulate_private(int(m.group(1)), child)
+            statements = [int(x[1:]) for x in m.group(1).split(",")]
+            if self.scopes:
+                raise CodegenError(f"accumulate mark of {m.group(1)} inside a reduction mark")
+            scopes = [enter(self, k, 1) for k in statements]
+            self.scopes.extend(scopes)
+            self.node(child)
+            del self.scopes[-len(scopes):]
+            for scope in scopes:
+                self.fold_private(scope)
         else:
             self.rows(name, child)
 
-    def accumulate_private(self, statement: int, child: isl.AstNode) -> None:
-        """``accumulate S<k> atomic``: every thread sums its instances of ``S<k>`` below the
-        mark (one lhs element per thread) in a register, then folds it into the element
-        atomically (other blocks fold into it too). No barrier: threads do not combine."""
-        if self.scopes:
-            raise CodegenError(f"accumulate mark of S{statement} inside a reduction mark")
-        scope = enter(self, statement, 1)
-        self.scopes.append(scope)
-        self.node(child)
-        self.scopes.pop()
+    def fold_private(self, scope: ReductionScope) -> None:
+        """``accumulate S<k>[,S<j>...] atomic``: every thread sums its instances of each
+        ``S<k>`` below the mark (one lhs element per thread and statement) in a register, then
+        folds it into the element atomically (other blocks fold into it too). No barrier:
+        threads do not combine."""
+        statement = scope.statement
         b = self.builder
         st = self.fn.statements[statement]
         dt = self.fn.tensor(st.tensor).dtype.compute
@@ -170,6 +188,7 @@ class RowWalker(ReducingWalker):
         self._in_rows = True
         self._row_body_next = True
         self.node(child)
+        self.partials.fold()  # after the row loop: the column partials, one atomic each
         self._in_rows = False
         self.local = {}
 
@@ -223,6 +242,10 @@ class RowWalker(ReducingWalker):
             raise CodegenError("internal: a block barrier under a condition that reads the thread "
                                "index (not every thread would reach it)")
         _barrier(self.builder)
+
+    def user(self, node: isl.AstNode) -> None:
+        if not (self.partials.active and self.partials.user(node)):
+            super().user(node)
 
     # ---- guards
 

@@ -280,17 +280,23 @@ def find_kernels(ast: isl.AstNode) -> list[tuple[str, isl.AstNode, tuple[Guard, 
 
 
 def _has_row_mark(node: isl.AstNode) -> bool:
-    """True if a ``rows`` or ``reduction`` mark (a bandwidth-bound row kernel) lies in ``node``."""
-    hit = []
+    """True if a ``rows`` or ``reduction`` mark (a bandwidth-bound row kernel) lies in ``node``
+    and no ``accumulate ... over-rows`` mark: a row kernel that also keeps column partials in
+    registers across its rows (`passes/row_partials.py`) spilled under the 32-register budget
+    (a 128-byte frame at 1024 threads; 62 registers without it), so it gets no ``minctasm``."""
+    hit, partials = [], []
 
     def fn(n: isl.AstNode) -> bool:
-        if n.get_type() == isl.ast_node_type.mark and (
-                n.mark_get_id().get_name().startswith(("rows ", "reduction "))):
-            hit.append(n)
+        if n.get_type() == isl.ast_node_type.mark:
+            name = n.mark_get_id().get_name()
+            if name.startswith(("rows ", "reduction ")):
+                hit.append(n)
+            if name.startswith("accumulate ") and "over-rows" in name:
+                partials.append(n)
         return True
 
     node.foreach_descendant_top_down(fn)
-    return bool(hit)
+    return bool(hit) and not partials
 
 
 def _has_kernel_mark(node: isl.AstNode) -> bool:

@@ -4,8 +4,9 @@ The space depends on the target: only the fields the backend honours vary, so no
 is spent on knobs that change nothing. On the CPU: fusion, tiling, unrolling, threads. On CUDA: fusion,
 tiling, block, grid, unrolling, register tiles and shared/private promotion, and for row
 programs (softmax, layernorm, reductions: `gpu_defaults.reduction_defaults`) the one-kernel
-``row_block``, and for contractions `split_k` (1, 2, 4, 8 or 16 chunks of the reduction:
-`passes/split_k.py`). Candidates that
+``row_block`` (with ``mixed_rows`` for programs of rows and column reductions:
+`gpu_defaults.mixed_defaults`), and for contractions `split_k` (1, 2, 4, 8 or 16 chunks of the
+reduction: `passes/split_k.py`). Candidates that
 break a device limit (threads per block, block and grid dimensions, shared memory), whose
 register tile does not divide their tiles or needs too many registers are filtered before
 compiling (`SearchSpace.why_invalid`, the reason recorded); the limits default to those of
@@ -59,6 +60,7 @@ class SearchSpace:
     cores: int
     limits: DeviceLimits = DeviceLimits()
     rows: bool = False  # a row program (`gpu_defaults.reduction_defaults`): search map-rows too
+    mixed: bool = False  # rows and column reductions (`gpu_defaults.mixed_defaults`): map-mixed
     contraction: bool = False  # a (batched) contraction with a splittable reduction: split_k too
 
     def _draw(self, rng: random.Random, field: str) -> Any:
@@ -68,8 +70,10 @@ class SearchSpace:
     def fields(self) -> tuple[str, ...]:
         if self.target != "cuda":
             return CPU_FIELDS
-        extra = ("row_block",) * self.rows + ("split_k",) * self.contraction
-        return (*CUDA_FIELDS, *extra)
+        extra = ("split_k",) * self.contraction
+        if self.mixed:
+            return (*CUDA_FIELDS, "row_block", "mixed_rows", *extra)
+        return (*CUDA_FIELDS, "row_block", *extra) if self.rows else (*CUDA_FIELDS, *extra)
 
     def why_invalid(self, opts: MappingOptions) -> str | None:
         """None if ``opts`` fits the device, else the limit it breaks."""
@@ -159,6 +163,8 @@ def _register_tile(space: SearchSpace, rng: random.Random) -> tuple[int, ...]:
 _FIELDS: dict[str, Callable[[SearchSpace, random.Random], Any]] = {
     # a row program's one-kernel mapping (map-rows): 0 leaves it off
     "row_block": lambda s, r: r.choice((0, 128, 256, 512, 1024)),
+    # a mixed program's: column reductions inside the row kernel, or column kernels after it
+    "mixed_rows": lambda s, r: r.choice(("fused", "kernels")),
     # chunks of a contraction's reduction on different blocks (passes/split_k): 1 leaves it off
     "split_k": lambda s, r: r.choice(SPLIT_K_CHOICES),
     "register_tile": _register_tile,
@@ -174,16 +180,18 @@ _FIELDS: dict[str, Callable[[SearchSpace, random.Random], Any]] = {
 
 
 def space_for(fn: ir.Function, target: str, limits: DeviceLimits | None = None) -> SearchSpace:
-    from ..gpu_defaults import reduction_defaults
+    from ..gpu_defaults import mixed_defaults, reduction_defaults
     from ..options import _is_batched_contraction, _is_contraction
     from ..passes.split_k import splittable_statements
 
     depth = max((len(s.ranges) for s in fn.statements), default=1)
     rows = target == "cuda" and reduction_defaults(fn) is not None
+    mixed = target == "cuda" and not rows and mixed_defaults(fn) is not None
     contraction = (target == "cuda" and bool(splittable_statements(fn))
                    and (_is_contraction(fn.statements) or _is_batched_contraction(fn.statements)))
     return SearchSpace(target=target, depth=max(1, depth), cores=os.cpu_count() or 1,
-                       limits=limits or DeviceLimits(), rows=rows, contraction=contraction)
+                       limits=limits or DeviceLimits(), rows=rows, mixed=mixed,
+                       contraction=contraction)
 
 
 def cuda_limits(device: int = 0) -> DeviceLimits:
