@@ -11,7 +11,8 @@ positive-orthant=true}``, ``tile{sizes=...}``, ``specialize{N=...}``, ``verify``
 ``map-to-threads{block=...}`` and ``map-reduction{threads=...}`` (GPU), ``inline-temporaries``
 and ``map-rows{threads=...,grid=...}`` (GPU: a row program as one kernel), ``merge-updates``
 and ``map-mixed{threads=...,grid=...}`` (GPU: row statements and column reductions as a row
-kernel and column kernels), ``unroll{factor=4}``.
+kernel and column kernels), ``unroll{factor=4}``, ``split-k{ways=4}`` (a long reduction cut
+into chunks on different blocks, then folded; before ``schedule``).
 A researcher adds a pass by adding a file here (a frozen dataclass with ``@register``, see
 `base.py`) and importing it below.
 
@@ -59,6 +60,7 @@ from . import (  # noqa: F401  (registration)
     register_tile,
     schedule,
     specialize,
+    split_k,
     tile,
     unroll,
     vectorize,

@@ -104,6 +104,9 @@ class Kernel:
     ptx_text: str | None = None
     arch: str | None = None
     runner: Any = field(default=None, repr=False)
+    # the function the passes compiled (`CompileState.fn`) when an IR pass changed it (split-k
+    # adds temporaries); the runtime allocates its temporaries. None: ``function.ir``
+    compiled_ir: Any = field(default=None, repr=False)
 
     @property
     def cubin(self) -> bytes | None:
@@ -343,7 +346,7 @@ class TCFunction:
         if kernel.target == "cpu" and outputs is None:
             from .runtime.host_plan import host_plan
 
-            plan = host_plan(kernel.runner, self.ir, bound.sizes)
+            plan = host_plan(kernel.runner, kernel.compiled_ir or self.ir, bound.sizes)
             if remember and all(_host_ready(x) for x in inputs):
                 self._remember(inputs, _host_call(plan))
             return in_input_kind(self.ir, inputs, plan.call(list(bound.arrays.values())))

@@ -86,7 +86,8 @@ def _compile_kernel(fn: TCFunction, target: str, options: MappingOptions, signat
     state = lower(fn.ir, sizes, options, target)
     stages["passes"] = time.perf_counter() - t0
     kernel = Kernel(function=fn, target=target, options=options, signature=signature,
-                    sizes=dict(sizes), schedule=format_schedule(state.schedule), arch=arch)
+                    sizes=dict(sizes), schedule=format_schedule(state.schedule), arch=arch,
+                    compiled_ir=None if state.fn is fn.ir else state.fn)
     if target == "cuda":
         from .cache.artifacts import compile_cuda_cached, make_cuda_runner
 

@@ -199,7 +199,9 @@ def dump(text: str, filename: str, entry: str | None, stage: str = "all",
     if "pipeline" in stages:
         out["pipeline"] = plan.describe()
     if "ir" in stages:
-        out["ir"] = str(fn).rstrip()
+        from .passes.split_k import split_note
+
+        out["ir"] = "\n".join(filter(None, (str(fn).rstrip(), split_note(fn, plan.pipeline, sizes))))
     if set(stages) & _POLY_STAGES:
         _poly_stages(out, fn, plan, stages, sizes, print_after_all, time_passes, err, arch,
                      flow, all_stages=stage == "all")

@@ -7,7 +7,9 @@ The presets follow Tensor Comprehensions' (`naive`, `pointwise`, `mlp`, `convolu
 tiling, unrolling, `threads` and `parametric`; the GPU backend uses the schedule options,
 tiling, `block` (replaced by tile / register sizes when `register_tile` is set), `grid`,
 unrolling, `parametric`, `register_tile`, `use_shared_memory` (with `max_shared_memory`, at most
-the 48 KiB of static shared memory, and `unroll_copy_shared`) and `use_private_memory`.
+the 48 KiB of static shared memory, and `unroll_copy_shared`) and `use_private_memory`. Both use
+`split_k` (`passes/split_k.py`: a long reduction cut into chunks computed by different blocks,
+then folded; needs fixed sizes, so it does not combine with `parametric`).
 `shared_depth` and `private_depth` are kept for TC's JSON: the promotion passes pick the depth
 (below the tile band for shared memory, above the sequential tile loop for registers).
 `fix_parameters_before_scheduling`, `tile_imperfectly_nested` and `use_readonly_cache` (inputs are
@@ -79,6 +81,8 @@ class MappingOptions:
                                                  # (): one device, the inputs'
     vector_bytes: int = 0                        # cuda: bytes a thread accesses at once along
                                                  # its innermost member (16: 128-bit); 0 off
+    split_k: int = 1                             # cut each contraction's reduction into at most
+                                                 # this many chunks (passes/split_k); 1 off
 
     def __post_init__(self) -> None:
         if self.fusion not in FUSION_STRATEGIES:
@@ -97,7 +101,7 @@ class MappingOptions:
         if self.mixed_rows not in MIXED_ROWS:
             raise OptionsError(f"mixed_rows must be one of {', '.join(map(repr, MIXED_ROWS))}, "
                                f"got {self.mixed_rows!r}")
-        for name in ("unroll_factor",):
+        for name in ("unroll_factor", "split_k"):
             if getattr(self, name) < 1:
                 raise OptionsError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.vector_bytes not in (0, 1, 2, 4, 8, 16):
@@ -157,8 +161,9 @@ class MappingOptions:
         programs `gpu_defaults.elementwise_defaults`; a contraction (one statement with two
         lhs indices and one reduction index: matmul, its transposed forms, fc) gets
         `cuda_contraction` with the largest tiles that still give every SM two blocks at
-        ``sizes`` (`contraction_tiles`); a batched contraction (three lhs indices, one
-        reduction index: batched matmul) `cuda_batched_contraction`; a convolution
+        ``sizes`` (`contraction_tiles`) or, when those would be small and the reduction is
+        long, larger tiles with split-K (`split_k_choice`); a batched contraction (three lhs
+        indices, one reduction index: batched matmul) `cuda_batched_contraction`; a convolution
         `cuda_convolution`; a program that reads a tensor across its rows where it writes
         along them (a transpose) the naive options with `promote-shared`, whose tile copies
         read rows; everything else the naive options."""
@@ -180,6 +185,10 @@ class MappingOptions:
             if flat is not None:
                 return flat
         if target == "cuda" and _is_contraction(statements):
+            split = split_k_choice(ir_fn, sizes) if SPLIT_K_DEFAULT else None
+            if split is not None:
+                tile, reg, ways = split
+                return cls.cuda_contraction(tile, reg).split_reduction(ways)
             return cls.cuda_contraction(*contraction_tiles(_output_extents(statements, sizes)))
         if target == "cuda" and _is_batched_contraction(statements):
             return cls.cuda_batched_contraction()
@@ -308,6 +317,13 @@ class MappingOptions:
         ``grid[0]`` caps the blocks; 0 turns it off."""
         return self._with(row_block=int(threads))
 
+    def split_reduction(self, ways: int) -> MappingOptions:
+        """Set `split_k`: cut each contraction's reduction into at most ``ways`` chunks computed
+        by different blocks, then folded (1: off; `passes/split_k.py`). Needs fixed sizes (not
+        `with_parametric`); a program without a ``+=`` reduction over one index is an
+        `OptionsError` when it compiles."""
+        return self._with(split_k=int(ways))
+
     def vector_access(self, nbytes: int = 16) -> MappingOptions:
         """cuda: each thread accesses ``nbytes`` (16: 128 bits) of adjacent elements along its
         innermost member at once, where the extents allow (`map-rows`, `map-to-threads`);
@@ -332,6 +348,8 @@ class MappingOptions:
             if f.name in ("devices", "vector_bytes", "mixed_rows") and not value:
                 continue  # one device, scalar access, no mixed mapping: kept out so cache keys
                 # stay those of before
+            if f.name == "split_k" and value == 1:
+                continue  # no split: kept out so cache keys stay those of before
             out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
 
@@ -396,6 +414,13 @@ class MappingOptions:
             f"schedule{{fusion={self.fusion},skew={str(self.allow_skewing).lower()},"
             f"positive-orthant={str(self.positive_orthant).lower()}}}",
         ]
+        if self.split_k > 1:
+            if self.parametric:
+                raise OptionsError(f"split_k={self.split_k} needs fixed sizes and does not "
+                                   "combine with parametric kernels")
+            if target == "cuda" and self.row_block:
+                raise OptionsError("split_k does not combine with row_block (map-rows)")
+            steps.insert(0, f"split-k{{ways={self.split_k}}}")  # an IR rewrite: before schedule
         if target == "cuda" and self.row_block:
             # one kernel for the whole row program: pointwise temporaries recomputed, a block
             # per row, phases separated by barriers (passes/inline_temporaries, map_rows)
@@ -418,6 +443,9 @@ class MappingOptions:
             tiles = tuple(reversed(self.block))  # threads need a point band to map onto
         if any(tiles):
             steps.append(f"tile{{sizes={ints(tiles)}}}")
+            if target == "cuda" and self.split_k > 1:
+                # the fold of split-k: one element per thread, a block per thread-block tile
+                steps.append(f"tile-folds{{sizes={ints(tuple(reversed(self.thread_block())))}}}")
         if target == "cpu":
             steps.append("mark-parallel")
             steps.append("vectorize")  # a unit-stride parallel member innermost, if legal
@@ -501,6 +529,61 @@ def contraction_tiles(extents: tuple[int, int] | None) -> tuple[tuple[int, int, 
         if -(-extents[0] // tile[0]) * -(-extents[1] // tile[1]) >= CONTRACTION_MIN_BLOCKS:
             return tile, reg
     return CONTRACTION_TILES[-1]
+
+
+# split-K defaults (`split_k_choice`): on when SPLIT_K_DEFAULT, for contractions whose unsplit
+# tiles (`contraction_tiles`) would be smaller than SPLIT_K_BELOW_TILE; a reduction of at least
+# SPLIT_K_MIN_EXTENT elements cut into one of SPLIT_K_WAYS chunk counts that divides it, each
+# chunk at least SPLIT_K_MIN_CHUNK long
+SPLIT_K_DEFAULT = True
+SPLIT_K_BELOW_TILE = (128, 64, 16)
+SPLIT_K_WAYS = (2, 4, 8, 16)
+SPLIT_K_MIN_EXTENT = 512
+SPLIT_K_MIN_CHUNK = 128
+
+
+def split_k_choice(fn: Any, sizes: Mapping[str, int] | None
+                   ) -> tuple[tuple[int, int, int], tuple[int, int], int] | None:
+    """(tile, register tile, ways) for split-K on a one-contraction program at ``sizes``, or
+    None to keep the unsplit `contraction_tiles`: split only when those would be smaller than
+    `SPLIT_K_BELOW_TILE` (fewer than `CONTRACTION_MIN_BLOCKS` blocks with it: tmm 128x1024x1024
+    and fc 1024x2048->1024, not matmul 2048^3) and the reduction has at least
+    `SPLIT_K_MIN_EXTENT` elements; then the largest tile (fewest ways for it) whose
+    rows divide the output's, with ways from `SPLIT_K_WAYS` dividing the reduction into
+    chunks of at least `SPLIT_K_MIN_CHUNK`, that reaches `CONTRACTION_MIN_BLOCKS` blocks
+    (the partial sums stack the chunks along the rows: ``ways * rows`` rows)."""
+    from .passes.split_k import splittable_statements
+
+    if sizes is None:
+        return None
+    statements = fn.statements
+    targets = splittable_statements(fn)
+    reductions = tuple(k for k, s in enumerate(statements) if s.reduction_indices)
+    if len(reductions) != 1 or reductions != targets:
+        return None
+    st = statements[targets[0]]
+    extents = _output_extents(statements, sizes)
+    try:
+        rng = st.range_of(st.reduction_indices[0])
+        extent = rng.hi.evaluate(sizes) - rng.lo.evaluate(sizes)
+    except (KeyError, TypeError, ValueError):
+        return None
+    if extents is None or extent < SPLIT_K_MIN_EXTENT:
+        return None
+
+    def blocks(tile: tuple[int, int, int], rows: int) -> int:
+        return -(-rows // tile[0]) * -(-extents[1] // tile[1])
+
+    if blocks(SPLIT_K_BELOW_TILE, extents[0]) >= CONTRACTION_MIN_BLOCKS:
+        return None
+    for tile, reg in CONTRACTION_TILES:
+        if extents[0] % tile[0]:
+            continue
+        for ways in SPLIT_K_WAYS:
+            if (extent % ways == 0 and extent // ways >= SPLIT_K_MIN_CHUNK
+                    and blocks(tile, ways * extents[0]) >= CONTRACTION_MIN_BLOCKS):
+                return tile, reg, ways
+    return None
 
 
 def _output_extents(statements: Any, sizes: Mapping[str, int] | None) -> tuple[int, int] | None:

@@ -402,12 +402,12 @@ def simulate_call(fn: ir.Function, inputs: list[np.ndarray], options: Any) -> tu
     arrays: dict[str, np.ndarray] = {}
     for t, x in zip(fn.inputs, inputs, strict=True):
         arrays[t.name] = np.array(x, dtype=t.dtype.numpy)
-    for t in fn.tensors:
+    for t in state.fn.tensors:  # the compiled function's: IR passes (split-k) add temporaries
         if t.name in arrays:
             continue
         shape = tuple(e.evaluate(sizes) for e in t.shape)
         arr = np.zeros(shape, dtype=t.dtype.numpy)
-        if not needs_zero_fill(fn, t, sizes):
+        if not needs_zero_fill(state.fn, t, sizes):
             arr.fill(np.nan if t.dtype.is_float else 0x5A)
         arrays[t.name] = arr
     simulate_cuda(state, arrays, sizes)

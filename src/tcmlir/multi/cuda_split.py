@@ -275,7 +275,7 @@ class SplitExecutor:
             kernel = self._fn()._compile(sub, kernel.options, "cuda", None)[0]
         runner = kernel.runner
         runner._source = getattr(self.ir, "source", None)
-        return runner.plan(self.ir, bound, sub, self.parts[k].handle)
+        return runner.plan(kernel.compiled_ir or self.ir, bound, sub, self.parts[k].handle)
 
 
 def _devices(where: dict[str, Any]) -> set[int]:

@@ -212,7 +212,7 @@ def _cuda_times(kernel: Any, inputs: Sequence[Any], runs: int) -> tuple[list[flo
                                  * t.dtype.itemsize, rebound.device),
                         tuple(s.evaluate(bound.sizes) for s in t.shape), t.dtype)
             for t in fn.outputs]
-    plan = runner.plan(fn, rebound, device_inputs)
+    plan = runner.plan(kernel.compiled_ir or fn, rebound, device_inputs)
     plan.call(device_inputs, 0, outs)  # warm-up: temporaries hold what later kernels read
     plan.check_errors()
     # Each kernel is timed inside the whole sequence (an event before each launch and one

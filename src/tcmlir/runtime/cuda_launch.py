@@ -182,7 +182,7 @@ def launch_cuda(kernel: Any, inputs: Sequence[Any], outputs: Sequence[Any] | Non
     given = None if outputs is None else _given_outputs(fn, outputs)
     if given is not None:
         check_output_overlap(fn, bound, given, runner.runtime)
-    plan = runner.plan(fn, bound, inputs, stream)
+    plan = runner.plan(getattr(kernel, "compiled_ir", None) or fn, bound, inputs, stream)
     return plan.call(inputs, stream, given), plan
 
 
@@ -208,7 +208,7 @@ def benchmark_cuda(kernel: Any, inputs: Sequence[Any], runs: int = 5) -> list[fl
                                  * t.dtype.itemsize, rebound.device),
                         tuple(s.evaluate(bound.sizes) for s in t.shape), t.dtype)
             for t in fn.outputs]
-    plan = runner.plan(fn, rebound, device_inputs)
+    plan = runner.plan(getattr(kernel, "compiled_ir", None) or fn, rebound, device_inputs)
     start, end = rt.event(plan.device), rt.event(plan.device)
     start.record()
     plan.call(device_inputs, 0, outs)  # warm-up, timed to choose the calls per sample

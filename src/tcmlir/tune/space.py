@@ -5,7 +5,8 @@ is spent on knobs that change nothing. On the CPU: fusion, tiling, unrolling, th
 tiling, block, grid, unrolling, register tiles and shared/private promotion, and for row
 programs (softmax, layernorm, reductions: `gpu_defaults.reduction_defaults`) the one-kernel
 ``row_block`` (with ``mixed_rows`` for programs of rows and column reductions:
-`gpu_defaults.mixed_defaults`). Candidates that
+`gpu_defaults.mixed_defaults`), and for contractions `split_k` (1, 2, 4, 8 or 16 chunks of the
+reduction: `passes/split_k.py`). Candidates that
 break a device limit (threads per block, block and grid dimensions, shared memory), whose
 register tile does not divide their tiles or needs too many registers are filtered before
 compiling (`SearchSpace.why_invalid`, the reason recorded); the limits default to those of
@@ -25,12 +26,14 @@ from .. import ir
 from ..errors import OptionsError
 from ..options import FUSION_STRATEGIES, MappingOptions
 
-__all__ = ["CPU_FIELDS", "CUDA_FIELDS", "MAX_REGISTER_TILE", "DeviceLimits", "SearchSpace", "cuda_limits", "space_for"]
+__all__ = ["CPU_FIELDS", "CUDA_FIELDS", "MAX_REGISTER_TILE", "SPLIT_K_CHOICES", "DeviceLimits", "SearchSpace",
+           "cuda_limits", "space_for"]
 
 _POW2 = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 CPU_FIELDS = ("fusion", "tile_sizes", "unroll_factor", "threads")
 CUDA_FIELDS = ("fusion", "tile_sizes", "block", "grid", "unroll_factor", "register_tile",
                "use_shared_memory", "use_private_memory")
+SPLIT_K_CHOICES = (1, 2, 4, 8, 16)
 MAX_REGISTER_TILE = 128  # outputs per thread kept in registers (8 x 8 fits in 96 registers)
 
 
@@ -58,6 +61,7 @@ class SearchSpace:
     limits: DeviceLimits = DeviceLimits()
     rows: bool = False  # a row program (`gpu_defaults.reduction_defaults`): search map-rows too
     mixed: bool = False  # rows and column reductions (`gpu_defaults.mixed_defaults`): map-mixed
+    contraction: bool = False  # a (batched) contraction with a splittable reduction: split_k too
 
     def _draw(self, rng: random.Random, field: str) -> Any:
         return _FIELDS[field](self, rng)
@@ -66,9 +70,10 @@ class SearchSpace:
     def fields(self) -> tuple[str, ...]:
         if self.target != "cuda":
             return CPU_FIELDS
+        extra = ("split_k",) * self.contraction
         if self.mixed:
-            return (*CUDA_FIELDS, "row_block", "mixed_rows")
-        return (*CUDA_FIELDS, "row_block") if self.rows else CUDA_FIELDS
+            return (*CUDA_FIELDS, "row_block", "mixed_rows", *extra)
+        return (*CUDA_FIELDS, "row_block", *extra) if self.rows else (*CUDA_FIELDS, *extra)
 
     def why_invalid(self, opts: MappingOptions) -> str | None:
         """None if ``opts`` fits the device, else the limit it breaks."""
@@ -95,6 +100,10 @@ class SearchSpace:
         for axis, (g, top) in enumerate(zip(opts.grid, lim.max_grid, strict=False)):
             if g > top:
                 return f"grid dimension {'xyz'[axis]} = {g} > {top}"
+        if opts.split_k > 1 and opts.parametric:
+            return "split_k needs fixed sizes: it does not combine with parametric kernels"
+        if opts.split_k > 1 and opts.row_block:
+            return "split_k does not combine with map-rows (row_block)"
         if opts.row_block and (opts.use_shared_memory or opts.use_private_memory):
             return "map-rows (row_block) does not combine with shared/private promotion"
         if opts.use_shared_memory and opts.max_shared_memory > lim.max_shared_bytes:
@@ -156,6 +165,8 @@ _FIELDS: dict[str, Callable[[SearchSpace, random.Random], Any]] = {
     "row_block": lambda s, r: r.choice((0, 128, 256, 512, 1024)),
     # a mixed program's: column reductions inside the row kernel, or column kernels after it
     "mixed_rows": lambda s, r: r.choice(("fused", "kernels")),
+    # chunks of a contraction's reduction on different blocks (passes/split_k): 1 leaves it off
+    "split_k": lambda s, r: r.choice(SPLIT_K_CHOICES),
     "register_tile": _register_tile,
     "use_shared_memory": lambda s, r: r.random() < 0.6,
     "use_private_memory": lambda s, r: r.random() < 0.6,
@@ -170,12 +181,17 @@ _FIELDS: dict[str, Callable[[SearchSpace, random.Random], Any]] = {
 
 def space_for(fn: ir.Function, target: str, limits: DeviceLimits | None = None) -> SearchSpace:
     from ..gpu_defaults import mixed_defaults, reduction_defaults
+    from ..options import _is_batched_contraction, _is_contraction
+    from ..passes.split_k import splittable_statements
 
     depth = max((len(s.ranges) for s in fn.statements), default=1)
     rows = target == "cuda" and reduction_defaults(fn) is not None
     mixed = target == "cuda" and not rows and mixed_defaults(fn) is not None
+    contraction = (target == "cuda" and bool(splittable_statements(fn))
+                   and (_is_contraction(fn.statements) or _is_batched_contraction(fn.statements)))
     return SearchSpace(target=target, depth=max(1, depth), cores=os.cpu_count() or 1,
-                       limits=limits or DeviceLimits(), rows=rows, mixed=mixed)
+                       limits=limits or DeviceLimits(), rows=rows, mixed=mixed,
+                       contraction=contraction)
 
 
 def cuda_limits(device: int = 0) -> DeviceLimits:
