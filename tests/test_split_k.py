@@ -187,13 +187,13 @@ def default_kernels():
 
 def test_the_partials_get_more_blocks_and_the_fold_a_block_per_thread_block_tile(default_kernels):
     tmm, fc = default_kernels["tmm"], default_kernels["fc"]
-    assert tmm.options == MO.cuda_contraction((64, 32, 16), (4, 2)).split_reduction(8)
+    assert tmm.options == MO.cuda_contraction((128, 64, 16), (8, 4)).split_reduction(16)
     partial, fold = tmm.runner.image.kernels
-    assert partial.grid == (32, 16, 1)                    # unsplit: 32 x 2 = 64 blocks
+    assert partial.grid == (16, 16, 1)                    # unsplit: 16 x 1 = 16 blocks
     assert fold.grid == (64, 8, 1) and fold.block == (16, 16, 1)   # one element per thread
     assert "C_split" in tmm.runner.image.arg_order and tmm.compiled_ir is not None
     partial, fold = fc.runner.image.kernels               # fc: the fold fuses bias and relu
-    assert partial.grid == (8, 64, 1) and fold.grid == (64, 64, 1)
+    assert partial.grid == (16, 16, 1) and fold.grid == (64, 64, 1)
     assert tc.define(TMM, target="cpu").compile(np.zeros((2, 3), np.float32),
                                                 np.zeros((2, 3), np.float32)).compiled_ir is None
 
@@ -260,9 +260,9 @@ def test_default_for_splits_small_contractions_with_long_reductions(monkeypatch)
     tmm, fc = tc.define(TMM), tc.define(FC)
     mm = tc.define(MM.format(t="float"))
     d = MO.default_for(tmm, "cuda", {"M": 128, "K": 1024, "N": 1024})
-    assert (d.split_k, d.tile_sizes, d.register_tile) == (8, (64, 32, 16), (4, 2))
+    assert (d.split_k, d.tile_sizes, d.register_tile) == (16, (128, 64, 16), (8, 4))
     d = MO.default_for(fc, "cuda", {"B": 1024, "M": 2048, "N": 1024})
-    assert (d.split_k, d.tile_sizes) == (8, (128, 128, 16))
+    assert (d.split_k, d.tile_sizes) == (2, (128, 64, 16))
     for n in (4096, 2048):   # 128x128 / 128x64 tiles fill the GPU: no split
         assert MO.default_for(mm, "cuda", {"M": n, "K": n, "N": n}).split_k == 1
     assert MO.default_for(tmm, "cuda", {"M": 128, "K": 256, "N": 1024}).split_k == 1  # short k

@@ -533,13 +533,20 @@ def contraction_tiles(extents: tuple[int, int] | None) -> tuple[tuple[int, int, 
 
 # split-K defaults (`split_k_choice`): on when SPLIT_K_DEFAULT, for contractions whose unsplit
 # tiles (`contraction_tiles`) would be smaller than SPLIT_K_BELOW_TILE; a reduction of at least
-# SPLIT_K_MIN_EXTENT elements cut into one of SPLIT_K_WAYS chunk counts that divides it, each
-# chunk at least SPLIT_K_MIN_CHUNK long
+# SPLIT_K_MIN_EXTENT elements cut into the fewest of SPLIT_K_WAYS chunks that divide it, each
+# at least SPLIT_K_MIN_CHUNK long, giving SPLIT_K_MIN_BLOCKS blocks of the largest of
+# SPLIT_K_TILES whose rows divide the output's. Measured on the H200 (tools/variants.py):
+# fc 1024x2048->1024: 128x64 tiles 2 ways 0.171 ms, 4 ways 0.179, 8 ways 0.214; 128x128 4 ways
+# 0.226, 8 ways 0.244; unsplit 64x32 0.313. tmm 128x1024x1024: 128x64 16 ways 0.044 ms, 64x32
+# 16 ways 0.044, 8 ways 0.075, 32x32 4 ways 0.045; unsplit 32x32 0.060. Fewer, larger tiles and
+# just enough blocks win: the partial sums cost DRAM traffic per way.
 SPLIT_K_DEFAULT = True
 SPLIT_K_BELOW_TILE = (128, 64, 16)
+SPLIT_K_TILES = (((128, 64, 16), (8, 4)), ((64, 32, 16), (4, 2)), ((32, 32, 16), (2, 2)))
 SPLIT_K_WAYS = (2, 4, 8, 16)
 SPLIT_K_MIN_EXTENT = 512
-SPLIT_K_MIN_CHUNK = 128
+SPLIT_K_MIN_CHUNK = 64
+SPLIT_K_MIN_BLOCKS = 256
 
 
 def split_k_choice(fn: Any, sizes: Mapping[str, int] | None
@@ -548,10 +555,10 @@ def split_k_choice(fn: Any, sizes: Mapping[str, int] | None
     None to keep the unsplit `contraction_tiles`: split only when those would be smaller than
     `SPLIT_K_BELOW_TILE` (fewer than `CONTRACTION_MIN_BLOCKS` blocks with it: tmm 128x1024x1024
     and fc 1024x2048->1024, not matmul 2048^3) and the reduction has at least
-    `SPLIT_K_MIN_EXTENT` elements; then the largest tile (fewest ways for it) whose
-    rows divide the output's, with ways from `SPLIT_K_WAYS` dividing the reduction into
-    chunks of at least `SPLIT_K_MIN_CHUNK`, that reaches `CONTRACTION_MIN_BLOCKS` blocks
-    (the partial sums stack the chunks along the rows: ``ways * rows`` rows)."""
+    `SPLIT_K_MIN_EXTENT` elements; then the largest of `SPLIT_K_TILES` (fewest ways for it)
+    whose rows divide the output's, with ways from `SPLIT_K_WAYS` dividing the reduction into
+    chunks of at least `SPLIT_K_MIN_CHUNK`, that reaches `SPLIT_K_MIN_BLOCKS` blocks (the
+    partial sums stack the chunks along the rows: ``ways * rows`` rows)."""
     from .passes.split_k import splittable_statements
 
     if sizes is None:
@@ -576,12 +583,12 @@ def split_k_choice(fn: Any, sizes: Mapping[str, int] | None
 
     if blocks(SPLIT_K_BELOW_TILE, extents[0]) >= CONTRACTION_MIN_BLOCKS:
         return None
-    for tile, reg in CONTRACTION_TILES:
+    for tile, reg in SPLIT_K_TILES:
         if extents[0] % tile[0]:
             continue
         for ways in SPLIT_K_WAYS:
             if (extent % ways == 0 and extent // ways >= SPLIT_K_MIN_CHUNK
-                    and blocks(tile, ways * extents[0]) >= CONTRACTION_MIN_BLOCKS):
+                    and blocks(tile, ways * extents[0]) >= SPLIT_K_MIN_BLOCKS):
                 return tile, reg, ways
     return None
 
