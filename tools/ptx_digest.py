@@ -7,14 +7,10 @@ a 1-D block of 256 threads, the default options of a call (`MappingOptions.defau
 contraction options (register tiles, shared/private promotion, cp.async). A change that prints
 the same digest generates the same GPU code, so GPU results measured before it still hold; a
 different digest means the GPU tests must run again. Last GPU-verified digest (the code the H200
-runs of 2026-12-01's second session tested — grid clamping, size-aware contraction tiles,
-transposes through shared memory, row kernels with launch bounds and unrolled strides — after
-every code-generating change of that session but the last):
-986a7093f3e46c0414cc6baf2c5a60119327b4b74ac9d724e2c49cfffc2e187f
-The last change (several contractions in one program, e.g. a two-layer MLP or a matmul's
-gradient, get the contraction tiles) gives b2b0d99695e272e6d735ed5992ae41ccd2228ef8b33381fae4c1fb8e514bd0d9:
-checked by the simulator and ptxas, and the matmul gradient on the H200 (tools/bench_grad.py),
-but the GPU corpus has not run on it.
+runs of 2026-12-01's third session tested with `tools/gpu-session.sh tests sanitize` — 128-bit
+accesses with the alignment specialisation, split-K, map-mixed, the reduction combine without
+offsets — at commit 5254a01):
+2bb5ccbf4e6e29ae08e56e0e1ca5581bb05d98510297c9c645176bfc4f09000a
 """
 
 from __future__ import annotations
