@@ -27,7 +27,7 @@ from llvmlite import ir
 from .. import ir as tc
 from ..errors import CodegenError
 from .exprs import _COMBINE, ExprEmitter, const, value_type
-from .gpu_reduce import _atomic_fold
+from .gpu_reduce import _atomic_fold, fold_rhs
 from .lower import _STMT, _id_names
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -72,12 +72,7 @@ class RowPartials:
             self.slots[key] = slot
         args = [w.expr(e) for e in exprs]
         em = ExprEmitter(w, dict(zip(st.index_names, args, strict=True)), k)
-        dt = w.fn.tensor(st.tensor).dtype.compute
-        val = em.value(st.rhs)
-        if val.type != value_type(dt):
-            raise em.error(st.rhs, f"a {st.rhs.dtype} value reduced into {dt} tensor {st.tensor}")
-        b = w.builder
-        b.store(em.arith(_COMBINE[st.reduction], b.load(slot.acc), val, dt, st), slot.acc)
+        fold_rhs(w, em, st, slot.acc)
         return True
 
     def _slot(self, k: int, lhs: list[isl.AstExpr]) -> _Slot:

@@ -29,7 +29,7 @@ member mask ``(1 << B) - 1``. Operators and NaN rules are those of `exprs.ExprEm
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import islpy as isl
 from llvmlite import ir
@@ -83,13 +83,18 @@ def accumulate(walker: GroupWalker, scope: ReductionScope, env: Mapping[str, ir.
     if missing:
         raise em.error(st, f"statement without values for indices {missing}")
     off = em.offset(st.tensor, [env[n] for n in st.lhs])
+    fold_rhs(walker, em, st, scope.acc)
+    walker.builder.store(off, scope.offset)
+
+
+def fold_rhs(walker: GroupWalker, em: ExprEmitter, st: Any, acc: ir.Value) -> None:
+    """``*acc = op(*acc, rhs)`` for reduction statement ``st`` (a private accumulator)."""
     dt = walker.fn.tensor(st.tensor).dtype.compute
     val = em.value(st.rhs)
     if val.type != value_type(dt):
         raise em.error(st.rhs, f"a {st.rhs.dtype} value reduced into {dt} tensor {st.tensor}")
     b = walker.builder
-    b.store(em.arith(_COMBINE[st.reduction], b.load(scope.acc), val, dt, st), scope.acc)
-    b.store(off, scope.offset)
+    b.store(em.arith(_COMBINE[st.reduction], b.load(acc), val, dt, st), acc)
 
 
 # ---------------------------------------------------------------- the combine
