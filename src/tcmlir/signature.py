@@ -39,13 +39,13 @@ class Signature:
     args: tuple[ArgSpec, ...]
 
     def to_json(self) -> str:
-        # the alignment only when below 16, so aligned signatures keep their former text
-        return json.dumps([[list(a.shape), a.dtype, list(a.strides)] + ([a.align] if a.align < 16 else [])
+        # the alignment only when below ALIGN_BYTES, so aligned signatures keep their former text
+        return json.dumps([[list(a.shape), a.dtype, list(a.strides)] + ([a.align] if a.align < ALIGN_BYTES else [])
                            for a in self.args], separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> Signature:
-        return cls(tuple(ArgSpec(tuple(s), d, tuple(st), *(rest[:1] or [16]))
+        return cls(tuple(ArgSpec(tuple(s), d, tuple(st), *(rest[:1] or [ALIGN_BYTES]))
                          for s, d, st, *rest in json.loads(text)))
 
     @property
