@@ -2,7 +2,8 @@
 
 The space depends on the target: only the fields the backend honours vary, so no evaluation
 is spent on knobs that change nothing. On the CPU: fusion, tiling, unrolling, threads. On CUDA: fusion,
-tiling, block, grid, unrolling, register tiles and shared/private promotion, and for row
+tiling, block, grid, unrolling, register tiles, shared/private promotion, double buffering and
+128-bit access (`vector_bytes` 0 or 16), and for row
 programs (softmax, layernorm, reductions: `gpu_defaults.reduction_defaults`) the one-kernel
 ``row_block`` (with ``mixed_rows`` for programs of rows and column reductions:
 `gpu_defaults.mixed_defaults`), and for contractions `split_k` (1, 2, 4, 8 or 16 chunks of the
@@ -32,7 +33,7 @@ __all__ = ["CPU_FIELDS", "CUDA_FIELDS", "MAX_REGISTER_TILE", "SPLIT_K_CHOICES", 
 _POW2 = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 CPU_FIELDS = ("fusion", "tile_sizes", "unroll_factor", "threads")
 CUDA_FIELDS = ("fusion", "tile_sizes", "block", "grid", "unroll_factor", "register_tile",
-               "use_shared_memory", "use_private_memory")
+               "use_shared_memory", "use_private_memory", "double_buffer", "vector_bytes")
 SPLIT_K_CHOICES = (1, 2, 4, 8, 16)
 MAX_REGISTER_TILE = 128  # outputs per thread kept in registers (8 x 8 fits in 96 registers)
 
@@ -170,6 +171,9 @@ _FIELDS: dict[str, Callable[[SearchSpace, random.Random], Any]] = {
     "register_tile": _register_tile,
     "use_shared_memory": lambda s, r: r.random() < 0.6,
     "use_private_memory": lambda s, r: r.random() < 0.6,
+    # shared copies one tile ahead (cp.async); 128-bit accesses along threadIdx.x (0: off)
+    "double_buffer": lambda s, r: r.random() < 0.5,
+    "vector_bytes": lambda s, r: r.choice((0, 16)),
     "fusion": lambda s, r: r.choice(FUSION_STRATEGIES),
     "tile_sizes": _tiles,
     "block": _block,
