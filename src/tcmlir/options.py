@@ -178,7 +178,7 @@ class MappingOptions:
         if target == "cuda":
             from .gpu_defaults import elementwise_defaults, mixed_defaults, reduction_defaults
 
-            rows = reduction_defaults(ir_fn) or mixed_defaults(ir_fn)
+            rows = reduction_defaults(ir_fn, sizes) or mixed_defaults(ir_fn)
             if rows is not None:
                 return rows
             flat = elementwise_defaults(ir_fn)

@@ -283,20 +283,47 @@ def _has_row_mark(node: isl.AstNode) -> bool:
     """True if a ``rows`` or ``reduction`` mark (a bandwidth-bound row kernel) lies in ``node``
     and no ``accumulate ... over-rows`` mark: a row kernel that also keeps column partials in
     registers across its rows (`passes/row_partials.py`) spilled under the 32-register budget
-    (a 128-byte frame at 1024 threads; 62 registers without it), so it gets no ``minctasm``."""
+    (a 128-byte frame at 1024 threads; 62 registers without it), so it gets no ``minctasm``;
+    nor does one whose threads hold more than `MINCTASM_ROW_VALUES` row elements each."""
     hit, partials = [], []
 
     def fn(n: isl.AstNode) -> bool:
         if n.get_type() == isl.ast_node_type.mark:
             name = n.mark_get_id().get_name()
             if name.startswith(("rows ", "reduction ")):
-                hit.append(n)
+                hit.append(_unrolled_calls(n))  # (isl hands the node out for this call only)
             if name.startswith("accumulate ") and "over-rows" in name:
                 partials.append(n)
         return True
 
     node.foreach_descendant_top_down(fn)
-    return bool(hit) and not partials
+    return bool(hit) and not partials and max(hit) <= MINCTASM_ROW_VALUES
+
+
+#: a row kernel whose threads hold at most this many row elements each (straight-line phase
+#: code) gets ``minctasm``; with more, the 32-register budget spills (softmax 4096 wide on 256
+#: threads: 16 values, a 32-byte frame) and the larger register file per thread is the point
+MINCTASM_ROW_VALUES = 8
+
+
+def _unrolled_calls(mark: isl.AstNode) -> int:
+    """Statement calls below a ``reduction`` mark (one phase of a row) in straight-line code:
+    the row elements a thread holds at once when its stride loop is unrolled (0 for a
+    ``rows`` mark, and below a loop: a thread then walks its elements and holds few)."""
+    calls, loops = [0], [0]
+
+    def fn(n: isl.AstNode) -> bool:
+        kind = n.get_type()
+        if kind == isl.ast_node_type.user:
+            calls[0] += 1
+        elif kind == isl.ast_node_type.for_:
+            loops[0] += 1
+        return True
+
+    if not mark.mark_get_id().get_name().startswith("reduction "):
+        return 0
+    mark.mark_get_node().foreach_descendant_top_down(fn)
+    return 0 if loops[0] else calls[0]
 
 
 def _has_kernel_mark(node: isl.AstNode) -> bool:
