@@ -112,17 +112,19 @@ def test_bench_row_programs_are_one_kernel(src, local):
     opts = tc.MappingOptions.default_for(fn.ir, "cuda")
     assert opts.row_block == 512 and opts.grid == (4224,)  # sizes unknown: 512 threads per row
     # at the call's sizes: 64 threads of 64 elements each (`gpu_defaults.row_threads`)
+    # (a row sum, one phase, keeps 512)
+    threads = 512 if src == ROWSUM else 64
     sized = tc.MappingOptions.default_for(fn.ir, "cuda", {"N": 32768, "D": 4096})
-    assert sized.row_block == 64 and sized.grid == (4224,)
+    assert sized.row_block == threads and sized.grid == (4224,)
     kernel = _compile(src, *_inputs(src, (32768, 4096)))
     assert kernel.schedule.count("kernel grid=") == 1
-    assert "kernel grid=4224,1,1 block=64,1,1" in kernel.schedule
-    assert f"rows threads=64 local={','.join(local)}" in kernel.schedule
+    assert f"kernel grid={4224 if threads == 64 else 528},1,1 block={threads},1,1" in kernel.schedule
+    assert f"rows threads={threads} local={','.join(local)}" in kernel.schedule
     ptx = _checked_ptx(kernel)
     assert ptx.count(".entry") == 1
     assert "bar.sync" in ptx and "shfl.sync.bfly" in ptx
     # threads holding 64 values each get the registers they need (no minctasm: 32 spilled)
-    assert ".minnctapersm" not in ptx
+    assert (".minnctapersm" in ptx) == (threads == 512)
     big = _compile(src, *_inputs(src, (32768, 4096)), options=opts)  # 8 values per thread
     assert ".minnctapersm 4" in big.ptx
     image = kernel.runner.image
@@ -143,6 +145,7 @@ def test_row_threads_follow_the_row_width(width, threads):
     fn = tc.define(SOFTMAX).ir
     assert row_threads(fn, {"N": 7, "D": width}) == threads
     assert row_threads(fn, {"N": 7}) == 512  # a width not known
+    assert row_threads(tc.define(ROWSUM).ir, {"N": 7, "D": width}) == 512  # one pass: streams
 
 
 def _enclosing(lines: list[str], i: int) -> list[str]:
@@ -189,9 +192,9 @@ def test_every_operator_and_dtype_compiles(t, op):
     src = ROWRED.format(t=t, op=op)
     x = np.zeros((5, 1000), DTYPES[t])
     kernel = _compile(src, x)
-    assert "rows threads=32" in kernel.schedule  # 1000 wide: one warp per row by default
+    assert "rows threads=512" in kernel.schedule  # one statement: 512 threads per row
     # 8-bit values are not shuffled: that reduction runs on thread 0, the kernel stays one
-    assert ("reduction S0 threads=32" in kernel.schedule) == (t != "int8")
+    assert ("reduction S0 threads=512" in kernel.schedule) == (t != "int8")
     assert _checked_ptx(kernel).count(".entry") == 1
 
 
@@ -236,9 +239,11 @@ def test_full_reduction_spans_the_grid(t, op):
     fn = tc.define(src)
     assert tc.MappingOptions.default_for(fn.ir, "cuda").row_block == 1024
     kernel = _compile(src, np.zeros(1 << 20, DTYPES[t]))
-    # the identity first (one thread), then every block folds its share by compare-and-swap
+    # the identity first (one thread), then every block folds its share by compare-and-swap;
+    # with 128-bit lanes every thread reads a group: at most 2^20 / (lanes * 1024) blocks
+    lanes = 16 // np.dtype(DTYPES[t]).itemsize
     assert "kernel grid=1,1,1 block=1,1,1" in kernel.schedule
-    assert "kernel grid=264,1,1 block=1024,1,1" in kernel.schedule
+    assert f"kernel grid={min(264, (1 << 20) // (lanes * 1024))},1,1 block=1024,1,1" in kernel.schedule
     assert "reduction S0 threads=1024 atomic" in kernel.schedule
     ptx = _checked_ptx(kernel)
     assert ptx.count(".entry") == 2 and "atom.relaxed.sys.global.cas" in ptx
