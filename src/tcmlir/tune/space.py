@@ -163,7 +163,7 @@ def _register_tile(space: SearchSpace, rng: random.Random) -> tuple[int, ...]:
 
 _FIELDS: dict[str, Callable[[SearchSpace, random.Random], Any]] = {
     # a row program's one-kernel mapping (map-rows): 0 leaves it off
-    "row_block": lambda s, r: r.choice((0, 128, 256, 512, 1024)),
+    "row_block": lambda s, r: r.choice((0, 32, 64, 128, 256, 512, 1024)),
     # a mixed program's: column reductions inside the row kernel, or column kernels after it
     "mixed_rows": lambda s, r: r.choice(("fused", "kernels")),
     # chunks of a contraction's reduction on different blocks (passes/split_k): 1 leaves it off
