@@ -56,6 +56,9 @@ class Box:
     lo: tuple[isl.PwAff, ...]       # on the prefix space
     stride: tuple[int, ...]
     extent: tuple[int, ...]         # number of buffer slots along each dimension
+    # per dimension (or ()): None, or (S, V) when the offsets ``a - lo`` are groups of V
+    # adjacent values S apart (an interleaved register tile): slot ``floor(d/S)*V + d mod S``
+    groups: tuple[tuple[int, int] | None, ...] = ()
 
     @property
     def volume(self) -> int:
@@ -175,11 +178,13 @@ def footprint(prefix: isl.UnionMap, accesses: isl.UnionMap, tensor: str) -> isl.
     return found[0].coalesce()
 
 
-def compute_box(fp: isl.Map) -> Box | None:
-    """The strided box of footprint ``fp`` (None: some extent is unbounded)."""
+def compute_box(fp: isl.Map, *, interleave: bool = False) -> Box | None:
+    """The strided box of footprint ``fp`` (None: some extent is unbounded). With
+    ``interleave``, a unit-stride dimension whose offsets from the lower bound are groups of
+    adjacent values with gaps between them (`interleaved_groups`) is compressed."""
     n_in = fp.dim(isl.dim_type.in_)
     wrapped = fp.wrap()
-    lo, stride, extent = [], [], []
+    lo, stride, extent, groups = [], [], [], []
     for d in range(fp.dim(isl.dim_type.out)):
         low, high = fp.dim_min(d), fp.dim_max(d)
         span = high.sub(low).max_val()
@@ -190,7 +195,40 @@ def compute_box(fp: isl.Map) -> Box | None:
         lo.append(low)
         stride.append(s)
         extent.append(int(span.to_python()) // s + 1)
-    return Box(tuple(lo), tuple(stride), tuple(extent))
+        found = interleaved_groups(fp, d, low, extent[-1]) if interleave and s == 1 else None
+        groups.append(found)
+        if found is not None:
+            extent[-1] = (extent[-1] - 1) // found[0] * found[1] + found[1]
+    return Box(tuple(lo), tuple(stride), tuple(extent),
+               tuple(groups) if any(g is not None for g in groups) else ())
+
+
+def interleaved_groups(fp: isl.Map, d: int, low: isl.PwAff, extent: int) -> tuple[int, int] | None:
+    """(S, V) when every offset ``a_d - low(p)`` of footprint ``fp`` (over every prefix and
+    parameter value) lies in ``{g*S + v : 0 <= v < V}`` with ``V < S`` (groups of ``V``
+    adjacent elements ``S`` apart, as `register-tile` interleaves them), else None. ``V`` is
+    the first gap, ``S`` the first offset after it; the inclusion is proved by isl."""
+    ctx = fp.get_ctx()
+    one = fp.project_out(isl.dim_type.out, d + 1, fp.dim(isl.dim_type.out) - d - 1)
+    one = one.project_out(isl.dim_type.out, 0, d).reset_tuple_id(isl.dim_type.out)
+    low_map = isl.Map.from_pw_aff(low.neg())
+    one, low_map = one.align_params(low_map.get_space()), low_map.align_params(one.get_space())
+    offsets = one.sum(low_map.intersect_domain(one.domain())).range()
+    offsets = offsets.project_out(isl.dim_type.param, 0, offsets.dim(isl.dim_type.param))
+    window = isl.Set.read_from_str(ctx, f"{{ [d] : 0 <= d < {extent} }}")
+    gaps = window.subtract(offsets)
+    if gaps.is_empty():
+        return None
+    v = int(gaps.dim_min_val(0).to_python())
+    after = offsets.intersect(isl.Set.read_from_str(ctx, f"{{ [d] : d >= {v} }}"))
+    if v == 0 or after.is_empty():
+        return None
+    span = int(after.dim_min_val(0).to_python())
+    pattern = isl.Set.read_from_str(
+        ctx, f"{{ [d] : exists g : 0 <= g and 0 <= d - {span} g < {v} }}")
+    if not offsets.is_subset(pattern):
+        return None
+    return span, v
 
 
 def prefix_pma(prefix: isl.UnionMap, space_name: str) -> isl.PwMultiAff:
@@ -215,6 +253,10 @@ def local_index(buf: Buffer, index: isl.PwMultiAff, pre: isl.PwMultiAff) -> isl.
         s = buf.box.stride[d]
         if s > 1:
             local = local.scale_down_val(isl.Val.int_from_si(ctx, s)).floor()
+        group = buf.box.groups[d] if buf.box.groups else None
+        if group is not None:  # groups of V adjacent slots, S apart: floor(d/S)*V + d mod S
+            span, width = (isl.Val.int_from_si(ctx, x) for x in group)
+            local = local.scale_down_val(span).floor().scale_val(width).add(local.mod_val(span))
         dims.append(local)
     if buf.stages > 1:  # the stage: the last prefix dimension (the sequential tile loop) mod 2
         stage = pre.get_pw_aff(buf.n_prefix - 1).mod_val(isl.Val.int_from_si(ctx, buf.stages))
@@ -270,6 +312,7 @@ def copy_linear_index(copy_set: isl.Set, buf: Buffer, n_prefix: int, *, ahead: b
     ls = isl.LocalSpace.from_space(space)
     ma_p, _ = copy_parts(space, n_prefix, len(buf.box.extent), ahead=ahead)
     linear = None
+    assert not buf.box.groups, f"{buf.name}: shared copies of an interleaved box"
     for d in range(len(buf.box.extent)):
         a = isl.PwAff.from_aff(isl.Aff.var_on_domain(ls, isl.dim_type.set, n_prefix + d))
         lo = buf.box.lo[d].pullback_multi_aff(ma_p).align_params(a.get_space().params())
