@@ -507,6 +507,14 @@ class MappingOptions:
     def thread_block(self) -> tuple[int, ...]:
         """The block a cuda kernel gets: ``block``, or with a register tile, the tile sizes
         divided by the register sizes (innermost mapped member on x)."""
+        if any(self.register_interleave):
+            if len(self.register_interleave) > len(self.register_tile):
+                raise OptionsError(f"register interleave {self.register_interleave} needs a "
+                                   f"register tile size per width, got {self.register_tile}")
+            for w, r in zip(self.register_interleave, self.register_tile, strict=False):
+                if w and r % w:
+                    raise OptionsError(f"register interleave width {w} does not divide the "
+                                       f"register tile size {r} ({self.register_tile})")
         if not self.register_tile:
             return self.block
         tiles = self.tile_sizes

@@ -43,7 +43,8 @@ __all__ = [
     "statement_accesses", "sync_extension", "thread_copy_filter",
 ]
 
-COPY_STMT = re.compile(r"^cp(in|out|init|next)_(\w+)$")
+# cpvin/cpvnext: `Buffer.copy_lanes` elements at once from a leader (poly/vector_copy.py)
+COPY_STMT = re.compile(r"^cp(in|out|init|next|vin|vnext)_(\w+)$")
 # barriers (sync), cp.async group commits (commit) and wait-for-the-older-group + barrier (wait)
 SYNC_STMT = re.compile(r"^(sync|commit|wait)_\d+_\d+$")
 _STMT = re.compile(r"^S(\d+)(_init)?$")
@@ -92,6 +93,7 @@ class Buffer:
     copy_out: bool
     fill: int | None = None   # statement whose initialisation fills the buffer (promote-private)
     stages: int = 1           # 2: double-buffered over the last prefix dimension (cp.async)
+    copy_lanes: int = 1       # elements a cpvin/cpvnext copy moves at once (poly/vector_copy)
 
     @property
     def stage_slots(self) -> int:
@@ -305,9 +307,11 @@ def _proj_space(domain: isl.Space, n_out: int) -> isl.Space:
     return domain.map_from_domain_and_range(out)
 
 
-def copy_linear_index(copy_set: isl.Set, buf: Buffer, n_prefix: int, *, ahead: bool = False
-                      ) -> isl.PwAff:
-    """The row-major (tensor order) linear local index of a copy statement's element."""
+def copy_linear_index(copy_set: isl.Set, buf: Buffer, n_prefix: int, *, ahead: bool = False,
+                      lanes: int = 1) -> isl.PwAff:
+    """The row-major (tensor order) linear local index of a copy statement's element (with
+    ``lanes`` > 1, divided by it and rounded down: the index of a vector copy's leader, which
+    is distinct for distinct leaders of one tile)."""
     space = copy_set.get_space()
     ls = isl.LocalSpace.from_space(space)
     ma_p, _ = copy_parts(space, n_prefix, len(buf.box.extent), ahead=ahead)
@@ -323,26 +327,29 @@ def copy_linear_index(copy_set: isl.Set, buf: Buffer, n_prefix: int, *, ahead: b
         linear = local if linear is None else linear.scale_val(
             isl.Val.int_from_si(space.get_ctx(), buf.box.extent[d])).add(local)
     assert linear is not None
+    if lanes > 1:
+        linear = linear.scale_down_val(isl.Val.int_from_si(space.get_ctx(), lanes)).floor()
     return linear.intersect_domain(copy_set.align_params(linear.get_space().params()))
 
 
-def copy_band(copy_set: isl.Set, buf: Buffer, n_prefix: int, *, ahead: bool = False
-              ) -> isl.MultiUnionPwAff:
+def copy_band(copy_set: isl.Set, buf: Buffer, n_prefix: int, *, ahead: bool = False,
+              lanes: int = 1) -> isl.MultiUnionPwAff:
     """The one-member band of a shared copy: its linear local index. (A band over the element
     coordinates, under the modulo thread filter, made isl 2026.2's AST generator drop
     instances: ``{ B[r, c] : (128r + c - t) mod 256 = 0 }`` scheduled by ``[r, c]`` came out as
     one call per thread instead of four; the linear band gives the strided loop.)"""
-    linear = copy_linear_index(copy_set, buf, n_prefix, ahead=ahead)
+    linear = copy_linear_index(copy_set, buf, n_prefix, ahead=ahead, lanes=lanes)
     return isl.MultiUnionPwAff.from_multi_pw_aff(isl.MultiPwAff.from_pw_aff(linear))
 
 
 def thread_copy_filter(copy_set: isl.Set, buf: Buffer, n_prefix: int,
-                       block: tuple[int, int, int], *, ahead: bool = False) -> isl.Set:
+                       block: tuple[int, int, int], *, ahead: bool = False,
+                       lanes: int = 1) -> isl.Set:
     """Instances of a shared copy statement that thread ``(_tx, _ty, _tz)`` runs: the linear
-    local index modulo the block's thread count equals the linear thread id, so consecutive
-    threads copy consecutive elements (coalesced)."""
+    local index (over ``lanes``, for vector copies) modulo the block's thread count equals the
+    linear thread id, so consecutive threads copy consecutive elements (coalesced)."""
     space = copy_set.get_space()
-    linear = copy_linear_index(copy_set, buf, n_prefix, ahead=ahead)
+    linear = copy_linear_index(copy_set, buf, n_prefix, ahead=ahead, lanes=lanes)
     total = block[0] * block[1] * block[2]
     ctx = space.get_ctx()
     tid = None
@@ -459,7 +466,9 @@ def prove_copy_mapping(copy_set: isl.Set, mapped: isl.Set, params: tuple[str, ..
 @dataclass(frozen=True)
 class CopyAccess:
     """What a copy statement instance does: ``kind`` ``"in"`` (``buffer[local] = tensor[global]``),
-    ``"out"`` (back) or ``"init"`` (``buffer[local]`` = the identity of `Buffer.fill`'s reduction)."""
+    ``"out"`` (back) or ``"init"`` (``buffer[local]`` = the identity of `Buffer.fill`'s reduction);
+    ``"next"`` is ``"in"`` one tile ahead, and ``"vin"`` / ``"vnext"`` copy `Buffer.copy_lanes`
+    elements from the leader ``global`` / ``local`` on along the last dimension."""
 
     buffer: str
     kind: str
@@ -484,7 +493,7 @@ def annotate_user_node(promotion: Promotion, fn: ir.Function, node: isl.AstNode,
     if m is not None:
         buf = promotion.buffer(m.group(2))
         ma_p, ma_a = copy_parts(inst.get_space(), buf.n_prefix, len(buf.box.extent),
-                                ahead=m.group(1) == "next")
+                                ahead=m.group(1) in ("next", "vnext"))
         ga = isl.PwMultiAff.from_multi_aff(ma_a).set_range_tuple_id(
             isl.Id(buf.tensor, context=inst.get_ctx()))
         la = local_index(buf, ga, isl.PwMultiAff.from_multi_aff(ma_p))
