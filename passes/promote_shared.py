@@ -31,7 +31,9 @@ memory is copied ``copy-bytes`` at a time where `poly.vector_copy` proves it ali
 footprint splits into vector leaders (``cpvin_<buf>`` / ``cpvnext_<buf>``, one per thread in
 turn, as above with the linear index over the lanes) and the one-element rest of ragged tile
 edges (``cpin_<buf>`` / ``cpnext_<buf>``). A tile stored transposed (a matmul's A) keeps
-one-element copies.
+one-element copies, unless ``copy-transposed``: then a copy reads ``copy-bytes`` at once
+into registers and stores them one by one (no cp.async, which cannot scatter: the loads
+of a double-buffered tile are synchronous then).
 
 Kernels with a ``reduction`` mark (`map-reduction`), without a band, or with gathers are left
 alone. Legality of the original statements is proved on ``CompileState.base_schedule`` (the
@@ -117,7 +119,8 @@ class PromoteShared(Pass):
     """Copy each GPU kernel's reused read-only tiles to shared memory (see the module
     docstring); ``max_bytes`` bounds the shared memory per kernel (static shared memory,
     at most 48 KiB), ``unroll_copies`` asks isl to unroll the copy loops, ``copy_bytes`` (0:
-    off) the bytes one vector copy moves."""
+    off) the bytes one vector copy moves, ``copy_transposed`` lets it read them at once into
+    a buffer that stores them apart (transposed) and store them one by one."""
 
     name = "promote-shared"
     requires_schedule = True
@@ -125,6 +128,7 @@ class PromoteShared(Pass):
     unroll_copies: bool = False
     double_buffer: bool = False
     copy_bytes: int = 0
+    copy_transposed: bool = False
 
     def __post_init__(self):
         if not 0 < self.max_bytes <= 48 * 1024:
@@ -197,10 +201,14 @@ class PromoteShared(Pass):
                 budget -= slots * esize * t_stages
                 buf = Buffer(f"{t.name}_sh{k}", t.name, "shared", k, box, order, storage,
                              dom, prefix, n_prefix, True, False, stages=t_stages)
-                lanes = copy_lanes(buf, t, self.copy_bytes, esize, state.sizes)
-                if lanes > 1 and not leaders_aligned(split_footprint(fp, lanes)[0], buf, lanes):
-                    lanes = 1  # a tile origin off the lanes: one-element copies
-                bufs.append(dataclasses.replace(buf, copy_lanes=lanes) if lanes > 1 else buf)
+                lanes, whole = copy_lanes(buf, t, self.copy_bytes, esize, state.sizes,
+                                          scatter=self.copy_transposed)
+                if whole and not leaders_aligned(split_footprint(fp, lanes)[0], buf, lanes):
+                    # a tile origin off the lanes: the stores one by one, or one-element copies
+                    whole, lanes = False, lanes if self.copy_transposed else 1
+                if lanes > 1:
+                    buf = dataclasses.replace(buf, copy_lanes=lanes, copy_scatter=not whole)
+                bufs.append(buf)
             if not bufs:
                 continue
             schedule = _graft_shared(schedule, path_of(node), bufs, fp_of={

@@ -90,6 +90,9 @@ class MappingOptions:
     copy_bytes: int = 0                          # cuda: bytes one shared-memory copy moves
                                                  # where proved aligned (16: cp.async.cg 16);
                                                  # 0 off (one element per copy)
+    copy_transposed: bool = False                # cuda, with copy_bytes: also tiles stored
+                                                 # transposed (one 16-byte load, a store per
+                                                 # element; no cp.async)
 
     def __post_init__(self) -> None:
         if self.fusion not in FUSION_STRATEGIES:
@@ -319,12 +322,15 @@ class MappingOptions:
         contiguous, no argument turns it off (`register-tile` ``interleave``)."""
         return self._with(register_interleave=tuple(widths))
 
-    def vector_copies(self, nbytes: int = 16) -> MappingOptions:
+    def vector_copies(self, nbytes: int = 16, transposed: bool = False) -> MappingOptions:
         """cuda: shared-memory tile copies move ``nbytes`` at once (16: one
         ``cp.async.cg ... 16`` or one 128-bit load and store per thread) where the copied
         rows are contiguous in the tensor and in the buffer and 16-byte alignment is proved;
-        elsewhere one element per copy. 0 turns it off (`promote-shared` ``copy-bytes``)."""
-        return self._with(copy_bytes=int(nbytes))
+        elsewhere one element per copy. With ``transposed``, tiles the buffer stores
+        transposed (a matmul's A) are read ``nbytes`` at once too and stored one element at
+        a time (synchronous loads: cp.async cannot scatter). 0 turns it off (`promote-shared`
+        ``copy-bytes``, ``copy-transposed``)."""
+        return self._with(copy_bytes=int(nbytes), copy_transposed=bool(transposed) and nbytes > 0)
 
     def double_buffering(self, use: bool = True) -> MappingOptions:
         """Copy the next tile to shared memory while computing on this one (two buffers,
@@ -374,7 +380,7 @@ class MappingOptions:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name in ("devices", "vector_bytes", "mixed_rows", "register_interleave",
-                          "copy_bytes") and not value:
+                          "copy_bytes", "copy_transposed") and not value:
                 continue  # one device, scalar access, no mixed mapping: kept out so cache keys
                 # stay those of before
             if f.name == "split_k" and value == 1:
@@ -499,6 +505,7 @@ class MappingOptions:
                              f"unroll-copies={str(self.unroll_copy_shared).lower()},"
                              f"double-buffer={str(self.double_buffer).lower()}"
                              + (f",copy-bytes={self.copy_bytes}" if self.copy_bytes else "")
+                             + (",copy-transposed=true" if self.copy_transposed else "")
                              + "}")
             if self.use_private_memory:
                 steps.append("promote-private")

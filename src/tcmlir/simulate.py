@@ -246,7 +246,8 @@ class _Thread:
             self.write_slot(buf.name, local, tensor[g])
         elif payload.kind in ("vin", "vnext"):  # copy_lanes elements from an aligned leader
             lanes = buf.copy_lanes
-            if int(np.ravel_multi_index(g, tensor.shape)) % lanes or buf.flat_offset(local) % lanes:
+            if (int(np.ravel_multi_index(g, tensor.shape)) % lanes
+                    or (not buf.copy_scatter and buf.flat_offset(local) % lanes)):
                 raise SimulationError(f"thread {self.tid}: vector copy of {buf.name} from "
                                       f"{buf.tensor}{list(g)} to {local} is not {lanes}-aligned")
             for j in range(lanes):

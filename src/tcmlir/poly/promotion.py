@@ -94,6 +94,7 @@ class Buffer:
     fill: int | None = None   # statement whose initialisation fills the buffer (promote-private)
     stages: int = 1           # 2: double-buffered over the last prefix dimension (cp.async)
     copy_lanes: int = 1       # elements a cpvin/cpvnext copy moves at once (poly/vector_copy)
+    copy_scatter: bool = False  # ... read at once, stored one by one (a transposed buffer)
 
     @property
     def stage_slots(self) -> int:

@@ -11,7 +11,9 @@ into
 * **the rest** (a tile's ragged right edge, at sizes that are no multiple of ``lanes``):
   ordinary one-element ``cpin_<buf>`` / ``cpnext_<buf>`` statements.
 
-The two parts cover the footprint exactly, each element once (proved with isl). A vector copy
+The two parts cover the footprint exactly, each element once (proved with isl). With
+``scatter`` (a tile the buffer stores transposed, like a matmul's A) a leader's elements are
+read at once and stored one by one (`Buffer.copy_scatter`). A vector copy
 is 16-byte aligned on both sides when the tensor's pointer is (the kernel's ``aligned``
 tensors; the code generator copies element by element otherwise): the last dimension of the
 tensor has a fixed extent that is a multiple of ``lanes`` (so every row starts aligned), the
@@ -34,21 +36,26 @@ __all__ = ["copy_lanes", "leaders_aligned", "split_footprint"]
 
 
 def copy_lanes(buf: Buffer, tensor: ir.Tensor, copy_bytes: int, element_bytes: int,
-               sizes: Mapping[str, int] | None) -> int:
-    """Elements one copy of ``buf`` may move at once (1: element by element): the buffer's
-    innermost storage dimension is the tensor's last, unit-stride, with a multiple of
-    ``lanes`` slots per row and per stage, and the tensor's last extent is fixed to a multiple
-    of ``lanes``."""
+               sizes: Mapping[str, int] | None, *, scatter: bool = False) -> tuple[int, bool]:
+    """(lanes, whole): elements one copy of ``buf`` may read at once from the tensor (1:
+    element by element) — the box is unit-stride along the tensor's last dimension, whose
+    extent is fixed to a multiple of ``lanes`` —, and whether it also stores them at once:
+    the buffer's innermost storage dimension is the tensor's last, with a multiple of
+    ``lanes`` slots per row and per stage. Otherwise (a tile stored transposed, a row padded
+    off the lanes) the lanes are ``scatter``-ed: one 16-byte load, one store per element; with
+    ``scatter`` off such a buffer gets one-element copies."""
     lanes = copy_bytes // element_bytes if copy_bytes >= 2 * element_bytes else 1
     rank = len(buf.box.extent)
-    if lanes == 1 or rank == 0 or buf.order[-1] != rank - 1 or buf.box.stride[-1] != 1:
-        return 1
-    if buf.box.groups or buf.storage[-1] % lanes or buf.stage_slots % lanes:
-        return 1
+    if lanes == 1 or rank == 0 or buf.box.stride[-1] != 1 or buf.box.groups:
+        return 1, False
     last = tensor.shape[-1]
     if sizes is None or any(p not in sizes for p in last.params):
-        return 1  # a parametric row length: its alignment is unknown at compile time
-    return lanes if last.evaluate(sizes) % lanes == 0 else 1
+        return 1, False  # a parametric row length: its alignment is unknown at compile time
+    if last.evaluate(sizes) % lanes:
+        return 1, False
+    whole = (buf.order[-1] == rank - 1 and buf.storage[-1] % lanes == 0
+             and buf.stage_slots % lanes == 0)
+    return (lanes, whole) if whole or scatter else (1, False)
 
 
 def _shift(fp: isl.Map, by: int) -> isl.Map:
