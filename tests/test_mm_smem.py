@@ -347,7 +347,7 @@ def test_matmul_vector_copies_of_misaligned_inputs_on_gpu(offset, rng):
 @pytest.mark.parametrize("double", [False, True])
 def test_conv_vector_copies_on_gpu(double, rng):
     i, f = _conv_inputs(rng, n=64, length=1024, kw=7)
-    opts = MO.naive().tile(8, 32, 8).map_to_threads(32, 8).shared_memory(True) \
+    opts = MO.naive().tile(8, 32, 4).map_to_threads(32, 8).shared_memory(True) \
         .vector_copies(16).double_buffering(double)
     got = tc.define(CONV1, target="cuda")(i, f, options=opts)
     np.testing.assert_allclose(got, _conv_ref(i, f), rtol=1e-4, atol=1e-4)
