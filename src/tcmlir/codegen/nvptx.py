@@ -202,20 +202,69 @@ class NvptxTarget(Target):
         for d in range(1, len(gidx)):
             off = b.add(b.mul(off, walker.extent(t.name, d)), gidx[d])
         gptr = b.gep(walker.pointer(t.name), [off], inbounds=True, source_etype=mty)
-        size = t.dtype.bits // 8  # cp.async copies 4 or 8 bytes (promote-shared stages only those)
-        if payload.kind in ("in", "next") and buf.stages > 1 and self.async_copies and size in (4, 8):
+        if payload.kind in ("vin", "vnext"):
+            self._vector_copy(walker, buf, t, local, gptr)
+            return
+        if payload.kind in ("in", "next"):
+            self._element_copy(walker, buf, t, local, gptr)
+        else:
+            b.store(b.load(local, typ=mty), gptr)
+
+    def _vector_copy(self, walker: GroupWalker, buf: Any, t: tc.Tensor, local: ir.Value,
+                     gptr: ir.Value) -> None:
+        """``buf.copy_lanes`` elements from ``gptr`` on, along the tensor's last dimension, to
+        the buffer from ``local`` on (`poly.vector_copy` proved the tensor offset, and unless
+        ``buf.copy_scatter`` the buffer slot, aligned to the lanes). When the tensor's pointer
+        is `ALIGN_BYTES`-aligned (the kernel's ``aligned`` tensors): one ``cp.async.cg ... 16``
+        (double buffering), or one vector load and one vector store, or (scatter) one vector
+        load and a store per element; otherwise element by element."""
+        b = walker.builder
+        mty = memory_type(t.dtype)
+        lanes = buf.copy_lanes
+        nbytes = lanes * (t.dtype.bits // 8)
+        step = buf.strides()[-1]  # slots between neighbours along the tensor's last dimension
+        slots = [b.gep(local, [ir.Constant(I64, j * step)], inbounds=True, source_etype=mty)
+                 for j in range(lanes)] if buf.copy_scatter or step != 1 else None
+        if t.name not in getattr(walker.owner, "aligned", ()) or nbytes > ALIGN_BYTES:
+            for j in range(lanes):
+                src = b.gep(gptr, [ir.Constant(I64, j)], inbounds=True, source_etype=mty)
+                dst = slots[j] if slots else b.gep(local, [ir.Constant(I64, j)], inbounds=True,
+                                                   source_etype=mty)
+                self._element_copy(walker, buf, t, dst, src)
+            return
+        if not slots and buf.stages > 1 and self.async_copies and nbytes == 16:
+            copy = declare(b.module, "llvm.nvvm.cp.async.cg.shared.global.16",
+                           ir.FunctionType(ir.VoidType(), [ir.PointerType(addrspace=3),
+                                                           ir.PointerType(addrspace=1)]))
+            b.call(copy, [b.bitcast(local, ir.PointerType(addrspace=3)), gptr])
+            return
+        vty = ir.VectorType(mty, lanes)
+        value = b.load(b.bitcast(gptr, vty.as_pointer(1)), typ=vty, align=nbytes)
+        if t.role is tc.Role.INPUT:
+            value.set_metadata("invariant.load", b.module.add_metadata([]))
+        if not slots:
+            b.store(value, b.bitcast(local, vty.as_pointer(3)), align=nbytes)
+            return
+        for j, dst in enumerate(slots):
+            b.store(b.extract_element(value, ir.Constant(I32, j)), dst)
+
+    def _element_copy(self, walker: GroupWalker, buf: Any, t: tc.Tensor, local: ir.Value,
+                      gptr: ir.Value) -> None:
+        """One element from ``gptr`` to the buffer element ``local`` (cp.async, which copies 4
+        or 8 bytes, when double-buffered: promote-shared stages only those)."""
+        b = walker.builder
+        mty = memory_type(t.dtype)
+        size = t.dtype.bits // 8
+        if buf.stages > 1 and self.async_copies and size in (4, 8):
             copy = declare(b.module, f"llvm.nvvm.cp.async.ca.shared.global.{size}",
                            ir.FunctionType(ir.VoidType(), [ir.PointerType(addrspace=3),
                                                            ir.PointerType(addrspace=1)]))
             b.call(copy, [b.bitcast(local, ir.PointerType(addrspace=3)), gptr])
             return
-        if payload.kind in ("in", "next"):
-            value = b.load(gptr, typ=mty)
-            if t.role is tc.Role.INPUT:
-                value.set_metadata("invariant.load", b.module.add_metadata([]))
-            b.store(value, local)
-        else:
-            b.store(b.load(local, typ=mty), gptr)
+        value = b.load(gptr, typ=mty)
+        if t.role is tc.Role.INPUT:
+            value.set_metadata("invariant.load", b.module.add_metadata([]))
+        b.store(value, local)
 
     def mark(self, walker: GroupWalker, name: str, child: isl.AstNode) -> None:
         if parse_kernel_mark(name) is not None:
