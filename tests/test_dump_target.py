@@ -179,7 +179,9 @@ def test_pipeline_stage_names_what_runs(capsys, tmp_path):
     path.write_text((EXAMPLES / "matmul.tc").read_text())
     assert main([str(path), "--stage", "pipeline", "--target", "cuda"]) == 0
     out = capsys.readouterr().out
-    default = tc.MappingOptions.cuda_contraction()
+    from tcmlir.options import contraction_access
+
+    default = contraction_access(tc.MappingOptions.cuda_contraction())
     assert out.splitlines() == [
         "target: cuda", "origin: a plain call's default options on cuda",
         f"options: {default.to_json()}", f"pipeline: {default.to_pipeline('cuda')}"]

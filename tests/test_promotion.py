@@ -24,6 +24,7 @@ from corpus.programs import CASES, case_by_name
 
 import tcmlir as tc
 from tcmlir import compiler
+from tcmlir.options import contraction_access
 from tcmlir.poly.loops import build_ast, format_loops
 from tcmlir.poly.scop import maps_of
 from tcmlir.simulate import SimulationError, simulate_call
@@ -223,9 +224,11 @@ def test_default_matmul_kernel_resources(tmp_path):
     fn = tc.define(MM)
     a = np.zeros((4096, 4096), np.float32)
     kernel = fn.compile(a, a, target="cuda", arch="sm_90")
-    assert kernel.options == MO.cuda_contraction((128, 128, 16), (8, 8))  # 1024 tiles of 128 x 128
+    # 1024 tiles of 128 x 128, B read as interleaved groups of 4, 16-byte copies unrolled
+    assert kernel.options == contraction_access(MO.cuda_contraction((128, 128, 16), (8, 8)))
+    assert kernel.options.register_interleave == (0, 4) and kernel.options.copy_bytes == 16
     ptx = kernel.ptx
-    assert "ld.shared.v4" in ptx and "fma.rn.f32" in ptx and "cp.async.ca.shared.global" in ptx
+    assert "ld.shared.v4" in ptx and "fma.rn.f32" in ptx and "cp.async.cg.shared.global" in ptx
     assert ".local" not in ptx
     path = tmp_path / "mm.ptx"
     path.write_text(ptx)
@@ -249,8 +252,10 @@ def test_contraction_default_tiles_by_size(shape, tile):
     fn = tc.define("def tmm(float(M,K) A, float(N,K) B) -> (C) { C(m,n) +=! A(m,k) * B(n,k) }")
     opts = MO.default_for(fn, "cuda", {"M": shape[0], "N": shape[1], "K": 64})
     reg = dict(CONTRACTION_TILES)[tile]
-    assert opts == MO.cuda_contraction(tile, reg) and opts.thread_block() == (16, 16)
-    assert MO.default_for(fn, "cuda") == MO.cuda_contraction()  # sizes unknown: 128 x 64
+    assert opts == contraction_access(MO.cuda_contraction(tile, reg))
+    assert opts.thread_block() == (16, 16)
+    # sizes unknown: 128 x 64
+    assert MO.default_for(fn, "cuda") == contraction_access(MO.cuda_contraction())
 
 
 def test_batched_contraction_default_is_simulated_correct():

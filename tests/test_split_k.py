@@ -187,7 +187,10 @@ def default_kernels():
 
 def test_the_partials_get_more_blocks_and_the_fold_a_block_per_thread_block_tile(default_kernels):
     tmm, fc = default_kernels["tmm"], default_kernels["fc"]
-    assert tmm.options == MO.cuda_contraction((128, 64, 16), (8, 4)).split_reduction(16)
+    from tcmlir.options import contraction_access
+
+    assert tmm.options == contraction_access(
+        MO.cuda_contraction((128, 64, 16), (8, 4)).split_reduction(16))
     partial, fold = tmm.runner.image.kernels
     assert partial.grid == (16, 16, 1)                    # unsplit: 16 x 1 = 16 blocks
     assert fold.grid == (64, 8, 1) and fold.block == (16, 16, 1)   # one element per thread
