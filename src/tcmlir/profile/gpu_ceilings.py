@@ -15,6 +15,11 @@ events around many back-to-back launches:
   best of `RUNS` samples of `COPY_LAUNCHES` launches. The first and last 64 KiB of the
   destination are read back and checked, so a kernel that did not run cannot pass for a fast
   one;
+* **read bandwidth** (bytes read per second; DRAM reads alone outrun a copy's mix, so a
+  read-only kernel is compared with this one: `ceilings.Ceilings.bandwidth_for`): `read_ptx`'s
+  grid-stride sum of the copy's source (`COPY_BYTES`) with the same 128-bit loads and
+  `COPY_UNROLL` vectors in flight, each thread adding its vectors into 4 accumulators and
+  storing their sum; the stored sums are added up and checked against the source's bytes;
 * **fp32 FMA throughput** (FLOP/s, 2 per FMA): `fma_ptx`'s kernel, `FMA_CHAINS` independent
   accumulators per thread, each advanced `FMA_UNROLL` times per loop trip (``fma.rn.f32``: 128
   FMAs to 3 loop instructions), `FMA_WAVES` full-occupancy waves of blocks on every SM; the
@@ -42,10 +47,11 @@ import numpy as np
 
 from ..errors import TCError
 
-__all__ = ["COPY_ENTRY", "EMPTY_ENTRY", "FMA_ENTRY", "GpuMeasurement", "ceilings_ptx",
-           "copy_ptx", "fma_ptx", "measure_gpu", "theoretical_peaks"]
+__all__ = ["COPY_ENTRY", "EMPTY_ENTRY", "FMA_ENTRY", "READ_ENTRY", "GpuMeasurement",
+           "ceilings_ptx", "copy_ptx", "fma_ptx", "measure_gpu", "read_ptx", "theoretical_peaks"]
 
 COPY_ENTRY = "tcmlir_ceiling_copy"
+READ_ENTRY = "tcmlir_ceiling_read"
 FMA_ENTRY = "tcmlir_ceiling_fma"
 EMPTY_ENTRY = "tcmlir_ceiling_empty"
 
@@ -80,6 +86,8 @@ class GpuMeasurement:
     launch_path: str        # "ctypes" or "cuda-python"
     name: str = ""
     arch: str = ""
+    read_bandwidth: float = 0.0   # bytes/s, read only
+    read_bytes: int = 0           # bytes read per read launch
 
 
 # ---------------------------------------------------------------- the kernels
@@ -170,6 +178,83 @@ def copy_ptx(unroll: int = COPY_UNROLL) -> str:
         ""])
 
 
+def read_ptx(unroll: int = COPY_UNROLL) -> str:
+    """``out[t] = Σ`` of the 16-byte vectors ``i, i + T, ...`` of ``src`` (``n`` vectors, as
+    fp32 lanes) that thread ``t = i`` reads, grid-stride like `copy_ptx` (``unroll`` vectors
+    loaded before they are added), into 4 accumulators (one per lane) summed at the end."""
+    vec = [[f"%f{4 * u + k + 5}" for k in range(4)] for u in range(unroll)]
+    loads, adds = [], []
+    for u in range(unroll):
+        src = "%rd12" if u == 0 else f"%rd{13 + u}"
+        if u:
+            prev = "%rd12" if u == 1 else f"%rd{12 + u}"
+            loads.append(f"\tadd.s64 {src}, {prev}, %rd7;")
+        loads.append(f"\tld.global.v4.f32 {{{', '.join(vec[u])}}}, [{src}];")
+        adds += [f"\tadd.f32 %f{k + 1}, %f{k + 1}, {vec[u][k]};" for k in range(4)]
+    e = READ_ENTRY
+    return "\n".join([
+        f".visible .entry {e}(",
+        "\t.param .u64 out_param,",
+        "\t.param .u64 src_param,",
+        "\t.param .u64 n_param",
+        ")",
+        "{",
+        "\t.reg .pred %p<3>;",
+        "\t.reg .b32 %r<6>;",
+        f"\t.reg .f32 %f<{4 * unroll + 8}>;",
+        f"\t.reg .b64 %rd<{16 + unroll}>;",
+        "\tld.param.u64 %rd1, [out_param];",
+        "\tld.param.u64 %rd2, [src_param];",
+        "\tld.param.u64 %rd3, [n_param];",
+        "\tcvta.to.global.u64 %rd1, %rd1;",
+        "\tcvta.to.global.u64 %rd2, %rd2;",
+        "\tmov.f32 %f1, 0f00000000;",
+        "\tmov.f32 %f2, 0f00000000;",
+        "\tmov.f32 %f3, 0f00000000;",
+        "\tmov.f32 %f4, 0f00000000;",
+        "\tmov.u32 %r1, %ctaid.x;",
+        "\tmov.u32 %r2, %ntid.x;",
+        "\tmov.u32 %r3, %tid.x;",
+        "\tmov.u32 %r4, %nctaid.x;",
+        "\tmul.wide.u32 %rd4, %r1, %r2;",
+        "\tcvt.u64.u32 %rd5, %r3;",
+        "\tadd.s64 %rd4, %rd4, %rd5;          // i: this thread's first vector",
+        "\tmov.b64 %rd13, %rd4;               // t: where the sum goes",
+        "\tmul.wide.u32 %rd6, %r4, %r2;       // T: threads in the grid",
+        "\tshl.b64 %rd7, %rd6, 4;             // 16 T: bytes between a thread's vectors",
+        f"\tmul.lo.s64 %rd8, %rd6, {unroll - 1};",
+        f"\tmul.lo.s64 %rd9, %rd6, {unroll};",
+        f"${e}_main:",
+        "\tadd.s64 %rd10, %rd4, %rd8;",
+        "\tsetp.ge.u64 %p1, %rd10, %rd3;",
+        f"\t@%p1 bra ${e}_tail;",
+        "\tshl.b64 %rd11, %rd4, 4;",
+        "\tadd.s64 %rd12, %rd2, %rd11;",
+        *loads,
+        *adds,
+        "\tadd.s64 %rd4, %rd4, %rd9;",
+        f"\tbra.uni ${e}_main;",
+        f"${e}_tail:",
+        "\tsetp.ge.u64 %p2, %rd4, %rd3;",
+        f"\t@%p2 bra ${e}_done;",
+        "\tshl.b64 %rd11, %rd4, 4;",
+        "\tadd.s64 %rd12, %rd2, %rd11;",
+        f"\tld.global.v4.f32 {{{', '.join(vec[0])}}}, [%rd12];",
+        *[f"\tadd.f32 %f{k + 1}, %f{k + 1}, {vec[0][k]};" for k in range(4)],
+        "\tadd.s64 %rd4, %rd4, %rd6;",
+        f"\tbra.uni ${e}_tail;",
+        f"${e}_done:",
+        "\tadd.f32 %f1, %f1, %f2;",
+        "\tadd.f32 %f3, %f3, %f4;",
+        "\tadd.f32 %f1, %f1, %f3;",
+        "\tshl.b64 %rd11, %rd13, 2;",
+        "\tadd.s64 %rd12, %rd1, %rd11;",
+        "\tst.global.f32 [%rd12], %f1;",
+        "\tret;",
+        "}",
+        ""])
+
+
 def fma_ptx(chains: int = FMA_CHAINS, unroll: int = FMA_UNROLL) -> str:
     """``out[t] = Σ_j acc_j`` where ``acc_j = t·2^-20 + j`` is advanced ``acc = acc·a + b``
     ``unroll`` times per trip for ``iterations`` trips, the ``chains`` accumulators
@@ -229,8 +314,8 @@ def empty_ptx() -> str:
 
 
 def ceilings_ptx(arch: str = "sm_90") -> str:
-    """One PTX module with the three measurement kernels, for ``arch``."""
-    return "\n".join([_header(arch), copy_ptx(), fma_ptx(), empty_ptx()])
+    """One PTX module with the four measurement kernels, for ``arch``."""
+    return "\n".join([_header(arch), copy_ptx(), read_ptx(), fma_ptx(), empty_ptx()])
 
 
 def fma_reference(threads: np.ndarray, a: float, b: float, steps: int,
@@ -366,7 +451,8 @@ def measure_gpu(runtime: Any = None, device: int = 0, *, copy_bytes: int | None 
     per_sm = max(1, attrs.get("MAX_THREADS_PER_MULTIPROCESSOR", 2048) // BLOCK)
     wave = dev.multiprocessor_count * per_sm
     module = rt.load_ptx(ceilings_ptx(dev.arch), device, name="tcmlir-ceilings.ptx")
-    copy_k, fma_k, empty_k = (module.function(n) for n in (COPY_ENTRY, FMA_ENTRY, EMPTY_ENTRY))
+    copy_k, read_k, fma_k, empty_k = (module.function(n) for n in (
+        COPY_ENTRY, READ_ENTRY, FMA_ENTRY, EMPTY_ENTRY))
     timer = _Launcher(rt, device)
 
     nbytes = copy_bytes if copy_bytes is not None else min(COPY_BYTES, dev.total_memory // 8)
@@ -379,6 +465,14 @@ def measure_gpu(runtime: Any = None, device: int = 0, *, copy_bytes: int | None 
                        ctypes.c_uint64(nbytes // 16))
         copy_s = timer.best(copy_k, wave, BLOCK, args.address, COPY_LAUNCHES, runs)
         _check_copy(dst, nbytes)
+        sums = _alloc(rt, wave * BLOCK * 4, device)
+        try:
+            args = _Params(ctypes.c_uint64(sums.ptr), ctypes.c_uint64(src.ptr),
+                           ctypes.c_uint64(nbytes // 16))
+            read_s = timer.best(read_k, wave, BLOCK, args.address, COPY_LAUNCHES, runs)
+            _check_read(sums, wave * BLOCK, nbytes)
+        finally:
+            sums.close()
     finally:
         src.close()
         dst.close()
@@ -399,12 +493,13 @@ def measure_gpu(runtime: Any = None, device: int = 0, *, copy_bytes: int | None 
     launch_s = timer.best(empty_k, 1, 32, empty.address, launches, runs)
 
     fma_flops = 2 * threads * FMA_CHAINS * FMA_UNROLL * fma_iterations
-    bandwidth, flops = 2 * nbytes / copy_s, fma_flops / fma_s
-    if not all(math.isfinite(x) and x > 0 for x in (bandwidth, flops, launch_s)):
+    bandwidth, flops, read = 2 * nbytes / copy_s, fma_flops / fma_s, nbytes / read_s
+    if not all(math.isfinite(x) and x > 0 for x in (bandwidth, flops, launch_s, read)):
         raise TCError(f"measuring the GPU ceilings gave {bandwidth} B/s, {flops} FLOP/s, "
-                      f"{launch_s} s per launch: the event clock is broken")
+                      f"{read} B/s read, {launch_s} s per launch: the event clock is broken")
     return GpuMeasurement(bandwidth, flops, launch_s, 2 * nbytes, fma_flops, launches,
-                          timer.path, name=getattr(dev, "name", ""), arch=dev.arch)
+                          timer.path, name=getattr(dev, "name", ""), arch=dev.arch,
+                          read_bandwidth=read, read_bytes=nbytes)
 
 
 def _alloc(rt: Any, nbytes: int, device: int) -> Any:
@@ -431,6 +526,19 @@ def _check_copy(dst: Any, nbytes: int) -> None:
             raise TCError(f"measuring the copy bandwidth: the {where} {n} bytes of the copy's "
                           "destination do not hold the source's bytes; the copy kernel did not "
                           "run right, so its time says nothing (set TCMLIR_CEILINGS instead)")
+
+
+def _check_read(sums: Any, threads: int, nbytes: int) -> None:
+    """The threads' stored sums add up to the source's: ``nbytes / 4`` floats of the fill."""
+    got = np.empty(threads, np.float32)
+    sums.copy_to_host(got)
+    value = float(np.frombuffer(bytes([_FILL] * 4), np.float32)[0])
+    want = nbytes / 4 * value
+    total = float(got.astype(np.float64).sum())
+    if not math.isclose(total, want, rel_tol=1e-3):
+        raise TCError(f"measuring the read bandwidth: the read kernel's sums add up to {total}, "
+                      f"the source holds {want}; it did not read everything, so its time says "
+                      "nothing (set TCMLIR_CEILINGS instead)")
 
 
 def _copy_tail(dst: Any, tail: np.ndarray, nbytes: int) -> None:
