@@ -272,3 +272,51 @@ def test_launch_advice_names_folds_and_initialisation_kernels(tmm):
     assert "S set to the reduction's identity" in init
     tiny = profile(compiled(ADD, zeros(8, 8), zeros(8, 8)), 3e-6)
     assert "more work" in tagged(tiny.advice, "launch")[0]
+
+
+# ---------------------------------------------------------------- on the GPU (the bench suite)
+
+
+def _gpu_profile(src, *shapes):
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal(s, dtype=np.float32) for s in shapes]
+    return tc.define(src, target="cuda").profile(*inputs, runs=10)
+
+
+@pytest.mark.gpu
+def test_gpu_bench_row_kernels_get_no_false_advice():
+    """layernorm / row sum at the bench's 32768x4096: no [promotion] (the row is read once)
+    and no [ceilings] (read-only work against the measured read ceiling)."""
+    ln = _gpu_profile(LAYERNORM, (32768, 4096))
+    assert tagged(ln.advice, "promotion") == [] and tagged(ln.advice, "ceilings") == [], ln
+    rs = _gpu_profile(ROWSUM, (32768, 4096))
+    assert rs.ceilings.read_bandwidth > 0, "ceilings of version 3 measure the read ceiling"
+    assert rs.kernels[0].bandwidth_ceiling == pytest.approx(rs.ceilings.read_bandwidth,
+                                                            rel=0.01)
+    assert tagged(rs.advice, "ceilings") == [], rs
+    cs = _gpu_profile(COLSUM, (4096, 32768))
+    assert tagged(cs.advice, "ceilings") == [], cs
+
+
+@pytest.mark.gpu
+def test_gpu_bench_tmm_is_host_bound_and_its_fold_is_named():
+    p = _gpu_profile(TMM, (128, 1024), (1024, 1024))
+    assert p.host_s > 0
+    gap = p.time_s - sum(k.time_s for k in p.kernels)
+    if gap > 0.25 * p.time_s and gap > 5e-6:
+        assert tagged(p.advice, "host"), p
+    for a in tagged(p.advice, "launch"):
+        if a.startswith("[launch] tmm_k1"):
+            assert "split-K fold" in a
+
+
+@pytest.mark.gpu
+def test_gpu_bench_matmul_and_conv_name_their_causes():
+    mm = _gpu_profile(MATMUL, (4096, 4096), (4096, 4096))
+    if mm.roofline_fraction < 0.8:
+        assert tagged(mm.advice, "shared"), mm
+    conv = _gpu_profile(GCONV, (32, 32, 16, 16, 16), (32, 16, 16, 3, 3))
+    assert tagged(conv.advice, "registers"), conv
+    k = conv.kernels[0]
+    if k.occupancy is not None and k.occupancy <= 0.25:
+        assert tagged(conv.advice, "occupancy"), conv

@@ -132,11 +132,17 @@ def advise(fn: ir.Function, structures: Sequence[KernelStructure],
                    f"their launch cost: fuse them (fusion='max') or batch the work")
     if target == "cuda":
         out += _host(whole, kernels)
-    raw = max([whole.raw_fraction, *(k.raw_fraction for k in kernels)])
-    if raw > 1.05:
-        out.append(f"[ceilings] a measured rate is {raw:.2f}x the roofline of the ceilings "
-                   f"({ceil.source}): they were measured low; measure again (python -m "
-                   "tcmlir.profile --measure) or set TCMLIR_CEILINGS")
+    pieces = [whole, *kernels]
+    top = max(pieces, key=lambda k: k.raw_fraction)
+    if top.raw_fraction > 1.05:
+        which = "the call" if top is whole else top.name
+        bw = top.bandwidth_ceiling or ceil.bandwidth
+        out.append(f"[ceilings] a measured rate ({which}) is {top.raw_fraction:.2f}x the "
+                   f"roofline of the ceilings ({ceil.source}; its bandwidth ceiling "
+                   f"{bw / 1e12:.2f} TB/s for its read/write mix"
+                   f"{'' if ceil.read_bandwidth else ', no read ceiling known'}): they were "
+                   "measured low; measure again (python -m tcmlir.profile --measure) or set "
+                   "TCMLIR_CEILINGS")
     if not out and whole.roofline_fraction < AUTOTUNE_BELOW:
         out.append(f"[autotune] the call reaches {100 * whole.roofline_fraction:.0f}% of its "
                    f"{whole.bound}-bound roofline and no rule above names a cause: search the "

@@ -1,7 +1,7 @@
 """The GPU's ceilings, measured with kernels written for the job (PTX text), not with ours.
 
 Place: `ceilings.measure_ceilings("cuda")` calls `measure_gpu`; the result is cached by
-`ceilings.ceilings_for`. A ceiling measured with code our compiler generates is the ceiling of
+`ceilings.ceilings_for`; the kernels' PTX text is in `ceiling_kernels`. A ceiling measured with code our compiler generates is the ceiling of
 that code (on the H200 a parametric TC copy reached 2.94 TB/s where a device copy moves 4.21,
 a TC FMA chain 23.8 TFLOP/s where cuBLAS's SGEMM reaches 51), so the profile called the
 default matmul "100%". Here each ceiling comes from a small PTX kernel built for it, loaded
@@ -38,28 +38,34 @@ from __future__ import annotations
 
 import ctypes
 import math
-import re
-import struct
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..errors import TCError
+from .ceiling_kernels import (
+    COPY_ENTRY,
+    COPY_UNROLL,
+    EMPTY_ENTRY,
+    FMA_CHAINS,
+    FMA_ENTRY,
+    FMA_UNROLL,
+    READ_ENTRY,
+    ceilings_ptx,
+    copy_ptx,
+    empty_ptx,
+    fma_ptx,
+    fma_reference,
+    read_ptx,
+)
 
-__all__ = ["COPY_ENTRY", "EMPTY_ENTRY", "FMA_ENTRY", "READ_ENTRY", "GpuMeasurement",
-           "ceilings_ptx", "copy_ptx", "fma_ptx", "measure_gpu", "read_ptx", "theoretical_peaks"]
-
-COPY_ENTRY = "tcmlir_ceiling_copy"
-READ_ENTRY = "tcmlir_ceiling_read"
-FMA_ENTRY = "tcmlir_ceiling_fma"
-EMPTY_ENTRY = "tcmlir_ceiling_empty"
+__all__ = ["COPY_ENTRY", "COPY_UNROLL", "EMPTY_ENTRY", "FMA_CHAINS", "FMA_ENTRY", "FMA_UNROLL",
+           "READ_ENTRY", "GpuMeasurement", "ceilings_ptx", "copy_ptx", "empty_ptx", "fma_ptx",
+           "fma_reference", "measure_gpu", "read_ptx", "theoretical_peaks"]
 
 COPY_BYTES = 512 << 20      # per buffer: 1 GiB moved per launch
-COPY_UNROLL = 4             # 16-byte vectors in flight per thread and loop trip
 COPY_LAUNCHES = 3           # launches per sample
-FMA_CHAINS = 8              # independent accumulators per thread
-FMA_UNROLL = 16             # FMAs per accumulator and loop trip
 FMA_ITERATIONS = 64         # loop trips: 8192 FMAs per thread
 FMA_WAVES = 4               # full-occupancy waves of blocks
 FMA_LAUNCHES = 4
@@ -75,7 +81,7 @@ _FP32_LANES = {(6, 0): 64, (7, 0): 64, (7, 5): 64, (8, 0): 64}
 
 @dataclass(frozen=True)
 class GpuMeasurement:
-    """What `measure_gpu` found: the three ceilings and what they were measured over."""
+    """What `measure_gpu` found: the four ceilings and what they were measured over."""
 
     bandwidth: float        # bytes/s, read + write
     flops: float            # fp32 FLOP/s
@@ -88,246 +94,6 @@ class GpuMeasurement:
     arch: str = ""
     read_bandwidth: float = 0.0   # bytes/s, read only
     read_bytes: int = 0           # bytes read per read launch
-
-
-# ---------------------------------------------------------------- the kernels
-
-
-def _ptx_version(arch: str) -> str:
-    m = re.match(r"sm_(\d+)", arch)
-    cc = int(m.group(1)) if m else 90
-    return "8.7" if cc >= 120 else "8.6" if cc >= 100 else "8.0"
-
-
-def _header(arch: str) -> str:
-    return f".version {_ptx_version(arch)}\n.target {arch}\n.address_size 64\n"
-
-
-def _f32(x: float) -> str:
-    return "0f" + struct.pack(">f", x).hex().upper()
-
-
-def copy_ptx(unroll: int = COPY_UNROLL) -> str:
-    """``dst[i] = src[i]`` over ``n`` 16-byte vectors, grid-stride: each thread copies vectors
-    ``i, i + T, ..., i + (unroll-1)·T`` per trip (T: threads in the grid; all loads issued
-    before the stores), then the remainder one vector per trip."""
-    vec = [", ".join(f"%r{4 * u + k + 5}" for k in range(4)) for u in range(unroll)]
-    loads, stores = [], []
-    for u in range(unroll):
-        src = "%rd12" if u == 0 else f"%rd{13 + u}"
-        if u:
-            prev = "%rd12" if u == 1 else f"%rd{12 + u}"
-            loads.append(f"\tadd.s64 {src}, {prev}, %rd7;")
-        loads.append(f"\tld.global.v4.u32 {{{vec[u]}}}, [{src}];")
-        dst = "%rd13" if u == 0 else f"%rd{13 + unroll + u}"
-        if u:
-            prev = "%rd13" if u == 1 else f"%rd{12 + unroll + u}"
-            stores.append(f"\tadd.s64 {dst}, {prev}, %rd7;")
-        stores.append(f"\tst.global.v4.u32 [{dst}], {{{vec[u]}}};")
-    e = COPY_ENTRY
-    return "\n".join([
-        f".visible .entry {e}(",
-        "\t.param .u64 dst_param,",
-        "\t.param .u64 src_param,",
-        "\t.param .u64 n_param",
-        ")",
-        "{",
-        "\t.reg .pred %p<3>;",
-        f"\t.reg .b32 %r<{4 * unroll + 8}>;",
-        f"\t.reg .b64 %rd<{16 + 2 * unroll}>;",
-        "\tld.param.u64 %rd1, [dst_param];",
-        "\tld.param.u64 %rd2, [src_param];",
-        "\tld.param.u64 %rd3, [n_param];",
-        "\tcvta.to.global.u64 %rd1, %rd1;",
-        "\tcvta.to.global.u64 %rd2, %rd2;",
-        "\tmov.u32 %r1, %ctaid.x;",
-        "\tmov.u32 %r2, %ntid.x;",
-        "\tmov.u32 %r3, %tid.x;",
-        "\tmov.u32 %r4, %nctaid.x;",
-        "\tmul.wide.u32 %rd4, %r1, %r2;",
-        "\tcvt.u64.u32 %rd5, %r3;",
-        "\tadd.s64 %rd4, %rd4, %rd5;          // i: this thread's first vector",
-        "\tmul.wide.u32 %rd6, %r4, %r2;       // T: threads in the grid",
-        "\tshl.b64 %rd7, %rd6, 4;             // 16 T: bytes between a thread's vectors",
-        f"\tmul.lo.s64 %rd8, %rd6, {unroll - 1};",
-        f"\tmul.lo.s64 %rd9, %rd6, {unroll};",
-        f"${e}_main:",
-        "\tadd.s64 %rd10, %rd4, %rd8;",
-        "\tsetp.ge.u64 %p1, %rd10, %rd3;",
-        f"\t@%p1 bra ${e}_tail;",
-        "\tshl.b64 %rd11, %rd4, 4;",
-        "\tadd.s64 %rd12, %rd2, %rd11;",
-        "\tadd.s64 %rd13, %rd1, %rd11;",
-        *loads,
-        *stores,
-        "\tadd.s64 %rd4, %rd4, %rd9;",
-        f"\tbra.uni ${e}_main;",
-        f"${e}_tail:",
-        "\tsetp.ge.u64 %p2, %rd4, %rd3;",
-        f"\t@%p2 bra ${e}_done;",
-        "\tshl.b64 %rd11, %rd4, 4;",
-        "\tadd.s64 %rd12, %rd2, %rd11;",
-        "\tadd.s64 %rd13, %rd1, %rd11;",
-        f"\tld.global.v4.u32 {{{vec[0]}}}, [%rd12];",
-        f"\tst.global.v4.u32 [%rd13], {{{vec[0]}}};",
-        "\tadd.s64 %rd4, %rd4, %rd6;",
-        f"\tbra.uni ${e}_tail;",
-        f"${e}_done:",
-        "\tret;",
-        "}",
-        ""])
-
-
-def read_ptx(unroll: int = COPY_UNROLL) -> str:
-    """``out[t] = Σ`` of the 16-byte vectors ``i, i + T, ...`` of ``src`` (``n`` vectors, as
-    fp32 lanes) that thread ``t = i`` reads, grid-stride like `copy_ptx` (``unroll`` vectors
-    loaded before they are added), into 4 accumulators (one per lane) summed at the end."""
-    vec = [[f"%f{4 * u + k + 5}" for k in range(4)] for u in range(unroll)]
-    loads, adds = [], []
-    for u in range(unroll):
-        src = "%rd12" if u == 0 else f"%rd{13 + u}"
-        if u:
-            prev = "%rd12" if u == 1 else f"%rd{12 + u}"
-            loads.append(f"\tadd.s64 {src}, {prev}, %rd7;")
-        loads.append(f"\tld.global.v4.f32 {{{', '.join(vec[u])}}}, [{src}];")
-        adds += [f"\tadd.f32 %f{k + 1}, %f{k + 1}, {vec[u][k]};" for k in range(4)]
-    e = READ_ENTRY
-    return "\n".join([
-        f".visible .entry {e}(",
-        "\t.param .u64 out_param,",
-        "\t.param .u64 src_param,",
-        "\t.param .u64 n_param",
-        ")",
-        "{",
-        "\t.reg .pred %p<3>;",
-        "\t.reg .b32 %r<6>;",
-        f"\t.reg .f32 %f<{4 * unroll + 8}>;",
-        f"\t.reg .b64 %rd<{16 + unroll}>;",
-        "\tld.param.u64 %rd1, [out_param];",
-        "\tld.param.u64 %rd2, [src_param];",
-        "\tld.param.u64 %rd3, [n_param];",
-        "\tcvta.to.global.u64 %rd1, %rd1;",
-        "\tcvta.to.global.u64 %rd2, %rd2;",
-        "\tmov.f32 %f1, 0f00000000;",
-        "\tmov.f32 %f2, 0f00000000;",
-        "\tmov.f32 %f3, 0f00000000;",
-        "\tmov.f32 %f4, 0f00000000;",
-        "\tmov.u32 %r1, %ctaid.x;",
-        "\tmov.u32 %r2, %ntid.x;",
-        "\tmov.u32 %r3, %tid.x;",
-        "\tmov.u32 %r4, %nctaid.x;",
-        "\tmul.wide.u32 %rd4, %r1, %r2;",
-        "\tcvt.u64.u32 %rd5, %r3;",
-        "\tadd.s64 %rd4, %rd4, %rd5;          // i: this thread's first vector",
-        "\tmov.b64 %rd13, %rd4;               // t: where the sum goes",
-        "\tmul.wide.u32 %rd6, %r4, %r2;       // T: threads in the grid",
-        "\tshl.b64 %rd7, %rd6, 4;             // 16 T: bytes between a thread's vectors",
-        f"\tmul.lo.s64 %rd8, %rd6, {unroll - 1};",
-        f"\tmul.lo.s64 %rd9, %rd6, {unroll};",
-        f"${e}_main:",
-        "\tadd.s64 %rd10, %rd4, %rd8;",
-        "\tsetp.ge.u64 %p1, %rd10, %rd3;",
-        f"\t@%p1 bra ${e}_tail;",
-        "\tshl.b64 %rd11, %rd4, 4;",
-        "\tadd.s64 %rd12, %rd2, %rd11;",
-        *loads,
-        *adds,
-        "\tadd.s64 %rd4, %rd4, %rd9;",
-        f"\tbra.uni ${e}_main;",
-        f"${e}_tail:",
-        "\tsetp.ge.u64 %p2, %rd4, %rd3;",
-        f"\t@%p2 bra ${e}_done;",
-        "\tshl.b64 %rd11, %rd4, 4;",
-        "\tadd.s64 %rd12, %rd2, %rd11;",
-        f"\tld.global.v4.f32 {{{', '.join(vec[0])}}}, [%rd12];",
-        *[f"\tadd.f32 %f{k + 1}, %f{k + 1}, {vec[0][k]};" for k in range(4)],
-        "\tadd.s64 %rd4, %rd4, %rd6;",
-        f"\tbra.uni ${e}_tail;",
-        f"${e}_done:",
-        "\tadd.f32 %f1, %f1, %f2;",
-        "\tadd.f32 %f3, %f3, %f4;",
-        "\tadd.f32 %f1, %f1, %f3;",
-        "\tshl.b64 %rd11, %rd13, 2;",
-        "\tadd.s64 %rd12, %rd1, %rd11;",
-        "\tst.global.f32 [%rd12], %f1;",
-        "\tret;",
-        "}",
-        ""])
-
-
-def fma_ptx(chains: int = FMA_CHAINS, unroll: int = FMA_UNROLL) -> str:
-    """``out[t] = Σ_j acc_j`` where ``acc_j = t·2^-20 + j`` is advanced ``acc = acc·a + b``
-    ``unroll`` times per trip for ``iterations`` trips, the ``chains`` accumulators
-    interleaved (each FMA's input was written ``chains`` instructions earlier)."""
-    acc = [f"%f{4 + j}" for j in range(chains)]
-    init = [f"\tadd.f32 {acc[j]}, %f3, {_f32(float(j))};" for j in range(chains)]
-    body = [f"\tfma.rn.f32 {a}, {a}, %f1, %f2;" for _ in range(unroll) for a in acc]
-    total = 4 + chains
-    sums = [f"\tmov.f32 %f{total}, {acc[0]};"]
-    sums += [f"\tadd.f32 %f{total}, %f{total}, {a};" for a in acc[1:]]
-    e = FMA_ENTRY
-    return "\n".join([
-        f".visible .entry {e}(",
-        "\t.param .u64 out_param,",
-        "\t.param .f32 a_param,",
-        "\t.param .f32 b_param,",
-        "\t.param .u32 iterations_param",
-        ")",
-        "{",
-        "\t.reg .pred %p<3>;",
-        "\t.reg .b32 %r<8>;",
-        f"\t.reg .f32 %f<{total + 2}>;",
-        "\t.reg .b64 %rd<4>;",
-        "\tld.param.u64 %rd1, [out_param];",
-        "\tld.param.f32 %f1, [a_param];",
-        "\tld.param.f32 %f2, [b_param];",
-        "\tld.param.u32 %r1, [iterations_param];",
-        "\tcvta.to.global.u64 %rd1, %rd1;",
-        "\tmov.u32 %r2, %ctaid.x;",
-        "\tmov.u32 %r3, %ntid.x;",
-        "\tmov.u32 %r4, %tid.x;",
-        "\tmad.lo.s32 %r5, %r2, %r3, %r4;     // t: this thread in the grid",
-        "\tcvt.rn.f32.u32 %f3, %r5;",
-        f"\tmul.f32 %f3, %f3, {_f32(2.0 ** -20)};",
-        *init,
-        "\tmov.u32 %r6, 0;",
-        "\tsetp.eq.u32 %p1, %r1, 0;",
-        f"\t@%p1 bra ${e}_done;",
-        f"${e}_loop:",
-        *body,
-        "\tadd.s32 %r6, %r6, 1;",
-        "\tsetp.lt.u32 %p2, %r6, %r1;",
-        f"\t@%p2 bra ${e}_loop;",
-        f"${e}_done:",
-        *sums,
-        "\tmul.wide.u32 %rd2, %r5, 4;",
-        "\tadd.s64 %rd3, %rd1, %rd2;",
-        f"\tst.global.f32 [%rd3], %f{total};",
-        "\tret;",
-        "}",
-        ""])
-
-
-def empty_ptx() -> str:
-    """A kernel that does nothing (the launch cost)."""
-    return f".visible .entry {EMPTY_ENTRY}()\n{{\n\tret;\n}}\n"
-
-
-def ceilings_ptx(arch: str = "sm_90") -> str:
-    """One PTX module with the four measurement kernels, for ``arch``."""
-    return "\n".join([_header(arch), copy_ptx(), read_ptx(), fma_ptx(), empty_ptx()])
-
-
-def fma_reference(threads: np.ndarray, a: float, b: float, steps: int,
-                  chains: int = FMA_CHAINS) -> np.ndarray:
-    """What `fma_ptx` stores for the threads ``threads`` after ``steps`` FMAs per chain
-    (float64: the device's single roundings agree to ~1e-6)."""
-    base = threads.astype(np.float32) * np.float32(2.0 ** -20)
-    acc = base[:, None].astype(np.float64) + np.arange(chains, dtype=np.float64)[None, :]
-    a64, b64 = float(np.float32(a)), float(np.float32(b))
-    for _ in range(steps):
-        acc = acc * a64 + b64
-    return acc.sum(axis=1)
 
 
 # ---------------------------------------------------------------- measuring
