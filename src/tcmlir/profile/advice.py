@@ -11,8 +11,10 @@ rule's tag in brackets, so tools (and tests) can tell them apart:
   (reading instances / distinct elements, counted exactly) with no shared or register copy,
   where those re-reads would at least double the kernel's ideal traffic; a row kernel
   (``map-rows`` / ``map-mixed``: a ``rows`` mark) whose re-reads of a tensor are all by the
-  thread that read the element (`structure.KernelStructure.same_thread_reads`: its phases
-  reuse the loaded row, in registers where unrolled) reads it once, so it is not counted;
+  thread that read the element (`structure.KernelStructure.same_thread_reads`) is not
+  advised: its phases reuse the row the thread loaded — in registers where the phases are
+  unrolled (layernorm at D=4096: two 128-bit loads per thread, X read once), from L1/L2 where
+  a long row makes them loops — and a shared copy would hold only what each thread has;
 * ``[registers]`` a reduction whose threads each compute several outputs and re-read an
   operand's element for each of them (`KernelStructure.thread_reuse`: conv's ``I`` for every
   ``f``) while neither register tiling nor private memory is on: every FMA loads its operands
