@@ -68,8 +68,10 @@ class Ceilings:
     read_bandwidth: float = 0.0
 
     def bandwidth_for(self, bytes_read: int, bytes_written: int) -> float:
-        """The bandwidth ceiling of work that reads ``bytes_read`` and writes ``bytes_written``
-        (the module docstring: interpolated between the read ceiling and the copy's)."""
+        """The bandwidth ceiling of work that reads ``bytes_read`` and writes ``bytes_written``:
+        with ``w`` the written fraction, ``1 / B = (1 - 2w) / read_bandwidth + 2w / bandwidth``
+        for ``w <= 1/2`` (time per byte interpolated from a read-only kernel to a copy), the
+        copy's ``bandwidth`` above it and whenever no read ceiling is known."""
         total = bytes_read + bytes_written
         if self.read_bandwidth <= 0 or total <= 0:
             return self.bandwidth
