@@ -19,10 +19,11 @@ rule's tag in brackets, so tools (and tests) can tell them apart:
   operand's element for each of them (`KernelStructure.thread_reuse`: conv's ``I`` for every
   ``f``) while neither register tiling nor private memory is on: every FMA loads its operands
   (from shared or global memory) and its accumulator;
-* ``[shared]`` (static, from the PTX: `ptx_shape.inner_loop_shape`) the innermost loop of a
-  compute-bound kernel under `SHARED_ADVICE_BELOW` of its roofline loads more shared-memory
-  bytes per FMA than an SM's shared-memory bandwidth feeds at full FMA rate
-  (`SHARED_BYTES_PER_FMA`), or its 128-bit shared loads are `bank_conflicts`-way conflicted;
+* ``[shared]`` (static, from the PTX: `ptx_shape.inner_loop_shape`) the hot innermost loop
+  of a compute-bound kernel under `SHARED_ADVICE_BELOW` of its roofline loads, per FMA, more
+  shared-memory bytes — times the mean bank-conflict degree of the shared tensors it reads
+  (`ptx_shape.bank_conflicts` at the strides of `structure.AccessStride` kind ``"shared"``)
+  — than an SM's shared-memory pipe feeds at full FMA rate (`SHARED_BYTES_PER_FMA`);
 * ``[reduction]`` a reduction that runs on at most 32 threads in all, each doing at least
   `REDUCTION_UPDATES` of its updates one after the other;
 * ``[fusion]`` a bandwidth-bound row program (`gpu_defaults.is_bandwidth_bound_rows`: the
@@ -56,8 +57,8 @@ from .report import KernelProfile
 from .structure import KernelStructure
 
 __all__ = ["AUTOTUNE_BELOW", "HOST_GAP_FRACTION", "HOST_GAP_MIN_S", "LAUNCH_FACTOR",
-           "OCCUPANCY_MIN", "OCCUPANCY_MIN_TILED", "REUSE_MIN", "SHARED_ADVICE_BELOW", "SHARED_BYTES_PER_FMA", "advise",
-           "advise_kernel", "advise_split"]
+           "OCCUPANCY_MIN", "OCCUPANCY_MIN_TILED", "REUSE_MIN", "SHARED_ADVICE_BELOW",
+           "SHARED_BYTES_PER_FMA", "advise", "advise_kernel", "advise_split"]
 
 REUSE_MIN = 4.0
 OCCUPANCY_MIN = 0.25  # at most this: advice (one 512-thread block of 78 registers per SM is 25%)
