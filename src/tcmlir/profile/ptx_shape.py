@@ -9,7 +9,10 @@ a measurement (no counters, no ncu):
   the innermost ones contain no other; the hot loop is the innermost loop with the most
   ``fma.rn.f32`` instructions (matmul's k loop over the shared tiles);
 * its ``ld.shared`` instructions are counted in bytes per thread (vector width × element
-  size: ``ld.shared.v4.b32`` 16 bytes) and its FMAs one per ``fma`` instruction;
+  size: ``ld.shared.v4.b32`` 16 bytes) and its FMAs one per ``fma`` instruction; a rough
+  model of the shared pipe: a load every thread of a warp reads at one address (a broadcast,
+  matmul's A along ``threadIdx.x``) costs it fewer wavefronts than its bytes say, and the
+  ``cp.async`` copies that fill the tiles also use it and are not counted;
 * `bank_conflicts` is the n-way conflict of a warp phase's accesses of ``width`` bytes per
   thread at ``stride`` bytes between neighbouring threads (the stride comes from the access
   relations: `structure.AccessStride` of kind ``"shared"``): 32 banks of 4 bytes; a warp's
