@@ -175,8 +175,21 @@ def test_grouped_conv_advice_names_occupancy_and_register_reuse():
     (occ,) = tagged(p.advice, "occupancy")
     assert "78 registers per thread x 512 threads" in occ
     (reg,) = tagged(p.advice, "registers")
-    assert " I (from shared memory)" in reg and "register_tiling" in reg
+    assert "elements of I (shared memory)" in reg and "register_tiling" in reg
     assert "private_memory(True)" in reg
+    # the PTX's evidence: W1 loaded from shared memory for every FMA (LLVM hoisted I's window
+    # out of the f loop) and the accumulator O read and written in global memory
+    assert "4.00 bytes of shared memory per FMA" in reg
+    assert "accumulators in global memory (1 ld.global and 2 st.global" in reg
+    # where the hot loop shows neither cost, the code already keeps the values in registers
+    from tcmlir.profile.advice import _registers
+    from tcmlir.profile.counts import count_work
+    from tcmlir.profile.ptx_shape import LoopShape
+
+    work = count_work(k.function.ir, dict(k.sizes))
+    cheap = LoopShape(fmas=64, shared_bytes=32, shared_loads=4, widest_load=16)
+    assert _registers(k.function.ir, ks, work, cheap) == []
+    assert _registers(k.function.ir, ks, work, None)   # no PTX loop: the schedule alone
     assert "[autotune]" not in {a.split("]")[0] + "]" for a in p.advice}
     # register tiling and private memory on: no register advice
     tiled = compiled(MATMUL, zeros(256, 256), zeros(256, 256))
@@ -208,7 +221,15 @@ $L__BB0_2:
 """
     shape = inner_loop_shape(entry_bodies(ptx)["k0"])
     assert (shape.fmas, shape.shared_bytes, shape.shared_loads, shape.widest_load) == (2, 20, 2, 16)
+    assert (shape.global_loads, shape.global_stores) == (0, 0)
     assert inner_loop_shape(["ret;"]) is None
+    # a rotated loop (two overlapping back edges) is one region: its loads and stores count
+    rotated = ["$L__BB0_7:", "st.global.b32 [%rd58], 0;", "$L__BB0_8:",
+               "fma.rn.f32 %r1, %r2, %r3, %r1;", "st.global.b32 [%rd58], %r1;",
+               "@%p7 bra $L__BB0_5;", "$L__BB0_5:", "@%p6 bra $L__BB0_7;",
+               "ld.global.b32 %r1, [%rd58];", "bra.uni $L__BB0_8;", "ret;"]
+    r = inner_loop_shape(rotated)
+    assert (r.fmas, r.global_loads, r.global_stores) == (1, 1, 2)
     # 128-bit reads 32 bytes apart (matmul's B: 8 floats per thread): 2-way; 16 apart: none
     assert bank_conflicts(32, 16) == 2 and bank_conflicts(16, 16) == 1
     assert bank_conflicts(0, 16) == 1 and bank_conflicts(4, 4) == 1   # broadcast, consecutive

@@ -15,10 +15,12 @@ rule's tag in brackets, so tools (and tests) can tell them apart:
   advised: its phases reuse the row the thread loaded — in registers where the phases are
   unrolled (layernorm at D=4096: two 128-bit loads per thread, X read once), from L1/L2 where
   a long row makes them loops — and a shared copy would hold only what each thread has;
-* ``[registers]`` a reduction whose threads each compute several outputs and re-read an
-  operand's element for each of them (`KernelStructure.thread_reuse`: conv's ``I`` for every
-  ``f``) while neither register tiling nor private memory is on: every FMA loads its operands
-  (from shared or global memory) and its accumulator;
+* ``[registers]`` a reduction whose threads each compute several outputs that reuse an
+  operand's elements (`KernelStructure.thread_reuse`: conv's ``I`` for every ``f``) while
+  neither register tiling nor private memory is on, where the PTX's hot loop shows the cost
+  (more than `SHARED_BYTES_PER_FMA` shared bytes per FMA, or the accumulators read and
+  written in global memory; LLVM may already hoist a reused operand, as it does conv's ``I``
+  window out of the ``f`` loop, and then only those costs are named);
 * ``[shared]`` (static, from the PTX: `ptx_shape.inner_loop_shape`) the hot innermost loop
   of a compute-bound kernel under `SHARED_ADVICE_BELOW` of its roofline loads, per FMA, more
   shared-memory bytes — times the mean bank-conflict degree of the shared tensors it reads
@@ -84,7 +86,7 @@ def advise_kernel(fn: ir.Function, ks: KernelStructure, kp: KernelProfile, work:
     if target == "cuda":
         out += _coalescing(ks)
         out += _promotion(fn, ks, work)
-        out += _registers(fn, ks, work)
+        out += _registers(fn, ks, work, shape)
         out += _reduction(fn, ks, work)
         out += _occupancy(kp, ks.register_tiled)
         out += _shared(kp, shape)
@@ -188,24 +190,36 @@ def _host(whole: Any, kernels: Sequence[KernelProfile]) -> list[str]:
             "fuse its kernels (fusion='max')"]
 
 
-def _registers(fn: ir.Function, ks: KernelStructure, work: WorkCounts) -> list[str]:
+def _registers(fn: ir.Function, ks: KernelStructure, work: WorkCounts, shape: Any) -> list[str]:
+    """Operands reused across a thread's outputs (the schedule) with no register tiling, where
+    the PTX's hot loop shows the cost: shared bytes per FMA above the pipe's feed, or the
+    accumulators read and written in global memory (no PTX loop: the schedule alone)."""
     from .counts import distinct_writes
 
     if ks.register_tiled or not ks.thread_reuse or not ks.threads:
         return []
+    seen = ""
+    if shape is not None and shape.fmas:
+        per_fma = shape.shared_bytes / shape.fmas
+        memory_acc = shape.global_stores > 0
+        if per_fma <= SHARED_BYTES_PER_FMA and not memory_acc:
+            return []  # the code generator already keeps the reused values in registers
+        seen = (f"; its hot loop (PTX) loads {per_fma:.2f} bytes of shared memory per FMA"
+                + (f" and reads and writes its accumulators in global memory "
+                   f"({shape.global_loads} ld.global and {shape.global_stores} st.global "
+                   f"instructions beside its {shape.fmas} FMAs)" if memory_acc else ""))
     out = []
     for name in dict.fromkeys(s for s, _ in ks.thread_reuse):
         stmt = fn.statements[int(name[1:])]
-        operands = [t for s, t in ks.thread_reuse if s == name]
+        operands = ", ".join(f"{t} ({'shared' if t in ks.promoted else 'global'} memory)"
+                             for s, t in ks.thread_reuse if s == name)
         per_thread = distinct_writes(fn, name, work.sizes) / ks.threads
-        where = ", ".join(f"{t} (from {'shared' if t in ks.promoted else 'global'} memory)"
-                          for t in operands)
         out.append(f"[registers] {ks.name}'s threads each compute about {per_thread:.0f} "
-                   f"outputs of statement {name} ({stmt.tensor}) and load the same elements of "
-                   f"{where} again for each of them, with the accumulators not in registers "
-                   "(register tiling and private memory are off): every FMA loads its operands "
-                   "and accumulator; keep them in registers (MappingOptions.register_tiling(...) "
-                   "with private_memory(True): passes register-tile, promote-private)")
+                   f"outputs of statement {name} ({stmt.tensor}), all reusing the same "
+                   f"elements of {operands}, with register tiling and private memory off"
+                   f"{seen}: keep the accumulators and the reused operands in registers "
+                   "(MappingOptions.register_tiling(...) with private_memory(True): passes "
+                   "register-tile, promote-private)")
     return out
 
 
@@ -221,14 +235,14 @@ def _shared(kp: KernelProfile, shape: Any) -> list[str]:
     conflict = (f"; its {8 * shape.widest_load}-bit shared loads are up to {conflicts}-way bank "
                 f"conflicted ({shape.why}; {shape.conflict_factor:.2f}x the wavefronts, the "
                 "loads taken as shared evenly by the tensors read)" if conflicts > 1 else "")
+    layout = ("; a conflict-free layout of the shared tiles (padding, or threads reading "
+              "consecutive vectors) restores the full shared bandwidth" if conflicts > 1 else "")
     return [f"[shared] {kp.name} looks shared-memory bound (a static estimate from the PTX, "
             f"not a measurement): its innermost loop loads {shape.shared_bytes} bytes with "
             f"ld.shared for {shape.fmas} FMAs ({per_fma:.2f} B/FMA; an SM feeds "
             f"{SHARED_BYTES_PER_FMA:g} B/FMA at full FMA rate){conflict}, which caps it near "
             f"{100 * cap:.0f}% of the FMA peak: larger register tiles (MappingOptions."
-            "register_tiling) reuse each loaded value for more FMAs; a conflict-free layout "
-            "of the shared tiles (padding, or threads reading consecutive vectors) restores "
-            "the full shared bandwidth"]
+            f"register_tiling) reuse each loaded value for more FMAs{layout}"]
 
 
 def _coalescing(ks: KernelStructure) -> list[str]:

@@ -6,10 +6,12 @@ per FMA with what an SM's shared-memory pipe feeds at full FMA rate. A static es
 a measurement (no counters, no ncu):
 
 * loops are the backward branches of the entry's body (``@%p bra $L..`` to a label above);
-  the innermost ones contain no other; the hot loop is the innermost loop with the most
-  ``fma.rn.f32`` instructions (matmul's k loop over the shared tiles);
+  the innermost ones contain no other (two that overlap, a loop LLVM rotated, are one); the
+  hot loop is the innermost loop with the most ``fma.rn.f32`` instructions (matmul's k loop
+  over the shared tiles); counts are of static instructions in it;
 * its ``ld.shared`` instructions are counted in bytes per thread (vector width × element
-  size: ``ld.shared.v4.b32`` 16 bytes) and its FMAs one per ``fma`` instruction; a rough
+  size: ``ld.shared.v4.b32`` 16 bytes), its FMAs one per ``fma`` instruction, and its
+  ``ld.global`` / ``st.global`` (an accumulator kept in memory rather than registers); a rough
   model of the shared pipe: a load every thread of a warp reads at one address (a broadcast,
   matmul's A along ``threadIdx.x``) costs it fewer wavefronts than its bytes say, and the
   ``cp.async`` copies that fill the tiles also use it and are not counted;
@@ -33,6 +35,8 @@ _LABEL = re.compile(r"^(\$?[\w$]+):")
 _BRANCH = re.compile(r"\bbra(?:\.uni)?\s+(\$?[\w$]+);")
 _LD_SHARED = re.compile(r"\bld\.shared(?:\.v(\d))?\.([busf])(\d+)\b")
 _FMA = re.compile(r"\bfma\.rn(?:\.ftz)?\.f32\b")
+_LD_GLOBAL = re.compile(r"\bld\.global\b")
+_ST_GLOBAL = re.compile(r"\bst\.global\b")
 _BYTES = {"8": 1, "16": 2, "32": 4, "64": 8}
 BANKS = 32
 BANK_BYTES = 4
@@ -46,6 +50,8 @@ class LoopShape:
     shared_bytes: int    # bytes loaded with ld.shared
     shared_loads: int    # ld.shared instructions
     widest_load: int     # bytes of the widest ld.shared (16: 128-bit)
+    global_loads: int = 0     # ld.global instructions (an accumulator in memory: one per trip)
+    global_stores: int = 0    # st.global instructions
     bank_conflicts: int = 1   # n-way, the worst of the access strides (1: none found)
     why: str = ""             # what the conflict degree was computed from
     conflict_factor: float = 1.0  # the mean degree over the shared tensors read (wavefronts)
@@ -73,8 +79,15 @@ def inner_loop_shape(lines: list[str]) -> LoopShape | None:
         m = _BRANCH.search(line)
         if m and m.group(1) in labels and labels[m.group(1)] < j:
             loops.append((labels[m.group(1)], j))
-    inner = [(a, b) for a, b in loops
-             if not any((c, d) != (a, b) and a <= c and d <= b for c, d in loops)]
+    inner = sorted((a, b) for a, b in loops
+                   if not any((c, d) != (a, b) and a <= c and d <= b for c, d in loops))
+    merged: list[tuple[int, int]] = []
+    for a, b in inner:  # a rotated loop is two overlapping back edges: one region
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
+        else:
+            merged.append((a, b))
+    inner = merged
     best: LoopShape | None = None
     for a, b in inner:
         body = lines[a:b + 1]
@@ -83,7 +96,9 @@ def inner_loop_shape(lines: list[str]) -> LoopShape | None:
             continue
         loads = [m for line in body if (m := _LD_SHARED.search(line))]
         sizes = [int(m.group(1) or 1) * _BYTES.get(m.group(3), 4) for m in loads]
-        shape = LoopShape(fmas, sum(sizes), len(sizes), max(sizes, default=0))
+        shape = LoopShape(fmas, sum(sizes), len(sizes), max(sizes, default=0),
+                          sum(1 for line in body if _LD_GLOBAL.search(line)),
+                          sum(1 for line in body if _ST_GLOBAL.search(line)))
         if best is None or shape.fmas > best.fmas:
             best = shape
     return best
