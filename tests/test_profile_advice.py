@@ -90,9 +90,11 @@ def test_a_row_kernel_reads_its_row_once_so_no_promotion_advice():
     k = compiled(LAYERNORM, X)   # map-rows: one kernel, X read in 3 phases (4 reads inlined)
     (ks,), _ = kernel_structures(k)
     assert ks.rows and "X" in ks.same_thread_reads
-    # the generated kernel really loads X once: 4096 / 512 threads = 8 floats, two 128-bit loads
+    # the generated kernel really loads X once: 4096 / B threads per row = 4096 / B floats
+    # per thread, in 128-bit loads, though the unrolled phases read each of them 4 times
     body = "\n".join(entry_bodies(k.ptx)[ks.name])
-    assert len(re.findall(r"ld\.global\.nc\.v4", body)) == 2
+    assert len(re.findall(r"ld\.global\.nc\.v4", body)) == 4096 // ks.block[0] // 4
+    assert len(re.findall(r"ld\.global", body)) == 4096 // ks.block[0] // 4
     p = profile(k, 1e-3)
     assert tagged(p.advice, "promotion") == []
     # the rule still fires where a kernel re-reads from global memory: the naive matmul
@@ -241,17 +243,26 @@ def test_shared_memory_bound_matmul():
     fn = tc.define(MATMUL)
     # the options the defaults pick at 4096^3 (128x128 tiles, 8x8 register tiles), compiled small
     opts = tc.MappingOptions.default_for(fn.ir, "cuda", {"M": 4096, "K": 4096, "N": 4096})
-    k = fn.compile(zeros(256, 256), zeros(256, 256), target="cuda", arch="sm_90", options=opts)
+    k = fn.compile(zeros(128, 128), zeros(128, 128), target="cuda", arch="sm_90", options=opts)
     lowered = kernel_structures(k)
     (ks,), _ = lowered
     shared = {a.tensor: a.stride for a in ks.strides if a.kind == "shared"}
     assert shared == {"A": 0, "B": 8}   # A broadcast along tx, B 8 floats per thread
-    ideal = 2 * 256 ** 3 / H200.flops
+    ideal = 2 * 128 ** 3 / H200.flops
     slow = profile(k, ideal / 0.57, lowered=lowered, resources={})   # the H200: 57%
     (advice,) = tagged(slow.advice, "shared")
     assert "static estimate" in advice and "64 bytes with ld.shared for 64 FMAs" in advice
     assert "2-way bank conflicted" in advice and "B: neighbouring threads read 32 bytes" in advice
-    assert "register_tiling" in advice
+    assert "register_tiling" in advice and "interleave_registers(0, 4)" in advice
+    # interleaved register tiles: B's 16-byte vectors consecutive across threads, no conflict,
+    # 1 B/FMA: what the shared pipe feeds, so no advice at the same 57%
+    lace = fn.compile(zeros(128, 128), zeros(128, 128), target="cuda", arch="sm_90",
+                      options=opts.interleave_registers(0, 4))
+    laced = kernel_structures(lace)
+    assert {a.tensor: a.stride for a in laced[0][0].strides if a.kind == "shared"} == {
+        "A": 0, "B": 4}
+    assert tagged(profile(lace, ideal / 0.57, lowered=laced, resources={}).advice,
+                  "shared") == []
     near = profile(k, ideal / 0.9, lowered=lowered, resources={})
     assert tagged(near.advice, "shared") == []   # near the roofline
     # a memory-bound kernel without FMAs gets none

@@ -13,7 +13,7 @@ rule's tag in brackets, so tools (and tests) can tell them apart:
   (``map-rows`` / ``map-mixed``: a ``rows`` mark) whose re-reads of a tensor are all by the
   thread that read the element (`structure.KernelStructure.same_thread_reads`) is not
   advised: its phases reuse the row the thread loaded — in registers where the phases are
-  unrolled (layernorm at D=4096: two 128-bit loads per thread, X read once), from L1/L2 where
+  unrolled (layernorm at D=4096: D / B / 4 128-bit loads per thread, X read once), from L1/L2 where
   a long row makes them loops — and a shared copy would hold only what each thread has;
 * ``[registers]`` a reduction whose threads each compute several outputs that reuse an
   operand's elements (`KernelStructure.thread_reuse`: conv's ``I`` for every ``f``) while
@@ -235,8 +235,10 @@ def _shared(kp: KernelProfile, shape: Any) -> list[str]:
     conflict = (f"; its {8 * shape.widest_load}-bit shared loads are up to {conflicts}-way bank "
                 f"conflicted ({shape.why}; {shape.conflict_factor:.2f}x the wavefronts, the "
                 "loads taken as shared evenly by the tensors read)" if conflicts > 1 else "")
-    layout = ("; a conflict-free layout of the shared tiles (padding, or threads reading "
-              "consecutive vectors) restores the full shared bandwidth" if conflicts > 1 else "")
+    layout = ("; conflict-free reads restore the full shared bandwidth: interleaved register "
+              "tiles, where neighbouring threads read consecutive 16-byte vectors "
+              "(MappingOptions.interleave_registers(0, 4): register-tile interleave), or a "
+              "padded layout" if conflicts > 1 else "")
     return [f"[shared] {kp.name} looks shared-memory bound (a static estimate from the PTX, "
             f"not a measurement): its innermost loop loads {shape.shared_bytes} bytes with "
             f"ld.shared for {shape.fmas} FMAs ({per_fma:.2f} B/FMA; an SM feeds "
