@@ -142,11 +142,12 @@ def advise(fn: ir.Function, structures: Sequence[KernelStructure],
     if top.raw_fraction > 1.05:
         which = "the call" if top is whole else top.name
         bw = top.bandwidth_ceiling or ceil.bandwidth
+        against = (f"the FMA ceiling {ceil.flops / 1e12:.1f} TFLOP/s" if top.bound == "compute"
+                   else f"its bandwidth ceiling {bw / 1e12:.2f} TB/s for its read/write mix"
+                   f"{'' if ceil.read_bandwidth else ', no read ceiling known'}")
         out.append(f"[ceilings] a measured rate ({which}) is {top.raw_fraction:.2f}x the "
-                   f"roofline of the ceilings ({ceil.source}; its bandwidth ceiling "
-                   f"{bw / 1e12:.2f} TB/s for its read/write mix"
-                   f"{'' if ceil.read_bandwidth else ', no read ceiling known'}): they were "
-                   "measured low; measure again (python -m tcmlir.profile --measure) or set "
+                   f"roofline of the ceilings ({ceil.source}; {against}): they were measured "
+                   "low; measure again (python -m tcmlir.profile --measure) or set "
                    "TCMLIR_CEILINGS")
     if not out and whole.roofline_fraction < AUTOTUNE_BELOW:
         out.append(f"[autotune] the call reaches {100 * whole.roofline_fraction:.0f}% of its "
