@@ -439,13 +439,15 @@ def test_cuda_profile_over_the_fake_driver(monkeypatch):
     assert all(k.time_s == pytest.approx(0.25e-3) for k in p.kernels)
     launches = [c for c in driver.calls if c[0] == "cuLaunchKernel"]
     # the whole sequence: a warm-up, then 4 samples of 4 calls; one more call (its temporaries
-    # for the later kernels); then 4 timed runs of the sequence, an event before each kernel
-    assert len(launches) == 17 * n + n + 4 * n
-    timed = launches[-4 * n:]
+    # for the later kernels); then 4 timed runs of the sequence, an event before each kernel;
+    # then 4 calls timed on the host's clock, each after the device is idle (`host_s`)
+    assert len(launches) == 17 * n + n + 4 * n + 4 * n
+    timed = launches[-8 * n:-4 * n]
     assert [c[1] for c in timed] == [k.name for _ in range(4) for k in kernel.runner.image.kernels]
     assert all(k.resources_from == "driver" and k.registers == 40 for k in p.kernels)
     assert [k.grid for k in p.kernels] == [k.grid for k in kernel.runner.image.kernels]
     assert p.flops == 5 * 64 * 40 and "[fusion]" in tags(p.advice)
+    assert 0 < p.host_s < 1 and "per call in the launch path" in str(p)
 
 
 @needs_ptxas

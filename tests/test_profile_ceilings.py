@@ -48,7 +48,7 @@ def test_measurement_kernels_assemble_for_sm_90():
     ptxas_check(ptx, "sm_90")
     res = ptxas_resources(ptx, "sm_90")
     # full occupancy (2048 threads of <= 32 registers on sm_90) and nothing spilled
-    assert set(res) == {gpu.COPY_ENTRY, gpu.FMA_ENTRY, gpu.EMPTY_ENTRY}
+    assert set(res) == {gpu.COPY_ENTRY, gpu.READ_ENTRY, gpu.FMA_ENTRY, gpu.EMPTY_ENTRY}
     assert all(r.registers <= 32 and not r.spill_bytes for r in res.values())
 
 
@@ -67,6 +67,10 @@ def test_copy_kernel_moves_128_bit_vectors_and_fma_kernel_has_independent_chains
     assert fmas[:gpu.FMA_CHAINS] * gpu.FMA_UNROLL == fmas
     assert len(set(fmas)) == gpu.FMA_CHAINS
     assert "st.global.f32" in fma  # the results are stored: no dead code to remove
+    read = gpu.read_ptx()
+    body = read.split(f"${gpu.READ_ENTRY}_main:")[1].split(f"${gpu.READ_ENTRY}_tail:")[0]
+    assert body.count("ld.global.v4.f32") == gpu.COPY_UNROLL and "st.global" not in body
+    assert body.rindex("ld.global") < body.index("add.f32"), "all loads in flight first"
 
 
 class PtxThreads:
@@ -127,7 +131,7 @@ class PtxThreads:
                 pc = self.labels[ops[0]]
             elif op.startswith("ld.param"):
                 regs[ops[0]] = params[ops[1][1:-1]]
-            elif op in ("cvta.to.global.u64", "mov.u32", "mov.f32", "cvt.u64.u32"):
+            elif op in ("cvta.to.global.u64", "mov.u32", "mov.f32", "mov.b64", "cvt.u64.u32"):
                 regs[ops[0]] = v[0]
             elif op == "cvt.rn.f32.u32":
                 regs[ops[0]] = f32(v[0])
@@ -153,6 +157,11 @@ class PtxThreads:
                 words = self.mem[addr:addr + 16].view(np.uint32)
                 for k in range(4):
                     regs[ops[k]] = int(words[k])
+            elif op == "ld.global.v4.f32":
+                addr = regs[ops[4][1:-1]]
+                lanes = self.mem[addr:addr + 16].view(np.float32)
+                for k in range(4):
+                    regs[ops[k]] = lanes[k]
             elif op == "st.global.v4.u32":
                 addr = regs[ops[0][1:-1]]
                 self.mem[addr:addr + 16].view(np.uint32)[:] = [regs[o] for o in ops[1:5]]
@@ -173,6 +182,20 @@ def test_copy_kernel_copies_every_vector_once(vectors):
     PtxThreads(gpu.ceilings_ptx(), gpu.COPY_ENTRY, memory).run(2, 8, [dst, src, vectors])
     np.testing.assert_array_equal(memory[dst:], memory[src:dst])
     assert not memory[:src].any(), "nothing written outside the destination"
+
+
+@pytest.mark.parametrize("vectors", [1, 37, 4 * 2 * 8 * 3 + 5])
+def test_read_kernel_sums_every_vector_once(vectors):
+    """2 blocks of 8 threads: thread t stores the sum of the vectors t, t + 16, ... (lanes
+    included); small integers, so the float sums are exact."""
+    rng = np.random.default_rng(vectors)
+    values = rng.integers(0, 8, 4 * vectors).astype(np.float32)
+    memory = np.zeros(64 + 16 * vectors, np.uint8)
+    memory[64:] = values.view(np.uint8)
+    PtxThreads(gpu.ceilings_ptx(), gpu.READ_ENTRY, memory).run(2, 8, [0, 64, vectors])
+    want = [values.reshape(vectors, 4)[t::16].sum() for t in range(16)]
+    np.testing.assert_array_equal(memory[:64].view(np.float32), want)
+    np.testing.assert_array_equal(memory[64:].view(np.float32), values), "the source is kept"
 
 
 def test_fma_kernel_stores_the_recurrence_of_every_thread():
@@ -203,6 +226,7 @@ class CeilingDriver(FakeDriver):
     def __init__(self, copies: bool = True):
         super().__init__()
         self.copies = copies
+        self.reads = True
         self.attrs = {"MAX_THREADS_PER_MULTIPROCESSOR": 2048, "MEMORY_CLOCK_RATE": 3_201_000,
                       "GLOBAL_MEMORY_BUS_WIDTH": 6144, "CLOCK_RATE": 1_980_000,
                       "MULTIPROCESSOR_COUNT": SMS, "COMPUTE_CAPABILITY_MAJOR": 9,
@@ -235,6 +259,14 @@ class CeilingDriver(FakeDriver):
         if name == gpu.COPY_ENTRY and self.copies:
             dst, src, n = slots
             ctypes.memmove(dst, src, 16 * n)
+        elif name == gpu.READ_ENTRY and self.reads:
+            out, src, n = slots
+            threads = self.grid[0] * self.block[0]
+            data = np.ctypeslib.as_array((ctypes.c_float * (4 * n)).from_address(src))
+            padded = np.zeros(-(-n // threads) * threads * 4, np.float32)
+            padded[:4 * n] = data
+            sums = padded.reshape(-1, threads, 4).sum(axis=(0, 2), dtype=np.float32)
+            ctypes.memmove(out, sums.ctypes.data, 4 * threads)
         elif name == gpu.FMA_ENTRY:
             out, a, b, iterations = slots
             threads = self.grid[0] * self.block[0]
@@ -297,6 +329,12 @@ def test_gpu_measurement_over_the_fake_driver(fake_gpu):
     assert launch[5][2] == (1 << 20) // 16, "n counts 16-byte vectors"
     assert m.copy_bytes == 2 << 20
     assert m.bandwidth == pytest.approx(2 * (1 << 20) / (EVENT_S / gpu.COPY_LAUNCHES))
+    # the read: the copy's source, the same grid, one float per thread stored
+    reads = _samples(driver, gpu.READ_ENTRY)
+    assert len(reads) == 3 and all(len(s) == gpu.COPY_LAUNCHES for s in reads)
+    assert reads[0][0][2] == launch[2] and reads[0][0][5][1:] == launch[5][1:]
+    assert m.read_bytes == 1 << 20
+    assert m.read_bandwidth == pytest.approx((1 << 20) / (EVENT_S / gpu.COPY_LAUNCHES))
     # FMA: FMA_WAVES waves of blocks, the FLOP of every thread's chains
     fmas = _samples(driver, gpu.FMA_ENTRY)
     assert len(fmas) == 3 and all(len(s) == gpu.FMA_LAUNCHES for s in fmas)
@@ -311,7 +349,9 @@ def test_gpu_measurement_over_the_fake_driver(fake_gpu):
     assert m.launch_s == pytest.approx(EVENT_S / 100) and m.launch_path == "cuda-python"
     # buffers are allocated before the clock starts and freed after
     allocs = [c for c in driver.calls if c[0] == "cuMemAlloc"]
-    assert sorted(c[1] for c in allocs) == sorted([1 << 20, 1 << 20, blocks * gpu.BLOCK * 4])
+    wave = SMS * 2048 // gpu.BLOCK
+    assert sorted(c[1] for c in allocs) == sorted([1 << 20, 1 << 20, wave * gpu.BLOCK * 4,
+                                                   blocks * gpu.BLOCK * 4])
     assert (m.name, m.arch) == ("Fake H200", "sm_90")
 
 
@@ -319,6 +359,13 @@ def test_a_copy_that_did_not_copy_is_refused(fake_gpu):
     driver, runtime = fake_gpu
     driver.copies = False
     with pytest.raises(TCError, match="copy kernel did not run right"):
+        gpu.measure_gpu(runtime, copy_bytes=1 << 16, fma_iterations=1, launches=10, runs=1)
+
+
+def test_a_read_that_did_not_read_is_refused(fake_gpu):
+    driver, runtime = fake_gpu
+    driver.reads = False
+    with pytest.raises(TCError, match="read kernel's sums"):
         gpu.measure_gpu(runtime, copy_bytes=1 << 16, fma_iterations=1, launches=10, runs=1)
 
 
@@ -350,12 +397,13 @@ def test_cuda_ceilings_are_cached_by_version(fake_gpu, tmp_path, monkeypatch):
     assert first.source == "measured" and mod.MEASURE_COUNTS["measure"] == before + 1
     assert first.bandwidth == pytest.approx(2 * (1 << 20) / (EVENT_S / gpu.COPY_LAUNCHES))
     assert first.launch_s == pytest.approx(EVENT_S / 50)
+    assert first.read_bandwidth == pytest.approx((1 << 20) / (EVENT_S / gpu.COPY_LAUNCHES))
     assert (first.device, first.arch, first.target) == ("Fake H200", "sm_90", "cuda")
     stored = json.loads((tmp_path / "ceilings.json").read_text())
     assert stored[key]["version"] == mod.CEILINGS_VERSION and "other|x|y" in stored
     second = mod.ceilings_for("cuda")
     assert second.source == "cache" and mod.MEASURE_COUNTS["measure"] == before + 1
-    assert second.bandwidth == first.bandwidth
+    assert (second.bandwidth, second.read_bandwidth) == (first.bandwidth, first.read_bandwidth)
     # an entry of an older version is measured again
     stored[key]["version"] = mod.CEILINGS_VERSION - 1
     (tmp_path / "ceilings.json").write_text(json.dumps(stored))
@@ -368,6 +416,9 @@ def test_the_environment_and_given_ceilings_override_without_measuring(fake_gpu,
     before = mod.MEASURE_COUNTS["measure"]
     ceil = mod.ceilings_for("cuda")
     assert (ceil.source, ceil.bandwidth, ceil.launch_s) == ("env", 4.21e12, 3e-6)
+    assert ceil.read_bandwidth == 0 and ceil.bandwidth_for(100, 0) == 4.21e12
+    monkeypatch.setenv("TCMLIR_CEILINGS", "bandwidth=3.84e12,flops=5.1e13,read=4.2e12")
+    assert mod.ceilings_for("cuda").bandwidth_for(100, 0) == 4.2e12
     given = mod.ceilings_for("cuda", {"bandwidth": 1e12, "flops": 1e13})
     assert given.source == "given" and mod.MEASURE_COUNTS["measure"] == before
     driver, _ = fake_gpu
@@ -385,6 +436,7 @@ def test_measure_command_prints_the_ceilings_and_the_peaks(fake_gpu, tmp_path, m
     assert "cuda ceilings of Fake H200 (sm_90; measured)" in out
     assert "launch cost     5.00 us" in out and "peak from the device attributes: 4.92 TB/s" in out
     assert "(copy: 2.1 MB moved per launch;" in out and "50 empty launches per sample" in out
+    assert "read bandwidth  " in out and "read: 1.05 MB per launch" in out
     assert json.loads((tmp_path / "ceilings.json").read_text())["cuda|sm_90|Fake H200"]
 
 
@@ -472,9 +524,11 @@ def test_gpu_measured_ceilings_are_near_the_device_peaks(capsys):
     with capsys.disabled():
         print(f"\nceilings: copy {m.bandwidth / 1e12:.2f} TB/s (peak {bandwidth}), FMA "
               f"{m.flops / 1e12:.1f} TFLOP/s (peak {flops}), launch {m.launch_s * 1e6:.2f} us "
-              f"({m.launch_path})")
+              f"({m.launch_path}), read {m.read_bandwidth / 1e12:.2f} TB/s")
     assert m.copy_bytes >= 1 << 30
     assert 0 < m.launch_s < 20e-6
+    # reads alone outrun a copy's mix (H200: 4.2 TB/s against 3.84): a read-only kernel's ceiling
+    assert m.read_bandwidth > 0.95 * m.bandwidth
     if bandwidth is None or flops is None:
         pytest.skip("the driver reports no memory clock / bus width / clock: no data-sheet "
                     "peak to compare with")
@@ -502,6 +556,12 @@ def test_gpu_measurement_kernels_compute_right():
     res = out.copy_to_host(np.empty(64 * 128, np.float32))
     want = gpu.fma_reference(np.arange(64 * 128), float(a), float(b), 3 * gpu.FMA_UNROLL)
     np.testing.assert_allclose(res, want, rtol=1e-4)
+    values = np.random.default_rng(1).integers(0, 8, 4 * n).astype(np.float32)
+    src, sums = rt.to_device(values), rt.alloc(37 * 256 * 4)
+    rt.launch(module.function(gpu.READ_ENTRY), 37, 256, [sums, src, np.uint64(n)], sync=True)
+    got = sums.copy_to_host(np.empty(37 * 256, np.float32))
+    want = [values.reshape(n, 4)[t::37 * 256].sum() for t in range(37 * 256)]
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.gpu

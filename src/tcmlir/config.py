@@ -12,7 +12,7 @@
 | ``TCMLIR_REQUIRE_GPU`` | ``1``: the test suite fails (rather than skips) every GPU test when no GPU is usable (``tests/conftest.py``; ``pytest --require-gpu`` is the same) |
 | ``TCMLIR_GATHER_CHECK`` | when a CUDA call reads its gather bounds flag: ``auto`` (default: with the call for host arrays, asynchronously for device arrays), ``sync`` (always with the call) or ``async`` |
 | ``TCMLIR_LOG`` | ``debug``, ``info``, ``warning`` or ``error``: print the ``tcmlir`` logger's records from that level on to stderr (`tcmlir.log`; default: only warnings, through Python's last-resort handler) |
-| ``TCMLIR_CEILINGS`` | the profiler's ceilings instead of measuring them: ``bandwidth=BYTES_PER_S,flops=FLOP_PER_S[,launch=SECONDS]`` (`tcmlir.profile.ceilings`) |
+| ``TCMLIR_CEILINGS`` | the profiler's ceilings instead of measuring them: ``bandwidth=BYTES_PER_S,flops=FLOP_PER_S[,launch=SECONDS][,read=BYTES_PER_S]`` (`tcmlir.profile.ceilings`; ``read``: a read-only kernel's bandwidth) |
 | ``TCMLIR_TUNE_FAULT`` | test hook: ``crash:FIELD=VALUE`` makes tuning workers die on such candidates (`tune.evaluate`) |
 | ``TCMLIR_TUNE_MISCOMPILE`` | test hook: ``FIELD=VALUE`` (VALUE as JSON) spoils one output element of every checked run of options with that field value, so the verification in `tune.verify` must reject them |
 
@@ -107,7 +107,7 @@ def log_level() -> str | None:
         raise TCError(f"TCMLIR_LOG={level!r}: use {', '.join(LOG_LEVELS)}")
     return level
 def _ceilings(spec: str) -> dict[str, float] | None:
-    """``bandwidth=B,flops=F[,launch=S]`` -> {name: value}; empty -> None."""
+    """``bandwidth=B,flops=F[,launch=S][,read=R]`` -> {name: value}; empty -> None."""
     if not spec:
         return None
     out: dict[str, float] = {}
@@ -118,9 +118,9 @@ def _ceilings(spec: str) -> dict[str, float] | None:
             number = float(value)
         except ValueError:
             number = -1.0
-        if not sep or name not in ("bandwidth", "flops", "launch") or not number >= 0:
+        if not sep or name not in ("bandwidth", "flops", "launch", "read") or not number >= 0:
             raise TCError(f"TCMLIR_CEILINGS={spec!r}: use bandwidth=BYTES_PER_S,flops=FLOP_PER_S"
-                          "[,launch=SECONDS] with non-negative numbers, e.g. "
+                          "[,launch=SECONDS][,read=BYTES_PER_S] with non-negative numbers, e.g. "
                           "bandwidth=4.2e12,flops=5.1e13,launch=4e-6")
         out[name] = number
     if not out.get("bandwidth") or not out.get("flops"):

@@ -7,15 +7,24 @@ of another version — measured by an older, wrong method — is measured again.
 
 * on the GPU (`gpu_ceilings`): kernels written for the job in PTX, on device buffers
   allocated once, timed with CUDA events around many back-to-back launches — a grid-stride
-  copy with 128-bit loads and stores over 2 x 512 MiB (bytes read + written per second), an
-  FMA kernel of 8 independent accumulators per thread on every SM (FLOP/s), and the time per
-  launch of back-to-back empty launches (the launch cost);
+  copy with 128-bit loads and stores over 2 x 512 MiB (bytes read + written per second), a
+  grid-stride sum of 512 MiB with 128-bit loads (the read bandwidth: bytes read per second),
+  an FMA kernel of 8 independent accumulators per thread on every SM (FLOP/s), and the time
+  per launch of back-to-back empty launches (the launch cost);
 * on the host (`host_ceilings`): a threaded STREAM-like ``numpy.copyto``, our own
   FMA-chain kernel on all threads, and the cost of one call of a compiled loop group —
   arrays, kernels and packed arguments made before the clock starts.
 
+**The bandwidth of a read/write mix.** DRAM reads alone go faster than a copy's equal reads
+and writes (H200: 4.2 TB/s read-only, 3.84 copy), so each piece of work is compared with
+`Ceilings.bandwidth_for` its bytes read and written: with ``w`` the written fraction of its
+bytes, the time per byte is interpolated linearly between the read ceiling (``w = 0``) and
+the copy (``w = 1/2``): ``1 / B(w) = (1 - 2w) / read + 2w / copy``; more writes than reads
+(``w > 1/2``) use the copy's. Without a read ceiling (``read_bandwidth = 0``: given, or from
+``TCMLIR_CEILINGS`` without ``read=``) every mix uses the copy's.
+
 Overrides, strongest first: a `Ceilings` (or a dict of its fields) passed to ``profile``;
-``TCMLIR_CEILINGS=bandwidth=B,flops=F[,launch=S]`` (`config.Config.ceilings`); the cache.
+``TCMLIR_CEILINGS=bandwidth=B,flops=F[,launch=S][,read=R]`` (`config.Config.ceilings`); the cache.
 ``python -m tcmlir.profile --measure [--target cuda|cpu]`` measures now (and
 refreshes the cache), printing the ceilings (on the GPU beside the data sheet's peaks).
 """
@@ -39,13 +48,15 @@ from ..errors import TCError
 __all__ = ["CEILINGS_VERSION", "MEASURE_COUNTS", "Ceilings", "ceilings_for", "main",
            "measure_ceilings"]
 
-CEILINGS_VERSION = 2  # 1: TC copy / FMA-chain kernels and one-element calls (low on the GPU)
+CEILINGS_VERSION = 3  # 1: TC copy / FMA-chain kernels and one-element calls (low on the GPU)
+# 2: no read ceiling (read-only kernels measured above the copy's bandwidth)
 MEASURE_COUNTS = {"measure": 0}  # measurements made by this process (tests read it)
 
 
 @dataclass(frozen=True)
 class Ceilings:
-    """What one device can do: ``bandwidth`` bytes/s, ``flops`` fp32 FLOP/s, ``launch_s``."""
+    """What one device can do: ``bandwidth`` bytes/s of a copy (read + write), ``flops`` fp32
+    FLOP/s, ``launch_s``, ``read_bandwidth`` bytes/s of a read-only kernel (0: unknown)."""
 
     bandwidth: float
     flops: float
@@ -54,6 +65,22 @@ class Ceilings:
     arch: str = ""
     target: str = ""
     source: str = "given"   # "measured", "cache", "env" or "given"
+    read_bandwidth: float = 0.0
+
+    def bandwidth_for(self, bytes_read: int, bytes_written: int) -> float:
+        """The bandwidth ceiling of work that reads ``bytes_read`` and writes ``bytes_written``:
+        with ``w`` the written fraction, ``1 / B = (1 - 2w) / read_bandwidth + 2w / bandwidth``
+        for ``w <= 1/2`` (time per byte interpolated from a read-only kernel to a copy), the
+        copy's ``bandwidth`` above it and whenever no read ceiling is known."""
+        total = bytes_read + bytes_written
+        if self.read_bandwidth <= 0 or total <= 0:
+            return self.bandwidth
+        w = bytes_written / total
+        if w == 0:
+            return self.read_bandwidth
+        if w >= 0.5:
+            return self.bandwidth
+        return 1.0 / ((1 - 2 * w) / self.read_bandwidth + 2 * w / self.bandwidth)
 
     @property
     def ridge(self) -> float:
@@ -104,7 +131,7 @@ def ceilings_for(target: str, given: Ceilings | Mapping[str, Any] | None = None)
     env = get_config().ceilings
     if env is not None:
         return Ceilings(env["bandwidth"], env["flops"], env.get("launch", 0.0), target=target,
-                        source="env")
+                        source="env", read_bandwidth=env.get("read", 0.0))
     arch, name = device_identity(target)
     key = f"{target}|{arch}|{name}"
     cached = _cached(_read(_cache_file()).get(key))
@@ -175,7 +202,8 @@ def measure_ceilings(target: str) -> Ceilings:
 
 
 def _from_gpu(m: Any) -> Ceilings:
-    return Ceilings(m.bandwidth, m.flops, m.launch_s, target="cuda", source="measured")
+    return Ceilings(m.bandwidth, m.flops, m.launch_s, target="cuda", source="measured",
+                    read_bandwidth=m.read_bandwidth)
 
 
 # ---------------------------------------------------------------- python -m tcmlir.profile
@@ -217,10 +245,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("(TCMLIR_CEILINGS is set: these are its values, nothing was measured)")
     print(f"{target} ceilings of {ceil.device or name} ({ceil.arch or arch}; {ceil.source}):")
     print(f"  copy bandwidth  {format_si(ceil.bandwidth, 'B/s')} (read + write)")
+    if ceil.read_bandwidth:
+        print(f"  read bandwidth  {format_si(ceil.read_bandwidth, 'B/s')} (read-only)")
     print(f"  fp32 FMA        {format_si(ceil.flops, 'FLOP/s')}")
     print(f"  launch cost     {ceil.launch_s * 1e6:.2f} us")
     if detail is not None:
-        print(f"  (copy: {format_si(detail.copy_bytes, 'B')} moved per launch; FMA: "
+        print(f"  (copy: {format_si(detail.copy_bytes, 'B')} moved per launch; read: "
+              f"{format_si(detail.read_bytes, 'B')} per launch; FMA: "
               f"{format_si(detail.fma_flops, 'FLOP')} per launch; launch cost: "
               f"{detail.launches} empty launches per sample through {detail.launch_path})")
     if target == "cuda":

@@ -1,7 +1,7 @@
 """The GPU's ceilings, measured with kernels written for the job (PTX text), not with ours.
 
 Place: `ceilings.measure_ceilings("cuda")` calls `measure_gpu`; the result is cached by
-`ceilings.ceilings_for`. A ceiling measured with code our compiler generates is the ceiling of
+`ceilings.ceilings_for`; the kernels' PTX text is in `ceiling_kernels`. A ceiling measured with code our compiler generates is the ceiling of
 that code (on the H200 a parametric TC copy reached 2.94 TB/s where a device copy moves 4.21,
 a TC FMA chain 23.8 TFLOP/s where cuBLAS's SGEMM reaches 51), so the profile called the
 default matmul "100%". Here each ceiling comes from a small PTX kernel built for it, loaded
@@ -15,6 +15,11 @@ events around many back-to-back launches:
   best of `RUNS` samples of `COPY_LAUNCHES` launches. The first and last 64 KiB of the
   destination are read back and checked, so a kernel that did not run cannot pass for a fast
   one;
+* **read bandwidth** (bytes read per second; DRAM reads alone outrun a copy's mix, so a
+  read-only kernel is compared with this one: `ceilings.Ceilings.bandwidth_for`): `read_ptx`'s
+  grid-stride sum of the copy's source (`COPY_BYTES`) with the same 128-bit loads and
+  `COPY_UNROLL` vectors in flight, each thread adding its vectors into 4 accumulators and
+  storing their sum; the stored sums are added up and checked against the source's bytes;
 * **fp32 FMA throughput** (FLOP/s, 2 per FMA): `fma_ptx`'s kernel, `FMA_CHAINS` independent
   accumulators per thread, each advanced `FMA_UNROLL` times per loop trip (``fma.rn.f32``: 128
   FMAs to 3 loop instructions), `FMA_WAVES` full-occupancy waves of blocks on every SM; the
@@ -33,27 +38,34 @@ from __future__ import annotations
 
 import ctypes
 import math
-import re
-import struct
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..errors import TCError
+from .ceiling_kernels import (
+    COPY_ENTRY,
+    COPY_UNROLL,
+    EMPTY_ENTRY,
+    FMA_CHAINS,
+    FMA_ENTRY,
+    FMA_UNROLL,
+    READ_ENTRY,
+    ceilings_ptx,
+    copy_ptx,
+    empty_ptx,
+    fma_ptx,
+    fma_reference,
+    read_ptx,
+)
 
-__all__ = ["COPY_ENTRY", "EMPTY_ENTRY", "FMA_ENTRY", "GpuMeasurement", "ceilings_ptx",
-           "copy_ptx", "fma_ptx", "measure_gpu", "theoretical_peaks"]
-
-COPY_ENTRY = "tcmlir_ceiling_copy"
-FMA_ENTRY = "tcmlir_ceiling_fma"
-EMPTY_ENTRY = "tcmlir_ceiling_empty"
+__all__ = ["COPY_ENTRY", "COPY_UNROLL", "EMPTY_ENTRY", "FMA_CHAINS", "FMA_ENTRY", "FMA_UNROLL",
+           "READ_ENTRY", "GpuMeasurement", "ceilings_ptx", "copy_ptx", "empty_ptx", "fma_ptx",
+           "fma_reference", "measure_gpu", "read_ptx", "theoretical_peaks"]
 
 COPY_BYTES = 512 << 20      # per buffer: 1 GiB moved per launch
-COPY_UNROLL = 4             # 16-byte vectors in flight per thread and loop trip
 COPY_LAUNCHES = 3           # launches per sample
-FMA_CHAINS = 8              # independent accumulators per thread
-FMA_UNROLL = 16             # FMAs per accumulator and loop trip
 FMA_ITERATIONS = 64         # loop trips: 8192 FMAs per thread
 FMA_WAVES = 4               # full-occupancy waves of blocks
 FMA_LAUNCHES = 4
@@ -69,7 +81,7 @@ _FP32_LANES = {(6, 0): 64, (7, 0): 64, (7, 5): 64, (8, 0): 64}
 
 @dataclass(frozen=True)
 class GpuMeasurement:
-    """What `measure_gpu` found: the three ceilings and what they were measured over."""
+    """What `measure_gpu` found: the four ceilings and what they were measured over."""
 
     bandwidth: float        # bytes/s, read + write
     flops: float            # fp32 FLOP/s
@@ -80,169 +92,8 @@ class GpuMeasurement:
     launch_path: str        # "ctypes" or "cuda-python"
     name: str = ""
     arch: str = ""
-
-
-# ---------------------------------------------------------------- the kernels
-
-
-def _ptx_version(arch: str) -> str:
-    m = re.match(r"sm_(\d+)", arch)
-    cc = int(m.group(1)) if m else 90
-    return "8.7" if cc >= 120 else "8.6" if cc >= 100 else "8.0"
-
-
-def _header(arch: str) -> str:
-    return f".version {_ptx_version(arch)}\n.target {arch}\n.address_size 64\n"
-
-
-def _f32(x: float) -> str:
-    return "0f" + struct.pack(">f", x).hex().upper()
-
-
-def copy_ptx(unroll: int = COPY_UNROLL) -> str:
-    """``dst[i] = src[i]`` over ``n`` 16-byte vectors, grid-stride: each thread copies vectors
-    ``i, i + T, ..., i + (unroll-1)·T`` per trip (T: threads in the grid; all loads issued
-    before the stores), then the remainder one vector per trip."""
-    vec = [", ".join(f"%r{4 * u + k + 5}" for k in range(4)) for u in range(unroll)]
-    loads, stores = [], []
-    for u in range(unroll):
-        src = "%rd12" if u == 0 else f"%rd{13 + u}"
-        if u:
-            prev = "%rd12" if u == 1 else f"%rd{12 + u}"
-            loads.append(f"\tadd.s64 {src}, {prev}, %rd7;")
-        loads.append(f"\tld.global.v4.u32 {{{vec[u]}}}, [{src}];")
-        dst = "%rd13" if u == 0 else f"%rd{13 + unroll + u}"
-        if u:
-            prev = "%rd13" if u == 1 else f"%rd{12 + unroll + u}"
-            stores.append(f"\tadd.s64 {dst}, {prev}, %rd7;")
-        stores.append(f"\tst.global.v4.u32 [{dst}], {{{vec[u]}}};")
-    e = COPY_ENTRY
-    return "\n".join([
-        f".visible .entry {e}(",
-        "\t.param .u64 dst_param,",
-        "\t.param .u64 src_param,",
-        "\t.param .u64 n_param",
-        ")",
-        "{",
-        "\t.reg .pred %p<3>;",
-        f"\t.reg .b32 %r<{4 * unroll + 8}>;",
-        f"\t.reg .b64 %rd<{16 + 2 * unroll}>;",
-        "\tld.param.u64 %rd1, [dst_param];",
-        "\tld.param.u64 %rd2, [src_param];",
-        "\tld.param.u64 %rd3, [n_param];",
-        "\tcvta.to.global.u64 %rd1, %rd1;",
-        "\tcvta.to.global.u64 %rd2, %rd2;",
-        "\tmov.u32 %r1, %ctaid.x;",
-        "\tmov.u32 %r2, %ntid.x;",
-        "\tmov.u32 %r3, %tid.x;",
-        "\tmov.u32 %r4, %nctaid.x;",
-        "\tmul.wide.u32 %rd4, %r1, %r2;",
-        "\tcvt.u64.u32 %rd5, %r3;",
-        "\tadd.s64 %rd4, %rd4, %rd5;          // i: this thread's first vector",
-        "\tmul.wide.u32 %rd6, %r4, %r2;       // T: threads in the grid",
-        "\tshl.b64 %rd7, %rd6, 4;             // 16 T: bytes between a thread's vectors",
-        f"\tmul.lo.s64 %rd8, %rd6, {unroll - 1};",
-        f"\tmul.lo.s64 %rd9, %rd6, {unroll};",
-        f"${e}_main:",
-        "\tadd.s64 %rd10, %rd4, %rd8;",
-        "\tsetp.ge.u64 %p1, %rd10, %rd3;",
-        f"\t@%p1 bra ${e}_tail;",
-        "\tshl.b64 %rd11, %rd4, 4;",
-        "\tadd.s64 %rd12, %rd2, %rd11;",
-        "\tadd.s64 %rd13, %rd1, %rd11;",
-        *loads,
-        *stores,
-        "\tadd.s64 %rd4, %rd4, %rd9;",
-        f"\tbra.uni ${e}_main;",
-        f"${e}_tail:",
-        "\tsetp.ge.u64 %p2, %rd4, %rd3;",
-        f"\t@%p2 bra ${e}_done;",
-        "\tshl.b64 %rd11, %rd4, 4;",
-        "\tadd.s64 %rd12, %rd2, %rd11;",
-        "\tadd.s64 %rd13, %rd1, %rd11;",
-        f"\tld.global.v4.u32 {{{vec[0]}}}, [%rd12];",
-        f"\tst.global.v4.u32 [%rd13], {{{vec[0]}}};",
-        "\tadd.s64 %rd4, %rd4, %rd6;",
-        f"\tbra.uni ${e}_tail;",
-        f"${e}_done:",
-        "\tret;",
-        "}",
-        ""])
-
-
-def fma_ptx(chains: int = FMA_CHAINS, unroll: int = FMA_UNROLL) -> str:
-    """``out[t] = Σ_j acc_j`` where ``acc_j = t·2^-20 + j`` is advanced ``acc = acc·a + b``
-    ``unroll`` times per trip for ``iterations`` trips, the ``chains`` accumulators
-    interleaved (each FMA's input was written ``chains`` instructions earlier)."""
-    acc = [f"%f{4 + j}" for j in range(chains)]
-    init = [f"\tadd.f32 {acc[j]}, %f3, {_f32(float(j))};" for j in range(chains)]
-    body = [f"\tfma.rn.f32 {a}, {a}, %f1, %f2;" for _ in range(unroll) for a in acc]
-    total = 4 + chains
-    sums = [f"\tmov.f32 %f{total}, {acc[0]};"]
-    sums += [f"\tadd.f32 %f{total}, %f{total}, {a};" for a in acc[1:]]
-    e = FMA_ENTRY
-    return "\n".join([
-        f".visible .entry {e}(",
-        "\t.param .u64 out_param,",
-        "\t.param .f32 a_param,",
-        "\t.param .f32 b_param,",
-        "\t.param .u32 iterations_param",
-        ")",
-        "{",
-        "\t.reg .pred %p<3>;",
-        "\t.reg .b32 %r<8>;",
-        f"\t.reg .f32 %f<{total + 2}>;",
-        "\t.reg .b64 %rd<4>;",
-        "\tld.param.u64 %rd1, [out_param];",
-        "\tld.param.f32 %f1, [a_param];",
-        "\tld.param.f32 %f2, [b_param];",
-        "\tld.param.u32 %r1, [iterations_param];",
-        "\tcvta.to.global.u64 %rd1, %rd1;",
-        "\tmov.u32 %r2, %ctaid.x;",
-        "\tmov.u32 %r3, %ntid.x;",
-        "\tmov.u32 %r4, %tid.x;",
-        "\tmad.lo.s32 %r5, %r2, %r3, %r4;     // t: this thread in the grid",
-        "\tcvt.rn.f32.u32 %f3, %r5;",
-        f"\tmul.f32 %f3, %f3, {_f32(2.0 ** -20)};",
-        *init,
-        "\tmov.u32 %r6, 0;",
-        "\tsetp.eq.u32 %p1, %r1, 0;",
-        f"\t@%p1 bra ${e}_done;",
-        f"${e}_loop:",
-        *body,
-        "\tadd.s32 %r6, %r6, 1;",
-        "\tsetp.lt.u32 %p2, %r6, %r1;",
-        f"\t@%p2 bra ${e}_loop;",
-        f"${e}_done:",
-        *sums,
-        "\tmul.wide.u32 %rd2, %r5, 4;",
-        "\tadd.s64 %rd3, %rd1, %rd2;",
-        f"\tst.global.f32 [%rd3], %f{total};",
-        "\tret;",
-        "}",
-        ""])
-
-
-def empty_ptx() -> str:
-    """A kernel that does nothing (the launch cost)."""
-    return f".visible .entry {EMPTY_ENTRY}()\n{{\n\tret;\n}}\n"
-
-
-def ceilings_ptx(arch: str = "sm_90") -> str:
-    """One PTX module with the three measurement kernels, for ``arch``."""
-    return "\n".join([_header(arch), copy_ptx(), fma_ptx(), empty_ptx()])
-
-
-def fma_reference(threads: np.ndarray, a: float, b: float, steps: int,
-                  chains: int = FMA_CHAINS) -> np.ndarray:
-    """What `fma_ptx` stores for the threads ``threads`` after ``steps`` FMAs per chain
-    (float64: the device's single roundings agree to ~1e-6)."""
-    base = threads.astype(np.float32) * np.float32(2.0 ** -20)
-    acc = base[:, None].astype(np.float64) + np.arange(chains, dtype=np.float64)[None, :]
-    a64, b64 = float(np.float32(a)), float(np.float32(b))
-    for _ in range(steps):
-        acc = acc * a64 + b64
-    return acc.sum(axis=1)
+    read_bandwidth: float = 0.0   # bytes/s, read only
+    read_bytes: int = 0           # bytes read per read launch
 
 
 # ---------------------------------------------------------------- measuring
@@ -366,7 +217,8 @@ def measure_gpu(runtime: Any = None, device: int = 0, *, copy_bytes: int | None 
     per_sm = max(1, attrs.get("MAX_THREADS_PER_MULTIPROCESSOR", 2048) // BLOCK)
     wave = dev.multiprocessor_count * per_sm
     module = rt.load_ptx(ceilings_ptx(dev.arch), device, name="tcmlir-ceilings.ptx")
-    copy_k, fma_k, empty_k = (module.function(n) for n in (COPY_ENTRY, FMA_ENTRY, EMPTY_ENTRY))
+    copy_k, read_k, fma_k, empty_k = (module.function(n) for n in (
+        COPY_ENTRY, READ_ENTRY, FMA_ENTRY, EMPTY_ENTRY))
     timer = _Launcher(rt, device)
 
     nbytes = copy_bytes if copy_bytes is not None else min(COPY_BYTES, dev.total_memory // 8)
@@ -379,6 +231,14 @@ def measure_gpu(runtime: Any = None, device: int = 0, *, copy_bytes: int | None 
                        ctypes.c_uint64(nbytes // 16))
         copy_s = timer.best(copy_k, wave, BLOCK, args.address, COPY_LAUNCHES, runs)
         _check_copy(dst, nbytes)
+        sums = _alloc(rt, wave * BLOCK * 4, device)
+        try:
+            args = _Params(ctypes.c_uint64(sums.ptr), ctypes.c_uint64(src.ptr),
+                           ctypes.c_uint64(nbytes // 16))
+            read_s = timer.best(read_k, wave, BLOCK, args.address, COPY_LAUNCHES, runs)
+            _check_read(sums, wave * BLOCK, nbytes)
+        finally:
+            sums.close()
     finally:
         src.close()
         dst.close()
@@ -399,12 +259,13 @@ def measure_gpu(runtime: Any = None, device: int = 0, *, copy_bytes: int | None 
     launch_s = timer.best(empty_k, 1, 32, empty.address, launches, runs)
 
     fma_flops = 2 * threads * FMA_CHAINS * FMA_UNROLL * fma_iterations
-    bandwidth, flops = 2 * nbytes / copy_s, fma_flops / fma_s
-    if not all(math.isfinite(x) and x > 0 for x in (bandwidth, flops, launch_s)):
+    bandwidth, flops, read = 2 * nbytes / copy_s, fma_flops / fma_s, nbytes / read_s
+    if not all(math.isfinite(x) and x > 0 for x in (bandwidth, flops, launch_s, read)):
         raise TCError(f"measuring the GPU ceilings gave {bandwidth} B/s, {flops} FLOP/s, "
-                      f"{launch_s} s per launch: the event clock is broken")
+                      f"{read} B/s read, {launch_s} s per launch: the event clock is broken")
     return GpuMeasurement(bandwidth, flops, launch_s, 2 * nbytes, fma_flops, launches,
-                          timer.path, name=getattr(dev, "name", ""), arch=dev.arch)
+                          timer.path, name=getattr(dev, "name", ""), arch=dev.arch,
+                          read_bandwidth=read, read_bytes=nbytes)
 
 
 def _alloc(rt: Any, nbytes: int, device: int) -> Any:
@@ -431,6 +292,19 @@ def _check_copy(dst: Any, nbytes: int) -> None:
             raise TCError(f"measuring the copy bandwidth: the {where} {n} bytes of the copy's "
                           "destination do not hold the source's bytes; the copy kernel did not "
                           "run right, so its time says nothing (set TCMLIR_CEILINGS instead)")
+
+
+def _check_read(sums: Any, threads: int, nbytes: int) -> None:
+    """The threads' stored sums add up to the source's: ``nbytes / 4`` floats of the fill."""
+    got = np.empty(threads, np.float32)
+    sums.copy_to_host(got)
+    value = float(np.frombuffer(bytes([_FILL] * 4), np.float32)[0])
+    want = nbytes / 4 * value
+    total = float(got.astype(np.float64).sum())
+    if not math.isclose(total, want, rel_tol=1e-3):
+        raise TCError(f"measuring the read bandwidth: the read kernel's sums add up to {total}, "
+                      f"the source holds {want}; it did not read everything, so its time says "
+                      "nothing (set TCMLIR_CEILINGS instead)")
 
 
 def _copy_tail(dst: Any, tail: np.ndarray, nbytes: int) -> None:

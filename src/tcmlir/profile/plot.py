@@ -2,7 +2,8 @@
 
 Log-log axes: arithmetic intensity (FLOP per byte of minimal DRAM traffic) against achieved
 FLOP/s. The device's ceilings are the roof — the memory slope ``bandwidth × intensity`` up to
-the ridge point, then the flat fp32 FMA peak — and each launched kernel is a labelled point,
+the ridge point, then the flat fp32 FMA peak; dashed, the read-only roof where a read ceiling
+is known — and each launched kernel is a labelled point,
 the whole call a star. A kernel without floating-point work (a copy, a transpose) has no
 intensity to place: it sits at the left edge at the height its bandwidth fraction gives on
 the memory slope, drawn hollow and labelled so.
@@ -37,6 +38,9 @@ def plot_roofline(profile: Profile, path: str | Path) -> Path:
     fig, ax = plt.subplots(figsize=(8, 5.5), dpi=120)
     ax.plot(xs, [min(ceil.flops, ceil.bandwidth * x) for x in xs], color="black", lw=2,
             label=f"roof: {format_si(ceil.bandwidth, 'B/s')}, {format_si(ceil.flops, 'FLOP/s')}")
+    if ceil.read_bandwidth:
+        ax.plot(xs, [min(ceil.flops, ceil.read_bandwidth * x) for x in xs], color="black",
+                lw=1, ls="--", label=f"read-only roof: {format_si(ceil.read_bandwidth, 'B/s')}")
     ax.axvline(ceil.ridge, color="grey", ls=":", lw=1)
     ax.annotate(f"ridge {ceil.ridge:.3g} FLOP/B", (ceil.ridge, ceil.flops), fontsize=8,
                 xytext=(4, -14), textcoords="offset points", color="grey")

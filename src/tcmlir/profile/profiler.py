@@ -4,11 +4,14 @@
       (devices=[...]: `split_profile.profile_split`, the split call's parts and transfers)
       -> fn.compile(...) -> profile_kernel(kernel, inputs, runs)        # kernel.profile(*inputs)
            times:      the whole call (median of ``runs``; CUDA events on the GPU, wall clock on
-                       the host) and each launched kernel on its own (`_cuda_times`, `_host_times`)
+                       the host) and each launched kernel on its own (`_cuda_times`, `_host_times`);
+                       on the GPU also the host's wall clock per call in the launch path
+                       (`_host_call_s`: the ``[host]`` advice)
            structure:  `structure.kernel_structures` (statements, mapping, strides, promotion)
            -> build_profile(kernel, times, ceilings): counts per kernel and for the call
-              (`counts.count_work`), resources and occupancy (`occupancy`), the roofline
-              (`report.roofline`) and `advice.advise`
+              (`counts.count_work`), resources and occupancy (`occupancy`), the PTX's hot
+              loop (`ptx_shape`), the roofline (`report.roofline`, each piece against the
+              bandwidth of its read/write mix) and `advice.advise`
 
 `build_profile` takes the times as arguments, so everything but the clock runs and is tested
 without a GPU (a cuda kernel compiled for a named arch, times given by the test).
@@ -20,6 +23,7 @@ import math
 import statistics
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from .. import ir
@@ -28,6 +32,7 @@ from .advice import advise, advise_kernel
 from .ceilings import Ceilings, ceilings_for
 from .counts import WorkCounts, count_work
 from .occupancy import KernelResources, theoretical_occupancy
+from .ptx_shape import LoopShape, bank_conflicts, entry_bodies, inner_loop_shape
 from .report import KernelProfile, Profile, roofline
 from .structure import KernelStructure, kernel_structures
 
@@ -55,14 +60,15 @@ def profile_kernel(kernel: Any, inputs: Sequence[Any], *, runs: int = 20,
         raise TCError(f"profile: runs must be a positive integer, got {runs!r}")
     ceil = ceilings_for("cpu" if kernel.target == "numpy" else kernel.target, ceilings)
     structures, state = _structures(kernel)
+    host_s = 0.0
     if kernel.target == "cuda":
-        whole, per = _cuda_times(kernel, inputs, runs)
+        whole, per, host_s = _cuda_times(kernel, inputs, runs)
     else:
         whole, per = _host_times(kernel, inputs, runs, len(structures))
     return build_profile(kernel, time_s=statistics.median(whole),
                          kernel_times=[statistics.median(t) for t in per], ceilings=ceil,
                          runs=runs, structures=structures,
-                         kernel_fn=None if state is None else state.fn)
+                         kernel_fn=None if state is None else state.fn, host_s=host_s)
 
 
 def _structures(kernel: Any) -> tuple[tuple[KernelStructure, ...], Any]:
@@ -93,11 +99,12 @@ def build_profile(kernel: Any, *, time_s: float, kernel_times: Sequence[float],
                   ceilings: Ceilings, runs: int = 0,
                   structures: Sequence[KernelStructure] | None = None,
                   resources: Mapping[str, KernelResources] | None = None,
-                  kernel_fn: ir.Function | None = None) -> Profile:
+                  kernel_fn: ir.Function | None = None, host_s: float = 0.0) -> Profile:
     """The `Profile` of ``kernel`` for measured times (the whole call's and each kernel's).
 
     ``kernel_fn``: the function the kernels' statements belong to — the lowered state's,
-    which passes such as ``inline-temporaries`` rewrite (default: lowered again here)."""
+    which passes such as ``inline-temporaries`` rewrite (default: lowered again here);
+    ``host_s``: the host's seconds per call in the launch path (cuda)."""
     fn: ir.Function = kernel.function.ir
     sizes = {k: int(v) for k, v in kernel.sizes.items() if k in fn.sizes}
     if structures is None or kernel_fn is None:
@@ -110,22 +117,26 @@ def build_profile(kernel: Any, *, time_s: float, kernel_times: Sequence[float],
     target = kernel.target
     on_chip = set(getattr(getattr(kernel.runner, "image", None), "on_chip", ()) or ())
     in_memory = [t.name for t in kernel_fn.tensors if t.name not in on_chip]
+    shapes = _loop_shapes(kernel, structures, kernel_fn) if target == "cuda" else {}
     kernels = []
     for i, (ks, t) in enumerate(zip(structures, kernel_times, strict=True)):
         others = {s for j, o in enumerate(structures) if j != i for s in o.statements}
         work = count_work(kernel_fn, sizes, ks.statements, global_tensors=in_memory,
                           outside_reads=_read_by(kernel_fn, others))
         kp = _kernel_profile(ks, t, work, ceilings, resources.get(ks.name), kernel.arch)
-        kp.advice = advise_kernel(kernel_fn, ks, kp, work, ceilings, target)
+        kp.advice = advise_kernel(kernel_fn, ks, kp, work, ceilings, target,
+                                  shapes.get(ks.name))
         kernels.append(kp)
     whole = count_work(fn, sizes)
-    bound, fraction, raw = roofline(whole.flops, whole.bytes, time_s, ceilings)
+    bw = ceilings.bandwidth_for(whole.bytes_read, whole.bytes_written)
+    bound, fraction, raw = roofline(whole.flops, whole.bytes, time_s, ceilings, bw)
     prof = Profile(
         entry=fn.name, target=target, sizes=sizes, time_s=time_s, flops=whole.flops,
         bytes=whole.bytes, ops=whole.op_values(), bound=bound, roofline_fraction=fraction,
         kernels=kernels, advice=[], ceilings=ceilings, bytes_read=whole.bytes_read,
         bytes_written=whole.bytes_written, flops_formula=whole.flops_count.formula,
-        bytes_formula=whole.bytes_formula(), exact=whole.exact, runs=runs, raw_fraction=raw)
+        bytes_formula=whole.bytes_formula(), exact=whole.exact, runs=runs, raw_fraction=raw,
+        host_s=host_s, bandwidth_ceiling=bw)
     prof.advice = advise(fn, structures, kernels, prof, ceilings, target)
     return prof
 
@@ -142,15 +153,44 @@ def _read_by(fn: ir.Function, statements: set[str]) -> set[str]:
 
 def _kernel_profile(ks: KernelStructure, time_s: float, work: WorkCounts, ceil: Ceilings,
                     res: KernelResources | None, arch: str | None) -> KernelProfile:
-    bound, fraction, raw = roofline(work.flops, work.bytes, time_s, ceil)
+    bw = ceil.bandwidth_for(work.bytes_read, work.bytes_written)
+    bound, fraction, raw = roofline(work.flops, work.bytes, time_s, ceil, bw)
     kp = KernelProfile(ks.name, time_s, work.flops, work.bytes, work.op_values(),
-                       ks.statements, bound, fraction, ks.grid, ks.block, raw_fraction=raw)
+                       ks.statements, bound, fraction, ks.grid, ks.block, raw_fraction=raw,
+                       bandwidth_ceiling=bw)
     if res is not None and ks.block is not None:
         occ = theoretical_occupancy(math.prod(ks.block), res, arch or "sm_90")
         kp.registers, kp.shared_bytes = res.registers, res.shared_bytes
         kp.occupancy, kp.occupancy_limiter = occ.fraction, occ.limiter
+        kp.blocks_per_sm = occ.blocks_per_sm
         kp.resources_from = res.source
     return kp
+
+
+def _loop_shapes(kernel: Any, structures: Sequence[KernelStructure],
+                 fn: ir.Function) -> dict[str, LoopShape]:
+    """Per cuda kernel entry, its PTX's hot innermost loop (`ptx_shape`), with the bank
+    conflicts of its widest shared loads at the strides the access relations give."""
+    bodies = entry_bodies(kernel.ptx or "")
+    out = {}
+    for ks in structures:
+        shape = inner_loop_shape(bodies.get(ks.name, []))
+        if shape is None:
+            continue
+        worst, why, degree = 1, "", {}
+        for a in ks.strides:
+            if a.kind != "shared" or a.stride is None or shape.widest_load == 0:
+                continue
+            stride = abs(a.stride) * fn.tensor(a.tensor).dtype.itemsize
+            n = bank_conflicts(stride, shape.widest_load)
+            degree[a.tensor] = max(n, degree.get(a.tensor, 1))
+            if n > worst:
+                worst = n
+                why = (f"{a.tensor}: neighbouring threads read {stride} bytes apart, "
+                       f"{shape.widest_load}-byte loads")
+        factor = sum(degree.values()) / len(degree) if degree else 1.0
+        out[ks.name] = replace(shape, bank_conflicts=worst, why=why, conflict_factor=factor)
+    return out
 
 
 # ---------------------------------------------------------------- clocks
@@ -189,10 +229,12 @@ def _host_times(kernel: Any, inputs: Sequence[Any], runs: int,
     return whole, per
 
 
-def _cuda_times(kernel: Any, inputs: Sequence[Any], runs: int) -> tuple[list[float], list[list[float]]]:
+def _cuda_times(kernel: Any, inputs: Sequence[Any], runs: int
+                ) -> tuple[list[float], list[list[float]], float]:
     """CUDA-event seconds of the whole launch sequence (`benchmark_cuda`) and of each kernel
     within it (events between the kernels of the plan's launch sequence; inputs staged on the
-    device once, outside the timing; the plan's packed parameters)."""
+    device once, outside the timing; the plan's packed parameters), and the host's seconds
+    per call (`_host_call_s`)."""
     from ..runtime.arrays import DeviceArray, bind_device_inputs
     from ..runtime.cuda_launch import benchmark_cuda
     from ..runtime.cuda_memory import DeviceBuffer, driver, elapsed_ms
@@ -232,7 +274,27 @@ def _cuda_times(kernel: Any, inputs: Sequence[Any], runs: int) -> tuple[list[flo
         for i in range(len(plan._kernels)):
             per[i].append(elapsed_ms(events[i], events[i + 1]) / 1e3)
     plan.check_errors()
-    return whole, per
+    host = _host_call_s(plan, device_inputs, outs, runs, events[-1])
+    plan.check_errors()
+    return whole, per, host
+
+
+def _host_call_s(plan: Any, inputs: Sequence[Any], outs: Sequence[Any], runs: int,
+                 idle: Any) -> float:
+    """The median host wall-clock seconds of one ``plan.call`` as `benchmark_cuda` makes it
+    (the launch path: argument checks, outputs and temporaries, zero fills, the launches),
+    each call after the device is idle (``idle``, an event, recorded and waited for), so the
+    host never waits for a full launch queue."""
+    times = []
+    for _ in range(max(1, min(int(runs), 10))):
+        idle.record()
+        idle.synchronize()
+        start = time.perf_counter()
+        plan.call(inputs, 0, outs)
+        times.append(time.perf_counter() - start)
+    idle.record()
+    idle.synchronize()
+    return statistics.median(times)
 
 
 def _queue(_fast: Any, plan: Any, events: Sequence[Any]) -> None:

@@ -5,7 +5,11 @@ exact ideal work from `counts` (flops by class, minimal DRAM bytes), what was ac
 bytes/s), the arithmetic intensity, which ceiling binds and the fraction of the roofline
 reached: ``roofline_fraction = max(flops / peak_flops, bytes / peak_bandwidth) / time_s`` — the
 ideal time on the roofline over the measured time — clamped to at most 1 (a value above 1
-means the ceilings were measured low; the advice says so).
+means the ceilings were measured low; the advice says so). ``peak_bandwidth`` is the
+bandwidth of the piece's own read/write mix (`Ceilings.bandwidth_for`; kept in
+``bandwidth_ceiling``): a read-only kernel against the read ceiling, a copy against the copy's.
+A cuda call's ``host_s`` is the host's wall-clock time per call in the launch path (not
+waiting for the GPU), for the ``[host]`` advice.
 """
 
 from __future__ import annotations
@@ -18,9 +22,11 @@ from .ceilings import Ceilings
 __all__ = ["KernelProfile", "PartTransfers", "Profile", "format_si", "roofline"]
 
 
-def roofline(flops: int, nbytes: int, time_s: float, ceil: Ceilings) -> tuple[str, float, float]:
-    """(bound, fraction of the roofline reached, unclamped fraction) for one measured piece."""
-    compute_s, memory_s = flops / ceil.flops, nbytes / ceil.bandwidth
+def roofline(flops: int, nbytes: int, time_s: float, ceil: Ceilings,
+             bandwidth: float | None = None) -> tuple[str, float, float]:
+    """(bound, fraction of the roofline reached, unclamped fraction) for one measured piece;
+    ``bandwidth``: its memory ceiling (default the copy's, ``ceil.bandwidth``)."""
+    compute_s, memory_s = flops / ceil.flops, nbytes / (bandwidth or ceil.bandwidth)
     bound = "compute" if compute_s > memory_s else "memory"
     raw = max(compute_s, memory_s) / time_s if time_s > 0 else 0.0
     return bound, min(1.0, raw), raw
@@ -71,6 +77,8 @@ class KernelProfile(_Rates):
     advice: list[str] = field(default_factory=list)
     raw_fraction: float = 0.0
     ncu: dict[str, float] = field(default_factory=dict)  # merged Nsight Compute metrics
+    blocks_per_sm: int | None = None      # resident blocks the occupancy allows
+    bandwidth_ceiling: float = 0.0        # the bandwidth of its read/write mix (0: the copy's)
 
     @property
     def kernels(self) -> tuple[KernelProfile, ...]:
@@ -90,7 +98,8 @@ class KernelProfile(_Rates):
             "registers": self.registers, "shared_bytes": self.shared_bytes,
             "occupancy": self.occupancy, "occupancy_limiter": self.occupancy_limiter,
             "resources_from": self.resources_from, "advice": list(self.advice),
-            "ncu": dict(self.ncu),
+            "ncu": dict(self.ncu), "blocks_per_sm": self.blocks_per_sm,
+            "bandwidth_ceiling": self.bandwidth_ceiling,
         }
 
 
@@ -150,6 +159,8 @@ class Profile(_Rates):
     parts: list[PartTransfers] = field(default_factory=list)   # a split call's parts
     devices: tuple[int, ...] = ()        # the devices of a split call (() for one device)
     split: str = ""                      # how it was split, or why not
+    host_s: float = 0.0                  # cuda: the host's seconds per call in the launch path
+    bandwidth_ceiling: float = 0.0       # the bandwidth of the call's read/write mix
 
     @property
     def transfer_bytes_between_devices(self) -> int:
@@ -169,7 +180,8 @@ class Profile(_Rates):
             "roofline_fraction": self.roofline_fraction, "runs": self.runs,
             "transfer_bytes": self.transfer_bytes, "transfer_s": self.transfer_s,
             "transfer_bytes_between_devices": self.transfer_bytes_between_devices,
-            "devices": list(self.devices), "split": self.split,
+            "devices": list(self.devices), "split": self.split, "host_s": self.host_s,
+            "bandwidth_ceiling": self.bandwidth_ceiling,
             "parts": [p.to_dict() for p in self.parts],
             "ceilings": self.ceilings.to_dict(),
             "kernels": [k.to_dict() for k in self.kernels], "advice": list(self.advice),
@@ -180,7 +192,9 @@ class Profile(_Rates):
         sizes = ", ".join(f"{k}={v}" for k, v in self.sizes.items())
         head = [
             f"profile of {self.entry} ({self.target}; {sizes}; median of {self.runs} runs)",
-            f"ceilings: {format_si(c.bandwidth, 'B/s')}, {format_si(c.flops, 'FLOP/s')} fp32, launch "
+            f"ceilings: {format_si(c.bandwidth, 'B/s')} copy"
+            f"{', ' + format_si(c.read_bandwidth, 'B/s') + ' read' if c.read_bandwidth else ''}, "
+            f"{format_si(c.flops, 'FLOP/s')} fp32, launch "
             f"{_time(c.launch_s)} ({c.source}{', ' + c.device if c.device else ''})",
             f"work: {format_si(self.flops, 'FLOP')} ({_ops(self.ops)}), "
             f"{format_si(self.bytes, 'B')} minimal DRAM traffic"
@@ -212,6 +226,10 @@ class Profile(_Rates):
                  for r in rows]
         table.insert(1, "  ".join("-" * w for w in widths))
         lines = [*head, "", *table]
+        if self.host_s > 0:
+            lines.append(f"host: {_time(self.host_s)} per call in the launch path; kernels "
+                         f"{_time(sum(k.time_s for k in self.kernels))} of the call's "
+                         f"{_time(self.time_s)}")
         if self.parts:
             lines += ["", *self._transfer_lines()]
         for k in self.kernels:

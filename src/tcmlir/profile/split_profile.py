@@ -181,11 +181,12 @@ def build_split_profile(fn: Any, plan: Any, whole: Sequence[float],
         in_s = in_s if bytes_in else 0.0
         out_s = out_s if part.bytes_out else 0.0
         work = count_work(fn.ir, dict(part.sizes))
-        bound, fraction, raw = roofline(work.flops, work.bytes, kern_s, ceil)
+        bw = ceil.bandwidth_for(work.bytes_read, work.bytes_written)
+        bound, fraction, raw = roofline(work.flops, work.bytes, kern_s, ceil, bw)
         rows = part.chunk if plan.is_split else (0, 0)
         kernels.append(KernelProfile(f"part{k}@{part.device}", kern_s, work.flops, work.bytes,
                                      work.op_values(), tuple(work.statements), bound, fraction,
-                                     raw_fraction=raw))
+                                     raw_fraction=raw, bandwidth_ceiling=bw))
         if copies:
             parts.append(PartTransfers(k, part.device, tuple(rows), bytes_in,
                                        _from_host(fn, plan, part), part.bytes_out, in_s, out_s,
@@ -193,10 +194,12 @@ def build_split_profile(fn: Any, plan: Any, whole: Sequence[float],
         else:
             parts.append(PartTransfers(k, part.device, tuple(rows), 0, 0, 0, 0.0, 0.0, kern_s))
     n_devices = len(set(plan.devices))
-    total = replace(ceil, bandwidth=ceil.bandwidth * n_devices, flops=ceil.flops * n_devices)
+    total = replace(ceil, bandwidth=ceil.bandwidth * n_devices, flops=ceil.flops * n_devices,
+                    read_bandwidth=ceil.read_bandwidth * n_devices)
     work = count_work(fn.ir, sizes)
     time_s = statistics.median(whole)
-    bound, fraction, raw = roofline(work.flops, work.bytes, time_s, total)
+    bw = total.bandwidth_for(work.bytes_read, work.bytes_written)
+    bound, fraction, raw = roofline(work.flops, work.bytes, time_s, total, bw)
     prof = Profile(
         entry=fn.ir.name, target=target, sizes=sizes, time_s=time_s, flops=work.flops,
         bytes=work.bytes, ops=work.op_values(), bound=bound, roofline_fraction=fraction,
@@ -205,7 +208,8 @@ def build_split_profile(fn: Any, plan: Any, whole: Sequence[float],
         bytes_formula=work.bytes_formula(), exact=work.exact, runs=runs, raw_fraction=raw,
         transfer_bytes=sum(p.bytes_in + p.bytes_out for p in parts),
         transfer_s=sum(p.in_s + p.out_s for p in parts), parts=parts,
-        devices=tuple(plan.devices), split=plan.split if plan.is_split else plan.reason or "")
+        devices=tuple(plan.devices), split=plan.split if plan.is_split else plan.reason or "",
+        bandwidth_ceiling=bw)
     prof.advice = advise_split(prof)
     return prof
 

@@ -14,7 +14,14 @@ GPU, a top-level group of the loop AST on the host):
   reproduces the filter); neighbouring threads run the instances whose schedule differs by
   one in that member and agrees everywhere else (the prefix schedule, the other members, the
   subtree below); the access relation maps such pairs of instances to pairs of elements, whose
-  differences (``isl.Map.deltas``) linearised row-major are the stride in elements.
+  differences (``isl.Map.deltas``) linearised row-major are the stride in elements;
+* which thread runs each instance (`thread_map`: the instances reaching the kernel's leaves,
+  whose domains carry the ``_bx .. _tz`` filters, with those parameters as output dimensions),
+  and from it, with isl emptiness tests only (no counting, so any size is cheap):
+  the tensors whose re-reads are all by the thread that read the element first
+  (``same_thread_reads``: a row kernel's phases, which reuse the loaded row, registers where
+  unrolled) and the operands a thread re-reads for several outputs of one reduction
+  (``thread_reuse``: conv's ``I`` for every ``f``, what register tiling keeps in registers).
 """
 
 from __future__ import annotations
@@ -64,6 +71,10 @@ class KernelStructure:
     reduction_threads: int = 1
     strides: tuple[AccessStride, ...] = ()
     thread_mapped: bool = False  # whether a band member is on threadIdx.x
+    rows: bool = False           # a ``rows`` mark (map-rows / map-mixed): the row stays on chip
+    same_thread_reads: frozenset[str] = frozenset()  # every re-read by the thread that read it
+    thread_reuse: tuple[tuple[str, str], ...] = ()    # (reduction, operand) re-read per output
+    register_tiled: bool = False  # the options keep accumulators / operands in registers
 
     @property
     def threads(self) -> int | None:
@@ -100,10 +111,17 @@ def _cuda_kernels(kernel: Any, state: Any) -> tuple[KernelStructure, ...]:
         node = node_at(sched, path)
         promoted = frozenset(b.tensor for b in buffers if b.kernel == k)
         on_chip = frozenset(kernel.runner.image.on_chip)
-        strides, mapped = _strides(state, node, km.block, promoted | on_chip, dict(kernel.sizes))
+        shared = {b.tensor: b for b in buffers if b.kernel == k and b.space == "shared"}
+        strides, mapped = _strides(state, node, km.block, promoted | on_chip, dict(kernel.sizes),
+                                   shared)
+        threads = thread_map(node)
+        same, reuse = _thread_reads(state, threads, on_chip)
+        opts = kernel.options
+        tiled = bool(opts is not None and (opts.use_private_memory or opts.register_tile))
         out.append(KernelStructure(
             launch.name, _names(node.get_domain()), tuple(launch.grid), tuple(launch.block),
-            promoted, _reduction_threads(node), strides, mapped))
+            promoted, _reduction_threads(node), strides, mapped, _has_rows_mark(node),
+            same, reuse, tiled))
     return tuple(out)
 
 
@@ -143,6 +161,100 @@ def _reduction_threads(node: isl.ScheduleNode) -> int:
     return best
 
 
+def _has_rows_mark(node: isl.ScheduleNode) -> bool:
+    if (mark_name(node) or "").startswith("rows threads="):
+        return True
+    return any(_has_rows_mark(node.child(i)) for i in range(node.n_children()))
+
+
+def thread_map(kernel_node: isl.ScheduleNode) -> isl.UnionMap:
+    """Instance -> ``thread[_bx, _by, _bz, _tx, _ty, _tz]`` for the statements (``S<k>``,
+    ``S<k>_init``) below ``kernel_node``: their domains at the leaves, where every mapping
+    filter above has pinned the parameters, with the parameters moved to the range."""
+    ctx = kernel_node.get_ctx()
+    names = (*BLOCK_PARAMS, *THREAD_PARAMS)
+    params = isl.Set.read_from_str(ctx, f"[{', '.join(names)}] -> {{ : }}").get_space()
+    out: isl.UnionMap | None = None
+
+    def visit(n: isl.ScheduleNode) -> None:
+        nonlocal out
+        if n.get_type() == isl.schedule_node_type.leaf:
+            for s in sets_of(n.get_domain()):
+                if not s.get_tuple_name().startswith("S"):
+                    continue
+                m = isl.Map.from_domain(s.align_params(params))
+                for name in names:
+                    pos = m.find_dim_by_name(isl.dim_type.param, name)
+                    m = m.move_dims(isl.dim_type.out, m.dim(isl.dim_type.out),
+                                    isl.dim_type.param, pos, 1)
+                m = isl.UnionMap.from_map(m.set_tuple_name(isl.dim_type.out, "thread"))
+                out = m if out is None else out.union(m)
+            return
+        for i in range(n.n_children()):
+            visit(n.child(i))
+
+    visit(kernel_node)
+    return out if out is not None else isl.UnionMap.empty(params)
+
+
+def _thread_reads(state: Any, threads: isl.UnionMap, skip: frozenset[str]
+                  ) -> tuple[frozenset[str], tuple[tuple[str, str], ...]]:
+    """(tensors every re-read of which is by the thread that read the element, (reduction,
+    operand) pairs whose operand element one thread reads for several of its outputs; from
+    global or shared memory alike); ``skip``: the tensors that live on chip (no buffer)."""
+    if threads.is_empty():
+        return frozenset(), ()
+    fn, scop = state.fn, state.scop
+    dom = threads.domain()
+    reads = scop.all_reads.align_params(dom.get_space()).intersect_domain(dom)
+    writes = scop.writes.align_params(dom.get_space()).intersect_domain(dom)
+    same_thread = threads.apply_range(threads.reverse())
+    tensors = {m.get_tuple_name(isl.dim_type.out) for m in maps_of(reads)}
+    same: set[str] = set()
+    for t in sorted(tensors - skip):
+        acc = _to_tensor(reads, t)
+        same_elem = acc.apply_range(acc.reverse())
+        if same_elem.subtract(same_thread).is_empty():
+            same.add(t)
+    reuse = []
+    for name in sorted(s.get_tuple_name() for s in sets_of(dom)):
+        if name.endswith("_init"):
+            continue
+        stmt = fn.statements[int(name[1:])]
+        if stmt.reduction is None or not stmt.reduction_indices:
+            continue
+        mine = isl.UnionSet.from_set(_set_named(dom, name))
+        lhs = writes.intersect_domain(mine)
+        same_out = lhs.apply_range(lhs.reverse())
+        for t in sorted({e.tensor for e in _ir_reads(stmt)} - skip - {stmt.tensor}):
+            if fn.tensor(t).rank == 0:
+                continue
+            acc = _to_tensor(reads.intersect_domain(mine), t)
+            again = acc.apply_range(acc.reverse()).intersect(same_thread).subtract(same_out)
+            if not again.is_empty():
+                reuse.append((name, t))
+    return frozenset(same), tuple(reuse)
+
+
+def _ir_reads(stmt: Any) -> list[Any]:
+    from .. import ir
+
+    return [e for e in ir.walk(stmt.rhs) if isinstance(e, ir.Read)]
+
+
+def _to_tensor(umap: isl.UnionMap, tensor: str) -> isl.UnionMap:
+    out = None
+    for m in maps_of(umap):
+        if m.get_tuple_name(isl.dim_type.out) == tensor:
+            part = isl.UnionMap.from_map(m)
+            out = part if out is None else out.union(part)
+    return out if out is not None else isl.UnionMap.empty(umap.get_space())
+
+
+def _set_named(us: isl.UnionSet, name: str) -> isl.Set:
+    return next(s for s in sets_of(us) if s.get_tuple_name() == name)
+
+
 def _tx_filters(node: isl.ScheduleNode) -> list[isl.ScheduleNode]:
     found = []
 
@@ -162,8 +274,12 @@ def _tx_filters(node: isl.ScheduleNode) -> list[isl.ScheduleNode]:
 
 
 def _strides(state: Any, kernel_node: isl.ScheduleNode, block: tuple[int, int, int],
-             promoted: frozenset[str], sizes: dict[str, int]
+             promoted: frozenset[str], sizes: dict[str, int], shared: dict[str, Any] | None = None
              ) -> tuple[tuple[AccessStride, ...], bool]:
+    """Global accesses' strides along threadIdx.x (kind "read" / "write") and, for tensors
+    read from a shared-memory buffer (``shared``: tensor -> `poly.promotion.Buffer`), the
+    stride of those reads in the buffer's elements (kind "shared")."""
+    shared = shared or {}
     scop = state.scop
     fn = state.fn
     out: list[AccessStride] = []
@@ -196,11 +312,17 @@ def _strides(state: Any, kernel_node: isl.ScheduleNode, block: tuple[int, int, i
             for kind, umap in (("read", scop.all_reads), ("write", scop.writes)):
                 for acc in maps_of(umap.intersect_domain(dom)):
                     tensor = acc.get_tuple_name(isl.dim_type.out)
-                    if tensor in promoted or fn.tensor(tensor).rank == 0:
+                    if fn.tensor(tensor).rank == 0:
+                        continue
+                    if tensor in promoted and not (kind == "read" and tensor in shared):
                         continue
                     acc = acc.align_params(neighbours.get_space())
                     nb = neighbours.align_params(acc.get_space())
                     pairs = nb.apply_domain(acc).apply_range(acc)
+                    if tensor in promoted:
+                        out.append(AccessStride(stmt, tensor, "shared",
+                                                _buffer_stride(pairs, shared[tensor], sizes)))
+                        continue
                     stride = _linear_stride(pairs, fn.tensor(tensor), sizes)
                     if lanes > 1 and stride is not None and abs(stride) == lanes:
                         stride //= lanes  # a vector of `lanes` elements per thread, adjacent
@@ -279,7 +401,16 @@ def _shift(t: isl.Map, pos: int) -> isl.Map:
     return _anonymous_map(t, src, [f"t{i} + 1" if i == pos else f"t{i}" for i in range(n)])
 
 
-def _linear_stride(pairs: isl.Map, tensor: Any, sizes: dict[str, int]) -> int | None:
+def _buffer_stride(pairs: isl.Map, buf: Any, sizes: dict[str, int]) -> int | None:
+    """The stride in ``buf``'s elements (its storage order and padding) of the element pairs."""
+    vec = _delta(pairs, sizes)
+    if vec is None or any(d % s for d, s in zip(vec, buf.box.stride, strict=True)):
+        return None
+    return sum(d // s * w for d, s, w in zip(vec, buf.box.stride, buf.strides(), strict=True))
+
+
+def _delta(pairs: isl.Map, sizes: dict[str, int]) -> list[int] | None:
+    """The one difference vector of the element pairs at ``sizes``, else None."""
     if pairs.is_empty():
         return None
     deltas = pairs.deltas()
@@ -292,8 +423,14 @@ def _linear_stride(pairs: isl.Map, tensor: Any, sizes: dict[str, int]) -> int | 
     if not deltas.is_singleton():
         return None
     point = deltas.sample_point()
-    vec = [int(point.get_coordinate_val(isl.dim_type.set, d).to_python())
-           for d in range(deltas.dim(isl.dim_type.set))]
+    return [int(point.get_coordinate_val(isl.dim_type.set, d).to_python())
+            for d in range(deltas.dim(isl.dim_type.set))]
+
+
+def _linear_stride(pairs: isl.Map, tensor: Any, sizes: dict[str, int]) -> int | None:
+    vec = _delta(pairs, sizes)
+    if vec is None:
+        return None
     try:
         shape = [s.evaluate(sizes) for s in tensor.shape]
     except KeyError:
