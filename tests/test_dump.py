@@ -154,4 +154,4 @@ def test_dump_cuda_default_shows_the_promoted_buffers_and_copies():
                           "--stage", "all"]) == 0
     text = out.getvalue()
     assert "== buffers ==" in text and "A_sh0: shared copy of A" in text
-    assert "cpnext_A_sh0" in text and "wait_0_0" in text and "C_reg0" in text
+    assert "cpvnext_A_sh0" in text and "wait_0_0" in text and "C_reg0" in text  # 16-byte copies
