@@ -34,6 +34,7 @@ from ..poly.scop import sets_of
 from ..poly.state import CompileState
 from ..poly.tree import node_at
 from .base import Pass, register
+from .register_nest import band_chain_below, split_nest_band
 
 __all__ = ["RegisterTile", "point_extent"]
 
@@ -74,7 +75,11 @@ class RegisterTile(Pass):
             outer = first_band_below(node_at(schedule, path).child(0))
             if outer is None or outer.n_children() != 1 or outer.child(0).get_type() != _BAND:
                 continue
-            new = split_point_band(outer.child(0), self.sizes, state.deps.validity)
+            point = outer.child(0)
+            if band_chain_below(point):  # window bands below P: the nest form
+                new = split_nest_band(point, self.sizes, state.deps.validity)
+            else:
+                new = split_point_band(point, self.sizes, state.deps.validity)
             if new is not None:
                 schedule = new.get_schedule()
         return dataclasses.replace(state, schedule=schedule)
