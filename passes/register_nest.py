@@ -9,7 +9,8 @@ With register sizes ``R_0, R_1, ...`` for the leading members ``u_i`` of ``P``
 (``register-tile{sizes=16,1,1}``: 16 outputs along ``f`` per thread), the kernel becomes::
 
     band T                                   (unchanged)
-      band [floor(u_i / R_i) for i < r]      thread part (`map-to-threads`)
+      band [floor(u_i / R_i) for i < r]      thread part (`map-to-threads`), less leading
+                                             members of one value (R_i = extent)
         band [u_j for j >= r]                the other members of P, if any (sequential)
           band [kh]                          the chain below P, unchanged
             band [kw]
@@ -74,9 +75,14 @@ def split_nest_band(point: isl.ScheduleNode, sizes: tuple[int, ...],
     for i in range(r):
         u = mupa.get_at(i)
         size = isl.Val.int_from_si(ctx, sizes[i])
-        threads.append(u.scale_down_val(size).floor() if sizes[i] > 1 else u)
+        threads.append((i, u.scale_down_val(size).floor() if sizes[i] > 1 else u))
         if sizes[i] > 1:
             regs.append((i, u.mod_val(size)))
+    # leading thread members of one value (a register tile as long as the tile) are dropped:
+    # they would map to the block's outermost index with one thread, and the members after
+    # them keep their block indices (the x member stays the innermost one)
+    while len(threads) > 1 and member_extent(point, threads[0][0]) == sizes[threads[0][0]]:
+        threads.pop(0)
     rest = [(j, mupa.get_at(j)) for j in range(r, n)]
 
     def band_of(upas: list[isl.UnionPwAff]) -> isl.MultiUnionPwAff:
@@ -100,8 +106,8 @@ def split_nest_band(point: isl.ScheduleNode, sizes: tuple[int, ...],
         node = node.band_set_permutable(int(point.band_get_permutable()))
         for m, (j, _) in enumerate(rest):
             node = node.band_member_set_coincident(m, int(coincident[j]))
-    node = node.insert_partial_schedule(band_of(threads))
+    node = node.insert_partial_schedule(band_of([u for _, u in threads]))
     node = node.band_set_permutable(1)
-    for i in range(r):
-        node = node.band_member_set_coincident(i, int(coincident[i]))
+    for m, (i, _) in enumerate(threads):
+        node = node.band_member_set_coincident(m, int(coincident[i]))
     return node
