@@ -121,6 +121,20 @@ def test_register_part_lies_below_the_window_loops():
     assert bufs["W1_sh0"].order[-1] == 1  # channels innermost: 128-bit broadcast reads
 
 
+def test_weights_store_the_register_dimension_innermost_on_ties():
+    """W1's box (1, 4, 4, 3, 3) ties f and c: in a register-tiled kernel f (an output index)
+    goes innermost, so a thread's registers along f read adjacent words (128-bit loads);
+    without register tiles the order stays the old one (c)."""
+    sizes = dict(N=2, G=2, C=4, H=5, W=6, F=4, KH=3, KW=3)
+    fn = tc.define(GCONV)
+    whole = MO.cuda_convolution(5).tile(0, 0, 4, 3, 4, 4).register_tiling(4, 1, 1)
+    w1 = _buffers(compiler.lower(fn.ir, sizes, whole, "cuda"))["W1_sh0"]
+    assert w1.box.extent == (1, 4, 4, 3, 3) and w1.order[-1] == 1
+    plain = MO.cuda_convolution(5, register=False).tile(0, 0, 4, 3, 4, 4)
+    w1 = _buffers(compiler.lower(fn.ir, sizes, plain, "cuda"))["W1_sh0"]
+    assert w1.box.extent == (1, 4, 4, 3, 3) and w1.order[-1] == 2
+
+
 def _after(source: str, sizes: dict, pipeline: str) -> CompileState:
     fn = tc.define(source)
     return PassManager(parse_pipeline(pipeline)).run(CompileState.initial(fn.ir, sizes))
