@@ -24,8 +24,7 @@ access while they fit in ``max-bytes``. The tree becomes::
 the tensor, consecutive threads reading consecutive elements. The buffer's storage order puts
 the dimension of largest extent innermost (a matmul's A tile is stored transposed; on a tie in
 a register-tiled kernel, one indexed by an output index: a convolution's weights by channel),
-padded by
-16 bytes against bank conflicts while keeping rows 16-byte aligned. The copy mapping is proved
+padded by 16 bytes against bank conflicts while keeping rows 16-byte aligned. The copy mapping is proved
 to run each element on exactly one thread, and every buffer access to stay in the box.
 
 Kernels with a ``reduction`` mark (`map-reduction`), without a band, or with gathers are left
