@@ -15,6 +15,9 @@ so a thread owns a contiguous ``R_0 x R_1 ...`` block of outputs and walks the r
 for all of them; `promote-private` then keeps the accumulators in registers. Permuting the
 members of ``P`` is legal because ``P`` is permutable (checked); the pass manager proves it.
 
+When bands lie below ``P`` (a convolution's window loops ``kh``, ``kw``), the nest form of
+`passes/register_nest.py` applies instead: the register part goes below those bands.
+
 A kernel is left alone when: its tile band is not followed by a point band; ``P`` is not
 permutable; a register-tiled member carries a dependence (it must go to threads); a member's
 tile extent is not a multiple of its register size; or ``P`` has no member left after the
