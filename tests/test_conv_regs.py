@@ -210,7 +210,8 @@ GCONV_SETS = {
     # tiles 2 x 3 on 3 x 4 outputs (partial tiles), a grid that wraps
     "f2-partial-tiles": MO.cuda_convolution(5).tile(0, 0, 2, 2, 3).register_tiling(2, 1, 1)
     .map_to_blocks(2, 2, 2),
-    "f2-w2": MO.cuda_convolution(5).tile(0, 0, 4, 3, 4).register_tiling(2, 1, 2),
+    # 3 channels of 4 per tile (the second tile has one), two columns per thread too
+    "f3-partial-w2": MO.cuda_convolution(5).tile(0, 0, 3, 3, 4).register_tiling(3, 1, 2),
     # the input channels tiled whole: no sequential tile loop, registers below the tile band
     "f4-c-tiled-whole": MO.cuda_convolution(5).tile(0, 0, 4, 3, 4, 2).register_tiling(4, 1, 1),
 }
