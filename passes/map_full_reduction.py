@@ -36,6 +36,8 @@ from ..poly.gpu_mapping import (
     KernelMark,
     member_filter,
     pin_unused,
+    split_lanes,
+    vector_lanes,
 )
 from ..poly.scop import sets_of
 from ..poly.state import CompileState
@@ -67,7 +69,7 @@ def _named(domain: isl.UnionSet, name: str) -> isl.UnionSet:
 
 
 def build_full_reduction(state: CompileState, domain: isl.UnionSet, threads: int,
-                         grid: int) -> isl.Schedule | None:
+                         grid: int, vector_bytes: int = 0) -> isl.Schedule | None:
     """The tree of the module docstring, or None when the sizes are not fixed or too small."""
     fn = state.fn
     st = fn.statements[0]
@@ -81,6 +83,10 @@ def build_full_reduction(state: CompileState, domain: isl.UnionSet, threads: int
     g = max(1, min(grid, extent // b, SM_COUNT * min(32, 2048 // b)))
     if b < 2 or extent < b * g:
         return None
+    lanes = vector_lanes(fn, ("S0",), vector_bytes)
+    if lanes > 1 and (extent % lanes or extent < lanes * b):
+        lanes = 1
+    g = max(1, min(g, extent // (lanes * b)))
     ctx = domain.get_ctx()
     update = _named(domain, "S0")
     init = _named(domain, "S0_init")
@@ -105,10 +111,9 @@ def build_full_reduction(state: CompileState, domain: isl.UnionSet, threads: int
     mupa = isl.MultiUnionPwAff.read_from_str(ctx, f"[{', '.join(params)}] -> [{members}]")
     band = node.insert_partial_schedule(mupa)
     m = len(dims) - 1
-    tfilt = member_filter(band, m, 1, b, "_tx")
-    bfilt = member_filter(band, m, b, g, "_bx")
-    mupa = mupa.set_at(m, mupa.get_at(m).scale_down_val(isl.Val.int_from_si(ctx, b * g)).floor())
-    node = band.delete().insert_partial_schedule(mupa)
+    tfilt = member_filter(band, m, lanes, b, "_tx")
+    bfilt = member_filter(band, m, lanes * b, g, "_bx")
+    node = split_lanes(band, lanes, b * g)
     node = node.insert_filter(bfilt.intersect(tfilt))
     if not _full_participation(node.child(0), b):
         return None

@@ -179,7 +179,8 @@ class MapRows(Pass):
         domain = with_params(isl.Schedule.from_domain(state.scop.domain),
                              BLOCK_PARAMS + THREAD_PARAMS).get_domain()
         if row_rank(state.fn) == 0 and full_reduction_problem(state.fn) is None:
-            schedule = build_full_reduction(state, domain, self.threads, self.grid)
+            schedule = build_full_reduction(state, domain, self.threads, self.grid,
+                                            self.vector_bytes)
             if schedule is None:  # too short to split, or sizes not fixed
                 assert state.schedule is not None
                 schedule = single_thread(with_params(state.schedule, BLOCK_PARAMS + THREAD_PARAMS))

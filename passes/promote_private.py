@@ -139,7 +139,7 @@ class PromotePrivate(Pass):
                 fp = footprint(prefix, writes.union(reads), name)
                 if fp is None or not _private(fp):
                     continue
-                box = compute_box(fp)
+                box = compute_box(fp, interleave=True)  # an interleaved register tile's gaps
                 if box is None or box.volume > self.max_elements:
                     continue
                 rank = len(box.extent)

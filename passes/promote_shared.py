@@ -27,6 +27,15 @@ a register-tiled kernel, one indexed by an output index: a convolution's weights
 padded by 16 bytes against bank conflicts while keeping rows 16-byte aligned. The copy mapping is proved
 to run each element on exactly one thread, and every buffer access to stay in the box.
 
+With ``copy-bytes`` (0: off), a buffer whose rows are contiguous in the tensor and in shared
+memory is copied ``copy-bytes`` at a time where `poly.vector_copy` proves it aligned: the
+footprint splits into vector leaders (``cpvin_<buf>`` / ``cpvnext_<buf>``, one per thread in
+turn, as above with the linear index over the lanes) and the one-element rest of ragged tile
+edges (``cpin_<buf>`` / ``cpnext_<buf>``). A tile stored transposed (a matmul's A) keeps
+one-element copies, unless ``copy-transposed``: then a copy reads ``copy-bytes`` at once
+into registers and stores them one by one (no cp.async, which cannot scatter: the loads
+of a double-buffered tile are synchronous then).
+
 Kernels with a ``reduction`` mark (`map-reduction`), without a band, or with gathers are left
 alone. Legality of the original statements is proved on ``CompileState.base_schedule`` (the
 tree before the first graft), since isl computes no schedule map for trees with extensions.
@@ -60,6 +69,7 @@ from ..poly.scheduler import band_members
 from ..poly.scop import maps_of, sets_of
 from ..poly.state import CompileState
 from ..poly.tree import node_at, path_of
+from ..poly.vector_copy import copy_lanes, leaders_aligned, split_footprint
 from .base import Pass, register
 
 __all__ = ["PromoteShared", "band_of_copy", "element_bytes", "has_reduction_mark", "promotable_kernels"]
@@ -110,17 +120,23 @@ def band_of_copy(copy_set: isl.Set, n_prefix: int, rank: int) -> isl.MultiUnionP
 class PromoteShared(Pass):
     """Copy each GPU kernel's reused read-only tiles to shared memory (see the module
     docstring); ``max_bytes`` bounds the shared memory per kernel (static shared memory,
-    at most 48 KiB), ``unroll_copies`` asks isl to unroll the copy loops."""
+    at most 48 KiB), ``unroll_copies`` asks isl to unroll the copy loops, ``copy_bytes`` (0:
+    off) the bytes one vector copy moves, ``copy_transposed`` lets it read them at once into
+    a buffer that stores them apart (transposed) and store them one by one."""
 
     name = "promote-shared"
     requires_schedule = True
     max_bytes: int = 48 * 1024
     unroll_copies: bool = False
     double_buffer: bool = False
+    copy_bytes: int = 0
+    copy_transposed: bool = False
 
     def __post_init__(self):
         if not 0 < self.max_bytes <= 48 * 1024:
             raise ValueError(f"promote-shared: max-bytes must be in (0, 49152], got {self.max_bytes}")
+        if self.copy_bytes not in (0, 4, 8, 16):
+            raise ValueError(f"promote-shared: copy-bytes must be 0 (off), 4, 8 or 16, got {self.copy_bytes}")
 
     def run(self, state: CompileState) -> CompileState:
         schedule = state.schedule
@@ -190,8 +206,16 @@ class PromoteShared(Pass):
                 if slots * esize * t_stages > budget:
                     continue
                 budget -= slots * esize * t_stages
-                bufs.append(Buffer(f"{t.name}_sh{k}", t.name, "shared", k, box, order, storage,
-                                   dom, prefix, n_prefix, True, False, stages=t_stages))
+                buf = Buffer(f"{t.name}_sh{k}", t.name, "shared", k, box, order, storage,
+                             dom, prefix, n_prefix, True, False, stages=t_stages)
+                lanes, whole = copy_lanes(buf, t, self.copy_bytes, esize, state.sizes,
+                                          scatter=self.copy_transposed)
+                if whole and not leaders_aligned(split_footprint(fp, lanes)[0], buf, lanes):
+                    # a tile origin off the lanes: the stores one by one, or one-element copies
+                    whole, lanes = False, lanes if self.copy_transposed else 1
+                if lanes > 1:
+                    buf = dataclasses.replace(buf, copy_lanes=lanes, copy_scatter=not whole)
+                bufs.append(buf)
             if not bufs:
                 continue
             schedule = _graft_shared(schedule, path_of(node), bufs, fp_of={
@@ -319,29 +343,39 @@ def _graft_shared(schedule: isl.Schedule, path: tuple[int, ...], bufs: list[Buff
     parts: list = []
     ext: isl.UnionMap | None = None
 
-    def add(e: isl.Map, buf: Buffer | None, ahead: bool) -> None:
+    def add(e: isl.Map, buf: Buffer | None, ahead: bool, lanes: int = 1) -> None:
         nonlocal ext
         copy_set = e.range()
         if buf is None:  # a barrier or a commit
             parts.append((isl.UnionSet.from_set(copy_set), None, None, False))
         else:
-            filt = thread_copy_filter(copy_set, buf, n_prefix, km_block, ahead=ahead)
+            filt = thread_copy_filter(copy_set, buf, n_prefix, km_block, ahead=ahead, lanes=lanes)
             prove_copy_mapping(copy_set, filt, THREAD_PARAMS)
             parts.append((isl.UnionSet.from_set(copy_set), isl.UnionSet.from_set(filt),
-                          copy_band(copy_set, buf, n_prefix, ahead=ahead), unroll))
+                          copy_band(copy_set, buf, n_prefix, ahead=ahead, lanes=lanes), unroll))
         ext = isl.UnionMap.from_map(e) if ext is None else ext.union(isl.UnionMap.from_map(e))
+
+    def add_copies(fp: isl.Map, buf: Buffer, stem: str, ahead: bool) -> None:
+        """The copies of ``fp``: vector leaders and the one-element rest (`copy-bytes`)."""
+        if buf.copy_lanes == 1:
+            add(copy_extension(fp, f"cp{stem}_{buf.name}"), buf, ahead)
+            return
+        leaders, rest = split_footprint(fp, buf.copy_lanes)
+        if not leaders.is_empty():
+            add(copy_extension(leaders, f"cpv{stem}_{buf.name}"), buf, ahead, buf.copy_lanes)
+        if not rest.is_empty():
+            add(copy_extension(rest, f"cp{stem}_{buf.name}"), buf, ahead)
 
     staged = [b for b in bufs if b.stages > 1]
     for buf in bufs:
         fp = fp_of[buf.name]
-        add(copy_extension(fp.intersect_domain(first) if buf.stages > 1 else fp,
-                           f"cpin_{buf.name}"), buf, False)
+        add_copies(fp.intersect_domain(first) if buf.stages > 1 else fp, buf, "in", False)
     if staged:
         add(sync_extension(first, f"commit_{k}_0"), None, False)
         for buf in staged:
             nxt = ahead_map.apply_range(fp_of[buf.name])  # [p] -> elements of tile p + 1
             if not nxt.is_empty():
-                add(copy_extension(nxt, f"cpnext_{buf.name}"), buf, True)
+                add_copies(nxt, buf, "next", True)
         add(sync_extension(prefix_set, f"commit_{k}_1"), None, False)
         add(sync_extension(prefix_set, f"wait_{k}_0"), None, False)
     else:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from ..poly.state import CompileState
-from ..poly.tree import leaf_band_paths, node_at
+from ..poly.tree import node_at, path_of
 from .base import Pass, register
 
 __all__ = ["Unroll", "unroll_band"]
@@ -19,7 +19,9 @@ __all__ = ["Unroll", "unroll_band"]
 class Unroll(Pass):
     """Unroll the innermost loop of every innermost band by ``factor``.
 
-    For each band with no band below it, its last member is split into a band of its own and
+    For each band with no band below it other than bands isl unrolls already (a register
+    tile's: a matmul's k point loop counts as innermost above its 8x8 register band), its last
+    member is split into a band of its own and
     strip-mined by ``factor`` (a strip loop ``floor(x / factor)`` over a point loop
     ``x - factor * floor(x / factor)`` in ``[0, factor)``); the point loop's isl AST loop type
     is set to ``unroll``, so isl's AST builder emits ``factor`` copies of the body (with the
@@ -42,9 +44,39 @@ class Unroll(Pass):
         if self.factor == 1:
             return state
         # Deepest first: transforming a band leaves the paths of bands outside it valid.
-        for path in sorted(leaf_band_paths(schedule), key=len, reverse=True):
+        for path in sorted(_innermost_rolled_bands(schedule), key=len, reverse=True):
             schedule = unroll_band(node_at(schedule, path), self.factor).get_schedule()
         return dataclasses.replace(state, schedule=schedule)
+
+
+def _fully_unrolled(node: isl.ScheduleNode) -> bool:
+    return all(node.band_member_get_ast_loop_type(i) == isl.ast_loop_type.unroll
+               for i in range(node.band_n_member()))
+
+
+def _innermost_rolled_bands(schedule: isl.Schedule) -> list[tuple[int, ...]]:
+    """Paths of the bands that make loops (not every member unrolled already) with no such
+    band in their subtree."""
+    found: list[tuple[int, ...]] = []
+
+    def visit(node: isl.ScheduleNode) -> bool:
+        if node.get_type() == isl.schedule_node_type.band and not _fully_unrolled(node):
+            inner: list[bool] = []
+
+            def probe(n: isl.ScheduleNode) -> bool:
+                if n.get_type() == isl.schedule_node_type.band and not _fully_unrolled(n):
+                    inner.append(True)
+                    return False
+                return True
+
+            for i in range(node.n_children()):
+                node.child(i).foreach_descendant_top_down(probe)
+            if not inner:
+                found.append(path_of(node))
+        return True
+
+    schedule.get_root().foreach_descendant_top_down(visit)
+    return found
 
 
 def unroll_band(node: isl.ScheduleNode, factor: int) -> isl.ScheduleNode:

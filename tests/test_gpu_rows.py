@@ -55,6 +55,11 @@ def _compile(src: str, *inputs, options=None) -> tc.Kernel:
     return tc.define(src).compile(*inputs, target="cuda", arch="sm_90", options=options)
 
 
+def _rows(src: str, threads: int) -> tc.MappingOptions:
+    """The default row options with ``threads`` per row (a call's default picks them by width)."""
+    return tc.MappingOptions.default_for(tc.define(src).ir, "cuda").map_rows(threads)
+
+
 def _checked_ptx(kernel: tc.Kernel) -> str:
     if find_ptxas() is not None:
         ptxas_check(kernel.ptx, "sm_90")
@@ -105,14 +110,23 @@ def test_inlining_refuses_what_would_change_the_result(src):
 def test_bench_row_programs_are_one_kernel(src, local):
     fn = tc.define(src)
     opts = tc.MappingOptions.default_for(fn.ir, "cuda")
-    assert opts.row_block == 512 and opts.grid == (4224,)  # a cap: 528 blocks of 512 are taken
+    assert opts.row_block == 512 and opts.grid == (4224,)  # sizes unknown: 512 threads per row
+    # at the call's sizes: 64 threads of 64 elements each (`gpu_defaults.row_threads`)
+    # (a row sum, one phase, keeps 512)
+    threads = 512 if src == ROWSUM else 64
+    sized = tc.MappingOptions.default_for(fn.ir, "cuda", {"N": 32768, "D": 4096})
+    assert sized.row_block == threads and sized.grid == (4224,)
     kernel = _compile(src, *_inputs(src, (32768, 4096)))
     assert kernel.schedule.count("kernel grid=") == 1
-    assert "kernel grid=528,1,1 block=512,1,1" in kernel.schedule
-    assert f"rows threads=512 local={','.join(local)}" in kernel.schedule
+    assert f"kernel grid={4224 if threads == 64 else 528},1,1 block={threads},1,1" in kernel.schedule
+    assert f"rows threads={threads} local={','.join(local)}" in kernel.schedule
     ptx = _checked_ptx(kernel)
     assert ptx.count(".entry") == 1
     assert "bar.sync" in ptx and "shfl.sync.bfly" in ptx
+    # threads holding 64 values each get the registers they need (no minctasm: 32 spilled)
+    assert (".minnctapersm" in ptx) == (threads == 512)
+    big = _compile(src, *_inputs(src, (32768, 4096)), options=opts)  # 8 values per thread
+    assert ".minnctapersm 4" in big.ptx
     image = kernel.runner.image
     assert set(image.on_chip) == {t.name for t in fn.ir.temporaries}  # no global temporaries
     for t in local:
@@ -121,6 +135,17 @@ def test_bench_row_programs_are_one_kernel(src, local):
     ctx = isl.Context()
     once = str(isl.Schedule.read_from_str(ctx, kernel.schedule))
     assert str(isl.Schedule.read_from_str(ctx, once)) == once
+
+
+@pytest.mark.parametrize(("width", "threads"), [(1, 32), (31, 32), (2048, 32), (2049, 64),
+                                                (4096, 64), (8192, 128), (1 << 20, 512)])
+def test_row_threads_follow_the_row_width(width, threads):
+    from tcmlir.gpu_defaults import row_threads
+
+    fn = tc.define(SOFTMAX).ir
+    assert row_threads(fn, {"N": 7, "D": width}) == threads
+    assert row_threads(fn, {"N": 7}) == 512  # a width not known
+    assert row_threads(tc.define(ROWSUM).ir, {"N": 7, "D": width}) == 512  # one pass: streams
 
 
 def _enclosing(lines: list[str], i: int) -> list[str]:
@@ -136,7 +161,7 @@ def _enclosing(lines: list[str], i: int) -> list[str]:
 
 @pytest.mark.parametrize(("d", "threads"), [(1, 1), (31, 16), (33, 32), (1000, 512), (4097, 512)])
 def test_block_fits_short_rows_and_barriers_are_uniform(d, threads):
-    kernel = _compile(SOFTMAX, *_inputs(SOFTMAX, (7, d)))
+    kernel = _compile(SOFTMAX, *_inputs(SOFTMAX, (7, d)), options=_rows(SOFTMAX, 512))
     assert f"block={threads},1,1" in kernel.schedule
     assert f"rows threads={threads} " in kernel.schedule
     lines = kernel.loops.splitlines()
@@ -152,7 +177,7 @@ def test_block_fits_short_rows_and_barriers_are_uniform(d, threads):
 
 
 def test_single_row_and_one_column():
-    k = _compile(ROWSUM, np.zeros((1, 4097), np.float32))
+    k = _compile(ROWSUM, np.zeros((1, 4097), np.float32), options=_rows(ROWSUM, 512))
     assert "kernel grid=1,1,1 block=512,1,1" in k.schedule
     k = _compile(ROWSUM, np.zeros((1000, 1), np.float32))
     assert "block=1,1,1" in k.schedule and "reduction S" not in k.schedule
@@ -167,7 +192,7 @@ def test_every_operator_and_dtype_compiles(t, op):
     src = ROWRED.format(t=t, op=op)
     x = np.zeros((5, 1000), DTYPES[t])
     kernel = _compile(src, x)
-    assert "rows threads=512" in kernel.schedule
+    assert "rows threads=512" in kernel.schedule  # one statement: 512 threads per row
     # 8-bit values are not shuffled: that reduction runs on thread 0, the kernel stays one
     assert ("reduction S0 threads=512" in kernel.schedule) == (t != "int8")
     assert _checked_ptx(kernel).count(".entry") == 1
@@ -214,9 +239,11 @@ def test_full_reduction_spans_the_grid(t, op):
     fn = tc.define(src)
     assert tc.MappingOptions.default_for(fn.ir, "cuda").row_block == 1024
     kernel = _compile(src, np.zeros(1 << 20, DTYPES[t]))
-    # the identity first (one thread), then every block folds its share by compare-and-swap
+    # the identity first (one thread), then every block folds its share by compare-and-swap;
+    # with 128-bit lanes every thread reads a group: at most 2^20 / (lanes * 1024) blocks
+    lanes = 16 // np.dtype(DTYPES[t]).itemsize
     assert "kernel grid=1,1,1 block=1,1,1" in kernel.schedule
-    assert "kernel grid=264,1,1 block=1024,1,1" in kernel.schedule
+    assert f"kernel grid={min(264, (1 << 20) // (lanes * 1024))},1,1 block=1024,1,1" in kernel.schedule
     assert "reduction S0 threads=1024 atomic" in kernel.schedule
     ptx = _checked_ptx(kernel)
     assert ptx.count(".entry") == 2 and "atom.relaxed.sys.global.cas" in ptx

@@ -323,7 +323,39 @@ def test_host_plan_scalars_fresh_outputs_and_errors(rng):
 
 # ------------------------------------------------------------------ on the GPU
 
+def test_outputs_allocated_like_a_row_major_torch_input_only():
+    torch = pytest.importorskip("torch")
+    from tcmlir.dtypes import DType
+    from tcmlir.runtime.arrays import ArrayKind, DeviceArrayView
+    from tcmlir.runtime.launch_plan import _plain_torch_like
+
+    def view(shape, strides, kind=ArrayKind.TORCH_CUDA, dtype=DType.FLOAT32):
+        return DeviceArrayView(0, shape, dtype, strides, 0, None, kind)
+
+    f32 = DType.FLOAT32
+    assert _plain_torch_like(torch.Tensor, view((3, 5), (20, 4)), (3, 5), f32)
+    assert not _plain_torch_like(torch.Tensor, view((3, 5), (4, 12)), (3, 5), f32)  # x.t()
+    assert not _plain_torch_like(torch.Tensor, view((3, 5), (40, 4)), (3, 5), f32)  # a slice
+    assert not _plain_torch_like(torch.Tensor, view((3, 5), (20, 4)), (5, 3), f32)
+    assert not _plain_torch_like(torch.Tensor, view((3, 5), (40, 8), dtype=DType.FLOAT64), (3, 5), f32)
+    assert not _plain_torch_like(torch.nn.Parameter, view((3, 5), (20, 4)), (3, 5), f32)
+    assert not _plain_torch_like(torch.Tensor, view((3, 5), (20, 4), ArrayKind.CUPY), (3, 5), f32)
+
+
 gpu = pytest.mark.gpu
+
+
+@gpu
+def test_outputs_like_an_input_are_fresh_row_major_tensors(torch_cuda):
+    torch = torch_cuda
+    fn = tc.define(ADD, target="cuda")
+    x, y = torch.randn(1000, device="cuda"), torch.randn(1000, device="cuda")
+    z1, z2 = fn(x, y), fn(x, y)
+    assert z1.data_ptr() not in (x.data_ptr(), y.data_ptr(), z2.data_ptr())
+    assert z1.is_contiguous() and not z1.requires_grad
+    torch.testing.assert_close(z2, x + y)
+    w = torch.randn(2000, device="cuda", requires_grad=True)[::2].detach()  # strided: own plan
+    torch.testing.assert_close(fn(w, y), w + y)
 
 
 @pytest.fixture

@@ -224,7 +224,9 @@ def test_thread_strides_of_row_and_parametric_kernels():
     from tcmlir.profile.structure import kernel_structures
 
     X = f32(64, 100)
-    row = tc.define(SOFTMAX).compile(X, target="cuda", arch="sm_90")   # map-rows
+    sm = tc.define(SOFTMAX)
+    row = sm.compile(X, target="cuda", arch="sm_90",   # map-rows, 512 threads per row
+                     options=tc.MappingOptions.default_for(sm.ir, "cuda"))
     (ks,), _ = kernel_structures(row)
     assert ks.thread_mapped and ks.reduction_threads > 32
     assert {a.tensor: a.stride for a in ks.strides if a.kind == "read"}["X"] == 1

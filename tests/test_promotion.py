@@ -124,7 +124,7 @@ def test_planted_copy_schedule_bug_is_caught(monkeypatch, rng):
     import tcmlir.passes.promote_shared as ps
 
     monkeypatch.setattr(ps, "copy_band",
-                        lambda copy_set, buf, n, ahead=False: ps.band_of_copy(copy_set, n, len(buf.box.extent)))
+                        lambda copy_set, buf, n, ahead=False, lanes=1: ps.band_of_copy(copy_set, n, len(buf.box.extent)))
     fn = tc.define(MM, target="numpy")
     a = rng.standard_normal((8, 16)).astype(np.float32)
     b = rng.standard_normal((16, 128)).astype(np.float32)

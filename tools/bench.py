@@ -30,23 +30,21 @@ class Case:
     torch_fn: Any  # (torch, *inputs) -> output
     flops: float
     bytes: float
-    tuned: Any  # MappingOptions factory (hand-picked), or None
+    # MappingOptions factory (options found by tuning, kept for the "tuned" column), or None; the
+    # hand-picked options of earlier sessions were dropped once the defaults beat them all
+    tuned: Any
 
 
 def cases(quick: bool) -> list[Case]:
-    import tcmlir as tc
-
     s = 4 if quick else 1
     M = N = K = 4096 // s
     R, D = 32768 // s, 4096
     T = 8192 // s
     B, IN, OUT = 1024 // s, 2048, 1024
-    MO = tc.MappingOptions
     return [
         Case("matmul 4096^3", "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }",
              lambda t: (t.randn(M, K, device="cuda"), t.randn(K, N, device="cuda")),
-             lambda t, a, b: a @ b, 2.0 * M * N * K, 4.0 * (M * K + K * N + M * N),
-             lambda: MO.naive().tile(32, 32, 32).map_to_threads(32, 32).map_to_blocks(128, 128)),
+             lambda t, a, b: a @ b, 2.0 * M * N * K, 4.0 * (M * K + K * N + M * N), None),
         Case("tmm 128x1024x1024", "def tmm(float(M,K) A, float(N,K) B) -> (C) { C(m,n) +=! A(m,k) * B(n,k) }",
              lambda t: (t.randn(128, 1024, device="cuda"), t.randn(1024, 1024, device="cuda")),
              lambda t, a, b: a @ b.t(), 2.0 * 128 * 1024 * 1024, 4.0 * (128 * 1024 * 2 + 1024 * 1024),
@@ -73,12 +71,10 @@ def cases(quick: bool) -> list[Case]:
                 s(n) +=! e(n, d)
                 O(n, d) = e(n, d) / s(n)
             }""", lambda t: (t.randn(R, D, device="cuda"),),
-             lambda t, x: t.softmax(x, dim=1), 4.0 * R * D, 4.0 * 2 * R * D,
-             lambda: MO.naive().outer_schedule_fusion_strategy("max").tile(1).map_to_threads(256)
-             .map_to_blocks(R)),
+             lambda t, x: t.softmax(x, dim=1), 4.0 * R * D, 4.0 * 2 * R * D, None),
         Case("row sum 32768x4096", "def rowsum(float(N, D) X) -> (S) { S(n) +=! X(n, d) }",
              lambda t: (t.randn(R, D, device="cuda"),), lambda t, x: x.sum(dim=1),
-             1.0 * R * D, 4.0 * R * D, lambda: MO.naive().tile(1).map_to_threads(256).map_to_blocks(R)),
+             1.0 * R * D, 4.0 * R * D, None),
         Case("layernorm 32768x4096", """def layernorm(float(N, D) X) -> (O) {
                 mean(n) +=! X(n, d) / D
                 c(n, d) = X(n, d) - mean(n)
@@ -86,25 +82,23 @@ def cases(quick: bool) -> list[Case]:
                 O(n, d) = c(n, d) * rsqrt(var(n) + 1e-5)
             }""", lambda t: (t.randn(R, D, device="cuda"),),
              lambda t, x: t.nn.functional.layer_norm(x, (x.shape[1],), eps=1e-5), 8.0 * R * D,
-             4.0 * 2 * R * D, lambda: MO().map_rows(1024)),
+             4.0 * 2 * R * D, None),
         Case("full sum 2^28", "def full(float(N) X) -> (s) { s +=! X(i) }",
              lambda t: (t.randn((1 << 28) // s, device="cuda"),), lambda t, x: x.sum(),
-             float((1 << 28) // s), 4.0 * ((1 << 28) // s), lambda: MO().map_rows(1024)),
+             float((1 << 28) // s), 4.0 * ((1 << 28) // s), None),
         Case("column sum 4096x32768", "def colsum(float(N, D) X) -> (S) { S(d) +=! X(n, d) }",
              lambda t: (t.randn(4096 // s, 32768, device="cuda"),), lambda t, x: x.sum(dim=0),
-             4096.0 * 32768 / s, 4.0 * 4096 * 32768 / s, lambda: MO().map_rows(256)),
+             4096.0 * 32768 / s, 4.0 * 4096 * 32768 / s, None),
         Case("transpose 8192^2", "def tr(float(N, M) A) -> (B) { B(m, n) = A(n, m) }",
              lambda t: (t.randn(T, T, device="cuda"),), lambda t, a: a.t().contiguous(),
-             0.0, 8.0 * T * T, lambda: MO.naive().tile(32, 32).map_to_threads(32, 32)
-             .map_to_blocks(256, 256)),
+             0.0, 8.0 * T * T, None),
         Case("bias+relu 1024x2048->1024", """def fc_relu(float(B, M) I, float(N, M) W, float(N) bias) -> (O) {
                 O(b, n) +=! I(b, m) * W(n, m)
                 O(b, n) = fmax(O(b, n) + bias(n), 0)
             }""", lambda t: (t.randn(B, IN, device="cuda"), t.randn(OUT, IN, device="cuda"),
                               t.randn(OUT, device="cuda")),
              lambda t, x, w, b: t.relu(t.nn.functional.linear(x, w, b)), 2.0 * B * IN * OUT,
-             4.0 * (B * IN + OUT * IN + B * OUT), lambda: MO.mlp().tile(32, 32, 32).map_to_threads(32, 8)
-             .map_to_blocks(256, 256)),
+             4.0 * (B * IN + OUT * IN + B * OUT), None),
     ]
 
 

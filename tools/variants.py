@@ -4,7 +4,7 @@
 
 CASE is a name prefix of a `tools/bench.py` case (its sizes and torch reference are used);
 each EXPR is a Python expression for `MappingOptions`, evaluated with ``MO`` =
-`tcmlir.MappingOptions` and ``D`` = the case's default options, e.g.
+`tcmlir.MappingOptions` and ``D`` = the case's default options at its sizes, e.g.
 ``'D.tile(1, 32, 32).map_to_threads(32, 32)'``. For each variant: the error against torch, the
 median time (CUDA events), the ratio to torch and the fraction of the roofline ceiling. A
 variant that fails to compile or gives a wrong result is reported and the others go on. Used to
@@ -40,7 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     t_torch = time_cuda(torch, lambda: case.torch_fn(torch, *inputs))
     ceiling = max(case.flops / FP32_FLOPS, case.bytes / COPY_BW)
     fn = tc.define(case.tc, target="cuda")
-    env = {"MO": tc.MappingOptions, "D": tc.MappingOptions.default_for(fn, "cuda"), "tc": tc}
+    from tcmlir.binding import bind_sizes
+
+    sizes = bind_sizes(fn.ir, [tuple(x.shape) for x in inputs])
+    # D: what a call on these inputs uses (the defaults depend on the sizes)
+    env = {"MO": tc.MappingOptions, "D": tc.MappingOptions.default_for(fn, "cuda", sizes),
+           "tc": tc}
     print(f"{case.name}: torch {t_torch * 1e3:.3f} ms, ceiling {ceiling * 1e3:.3f} ms", flush=True)
     for expr in args.exprs:
         try:

@@ -83,6 +83,16 @@ class MappingOptions:
                                                  # its innermost member (16: 128-bit); 0 off
     split_k: int = 1                             # cut each contraction's reduction into at most
                                                  # this many chunks (passes/split_k); 1 off
+    register_interleave: tuple[int, ...] = ()    # cuda, per register-tiled member: a thread's
+                                                 # outputs in groups of this width spread over
+                                                 # the tile (register-tile interleave); 0 or ():
+                                                 # a contiguous block
+    copy_bytes: int = 0                          # cuda: bytes one shared-memory copy moves
+                                                 # where proved aligned (16: cp.async.cg 16);
+                                                 # 0 off (one element per copy)
+    copy_transposed: bool = False                # cuda, with copy_bytes: also tiles stored
+                                                 # transposed (one 16-byte load, a store per
+                                                 # element; no cp.async)
 
     def __post_init__(self) -> None:
         if self.fusion not in FUSION_STRATEGIES:
@@ -96,6 +106,11 @@ class MappingOptions:
                            _positive_tuple("register tile", self.register_tile, max_len=3))
         object.__setattr__(self, "devices",
                            _positive_tuple("devices", self.devices, allow_zero=True))
+        object.__setattr__(self, "register_interleave",
+                           _positive_tuple("register interleave", self.register_interleave,
+                                           max_len=3, allow_zero=True))
+        if self.copy_bytes not in (0, 4, 8, 16):
+            raise OptionsError(f"copy_bytes must be 0 (off), 4, 8 or 16, got {self.copy_bytes}")
         if not self.block or not self.grid:
             raise OptionsError("block and grid need at least one dimension")
         if self.mixed_rows not in MIXED_ROWS:
@@ -178,7 +193,7 @@ class MappingOptions:
         if target == "cuda":
             from .gpu_defaults import elementwise_defaults, mixed_defaults, reduction_defaults
 
-            rows = reduction_defaults(ir_fn) or mixed_defaults(ir_fn)
+            rows = reduction_defaults(ir_fn, sizes) or mixed_defaults(ir_fn)
             if rows is not None:
                 return rows
             flat = elementwise_defaults(ir_fn)
@@ -326,6 +341,25 @@ class MappingOptions:
         the block then has ``tile / sizes`` threads per mapped member (`register-tile`)."""
         return self._with(register_tile=tuple(sizes))
 
+    def interleave_registers(self, *widths: int) -> MappingOptions:
+        """cuda: along register-tiled member ``i`` a thread owns ``register_tile[i] /
+        widths[i]`` groups of ``widths[i]`` adjacent outputs spread across the tile instead
+        of one contiguous block (``interleave_registers(0, 4)`` with ``register_tiling(8,
+        8)``: columns ``4t..4t+3`` and ``64+4t..64+4t+3`` of a 128-wide tile, so the
+        128-bit shared-memory reads of a warp are conflict-free); 0 keeps a member
+        contiguous, no argument turns it off (`register-tile` ``interleave``)."""
+        return self._with(register_interleave=tuple(widths))
+
+    def vector_copies(self, nbytes: int = 16, transposed: bool = False) -> MappingOptions:
+        """cuda: shared-memory tile copies move ``nbytes`` at once (16: one
+        ``cp.async.cg ... 16`` or one 128-bit load and store per thread) where the copied
+        rows are contiguous in the tensor and in the buffer and 16-byte alignment is proved;
+        elsewhere one element per copy. With ``transposed``, tiles the buffer stores
+        transposed (a matmul's A) are read ``nbytes`` at once too and stored one element at
+        a time (synchronous loads: cp.async cannot scatter). 0 turns it off (`promote-shared`
+        ``copy-bytes``, ``copy-transposed``)."""
+        return self._with(copy_bytes=int(nbytes), copy_transposed=bool(transposed) and nbytes > 0)
+
     def double_buffering(self, use: bool = True) -> MappingOptions:
         """Copy the next tile to shared memory while computing on this one (two buffers,
         cp.async on sm_80+), where the tile band ends with a sequential loop."""
@@ -373,7 +407,8 @@ class MappingOptions:
         out: dict[str, Any] = {"version": _JSON_VERSION}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name in ("devices", "vector_bytes", "mixed_rows") and not value:
+            if f.name in ("devices", "vector_bytes", "mixed_rows", "register_interleave",
+                          "copy_bytes", "copy_transposed") and not value:
                 continue  # one device, scalar access, no mixed mapping: kept out so cache keys
                 # stay those of before
             if f.name == "split_k" and value == 1:
@@ -481,7 +516,9 @@ class MappingOptions:
             block = self.thread_block()
             steps.append(f"map-to-blocks{{grid={ints(self.grid)}}}")
             if self.register_tile:
-                steps.append(f"register-tile{{sizes={ints(self.register_tile)}}}")
+                lace = (f",interleave={ints(self.register_interleave)}"
+                        if any(self.register_interleave) else "")
+                steps.append(f"register-tile{{sizes={ints(self.register_tile)}{lace}}}")
             vec = f",vector-bytes={self.vector_bytes}" if self.vector_bytes else ""
             steps.append(f"map-to-threads{{block={ints(block)}{vec}}}")
             # a reduction member left sequential goes to threadIdx.x with a block combine
@@ -494,7 +531,10 @@ class MappingOptions:
                 limit = self.max_shared_memory or 48 * 1024
                 steps.append(f"promote-shared{{max-bytes={min(limit, 48 * 1024)},"
                              f"unroll-copies={str(self.unroll_copy_shared).lower()},"
-                             f"double-buffer={str(self.double_buffer).lower()}}}")
+                             f"double-buffer={str(self.double_buffer).lower()}"
+                             + (f",copy-bytes={self.copy_bytes}" if self.copy_bytes else "")
+                             + (",copy-transposed=true" if self.copy_transposed else "")
+                             + "}")
             if self.use_private_memory:
                 steps.append("promote-private")
         return ",".join(steps)
@@ -504,6 +544,14 @@ class MappingOptions:
         divided by the register sizes (innermost mapped member on x). The register sizes go
         with the point band's members, the tiled ones: tile sizes of 0 (untiled members, such
         as a convolution's batch and group) are skipped."""
+        if any(self.register_interleave):
+            if len(self.register_interleave) > len(self.register_tile):
+                raise OptionsError(f"register interleave {self.register_interleave} needs a "
+                                   f"register tile size per width, got {self.register_tile}")
+            for w, r in zip(self.register_interleave, self.register_tile, strict=False):
+                if w and r % w:
+                    raise OptionsError(f"register interleave width {w} does not divide the "
+                                       f"register tile size {r} ({self.register_tile})")
         if not self.register_tile:
             return self.block
         tiles = tuple(t for t in self.tile_sizes if t)

@@ -244,6 +244,15 @@ class _Thread:
             self.write_slot(buf.name, local, value.astype(tensor.dtype))
         elif payload.kind in ("in", "next"):  # cp.async copies complete before the next wait
             self.write_slot(buf.name, local, tensor[g])
+        elif payload.kind in ("vin", "vnext"):  # copy_lanes elements from an aligned leader
+            lanes = buf.copy_lanes
+            if (int(np.ravel_multi_index(g, tensor.shape)) % lanes
+                    or (not buf.copy_scatter and buf.flat_offset(local) % lanes)):
+                raise SimulationError(f"thread {self.tid}: vector copy of {buf.name} from "
+                                      f"{buf.tensor}{list(g)} to {local} is not {lanes}-aligned")
+            for j in range(lanes):
+                self.write_slot(buf.name, [*local[:-1], local[-1] + j],
+                                tensor[(*g[:-1], g[-1] + j)])
         else:
             tensor[g] = self.read_slot(buf.name, local)
 

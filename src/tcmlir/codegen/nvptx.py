@@ -202,20 +202,69 @@ class NvptxTarget(Target):
         for d in range(1, len(gidx)):
             off = b.add(b.mul(off, walker.extent(t.name, d)), gidx[d])
         gptr = b.gep(walker.pointer(t.name), [off], inbounds=True, source_etype=mty)
-        size = t.dtype.bits // 8  # cp.async copies 4 or 8 bytes (promote-shared stages only those)
-        if payload.kind in ("in", "next") and buf.stages > 1 and self.async_copies and size in (4, 8):
+        if payload.kind in ("vin", "vnext"):
+            self._vector_copy(walker, buf, t, local, gptr)
+            return
+        if payload.kind in ("in", "next"):
+            self._element_copy(walker, buf, t, local, gptr)
+        else:
+            b.store(b.load(local, typ=mty), gptr)
+
+    def _vector_copy(self, walker: GroupWalker, buf: Any, t: tc.Tensor, local: ir.Value,
+                     gptr: ir.Value) -> None:
+        """``buf.copy_lanes`` elements from ``gptr`` on, along the tensor's last dimension, to
+        the buffer from ``local`` on (`poly.vector_copy` proved the tensor offset, and unless
+        ``buf.copy_scatter`` the buffer slot, aligned to the lanes). When the tensor's pointer
+        is `ALIGN_BYTES`-aligned (the kernel's ``aligned`` tensors): one ``cp.async.cg ... 16``
+        (double buffering), or one vector load and one vector store, or (scatter) one vector
+        load and a store per element; otherwise element by element."""
+        b = walker.builder
+        mty = memory_type(t.dtype)
+        lanes = buf.copy_lanes
+        nbytes = lanes * (t.dtype.bits // 8)
+        step = buf.strides()[-1]  # slots between neighbours along the tensor's last dimension
+        slots = [b.gep(local, [ir.Constant(I64, j * step)], inbounds=True, source_etype=mty)
+                 for j in range(lanes)] if buf.copy_scatter or step != 1 else None
+        if t.name not in getattr(walker.owner, "aligned", ()) or nbytes > ALIGN_BYTES:
+            for j in range(lanes):
+                src = b.gep(gptr, [ir.Constant(I64, j)], inbounds=True, source_etype=mty)
+                dst = slots[j] if slots else b.gep(local, [ir.Constant(I64, j)], inbounds=True,
+                                                   source_etype=mty)
+                self._element_copy(walker, buf, t, dst, src)
+            return
+        if not slots and buf.stages > 1 and self.async_copies and nbytes == 16:
+            copy = declare(b.module, "llvm.nvvm.cp.async.cg.shared.global.16",
+                           ir.FunctionType(ir.VoidType(), [ir.PointerType(addrspace=3),
+                                                           ir.PointerType(addrspace=1)]))
+            b.call(copy, [b.bitcast(local, ir.PointerType(addrspace=3)), gptr])
+            return
+        vty = ir.VectorType(mty, lanes)
+        value = b.load(b.bitcast(gptr, vty.as_pointer(1)), typ=vty, align=nbytes)
+        if t.role is tc.Role.INPUT:
+            value.set_metadata("invariant.load", b.module.add_metadata([]))
+        if not slots:
+            b.store(value, b.bitcast(local, vty.as_pointer(3)), align=nbytes)
+            return
+        for j, dst in enumerate(slots):
+            b.store(b.extract_element(value, ir.Constant(I32, j)), dst)
+
+    def _element_copy(self, walker: GroupWalker, buf: Any, t: tc.Tensor, local: ir.Value,
+                      gptr: ir.Value) -> None:
+        """One element from ``gptr`` to the buffer element ``local`` (cp.async, which copies 4
+        or 8 bytes, when double-buffered: promote-shared stages only those)."""
+        b = walker.builder
+        mty = memory_type(t.dtype)
+        size = t.dtype.bits // 8
+        if buf.stages > 1 and self.async_copies and size in (4, 8):
             copy = declare(b.module, f"llvm.nvvm.cp.async.ca.shared.global.{size}",
                            ir.FunctionType(ir.VoidType(), [ir.PointerType(addrspace=3),
                                                            ir.PointerType(addrspace=1)]))
             b.call(copy, [b.bitcast(local, ir.PointerType(addrspace=3)), gptr])
             return
-        if payload.kind in ("in", "next"):
-            value = b.load(gptr, typ=mty)
-            if t.role is tc.Role.INPUT:
-                value.set_metadata("invariant.load", b.module.add_metadata([]))
-            b.store(value, local)
-        else:
-            b.store(b.load(local, typ=mty), gptr)
+        value = b.load(gptr, typ=mty)
+        if t.role is tc.Role.INPUT:
+            value.set_metadata("invariant.load", b.module.add_metadata([]))
+        b.store(value, local)
 
     def mark(self, walker: GroupWalker, name: str, child: isl.AstNode) -> None:
         if parse_kernel_mark(name) is not None:
@@ -283,20 +332,52 @@ def _has_row_mark(node: isl.AstNode) -> bool:
     """True if a ``rows`` or ``reduction`` mark (a bandwidth-bound row kernel) lies in ``node``
     and no ``accumulate ... over-rows`` mark: a row kernel that also keeps column partials in
     registers across its rows (`passes/row_partials.py`) spilled under the 32-register budget
-    (a 128-byte frame at 1024 threads; 62 registers without it), so it gets no ``minctasm``."""
+    (a 128-byte frame at 1024 threads; 62 registers without it), so it gets no ``minctasm``;
+    nor does one whose threads hold more than `MINCTASM_ROW_VALUES` row elements each, nor a
+    full reduction. (isl hands each node to the callback for that call only: counted there.)"""
     hit, partials = [], []
 
     def fn(n: isl.AstNode) -> bool:
         if n.get_type() == isl.ast_node_type.mark:
             name = n.mark_get_id().get_name()
             if name.startswith(("rows ", "reduction ")):
-                hit.append(n)
+                # a full reduction (`map_full_reduction`, folded atomically) walks long
+                # strides: 32 registers cost it 6% (2^28 float32 on the H200: 0.288 ms with
+                # minctasm, 0.271 without, 0.267 with 128-bit lanes)
+                full = name.startswith("reduction ") and name.endswith(" atomic")
+                hit.append(MINCTASM_ROW_VALUES + 1 if full else _unrolled_calls(n))
             if name.startswith("accumulate ") and "over-rows" in name:
                 partials.append(n)
         return True
 
     node.foreach_descendant_top_down(fn)
-    return bool(hit) and not partials
+    return bool(hit) and not partials and max(hit) <= MINCTASM_ROW_VALUES
+
+
+#: a row kernel whose threads hold at most this many row elements each (straight-line phase
+#: code) gets ``minctasm``; with more, the 32-register budget spills (softmax 4096 wide on 256
+#: threads: 16 values, a 32-byte frame) and the larger register file per thread is the point
+MINCTASM_ROW_VALUES = 8
+
+
+def _unrolled_calls(mark: isl.AstNode) -> int:
+    """Statement calls below a ``reduction`` mark (one phase of a row) in straight-line code:
+    the row elements a thread holds at once when its stride loop is unrolled (0 for a
+    ``rows`` mark, and below a loop: a thread then walks its elements and holds few)."""
+    calls, loops = [0], [0]
+
+    def fn(n: isl.AstNode) -> bool:
+        kind = n.get_type()
+        if kind == isl.ast_node_type.user:
+            calls[0] += 1
+        elif kind == isl.ast_node_type.for_:
+            loops[0] += 1
+        return True
+
+    if not mark.mark_get_id().get_name().startswith("reduction "):
+        return 0
+    mark.mark_get_node().foreach_descendant_top_down(fn)
+    return 0 if loops[0] else calls[0]
 
 
 def _has_kernel_mark(node: isl.AstNode) -> bool:

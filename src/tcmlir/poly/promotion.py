@@ -43,7 +43,8 @@ __all__ = [
     "statement_accesses", "sync_extension", "thread_copy_filter",
 ]
 
-COPY_STMT = re.compile(r"^cp(in|out|init|next)_(\w+)$")
+# cpvin/cpvnext: `Buffer.copy_lanes` elements at once from a leader (poly/vector_copy.py)
+COPY_STMT = re.compile(r"^cp(in|out|init|next|vin|vnext)_(\w+)$")
 # barriers (sync), cp.async group commits (commit) and wait-for-the-older-group + barrier (wait)
 SYNC_STMT = re.compile(r"^(sync|commit|wait)_\d+_\d+$")
 _STMT = re.compile(r"^S(\d+)(_init)?$")
@@ -56,6 +57,9 @@ class Box:
     lo: tuple[isl.PwAff, ...]       # on the prefix space
     stride: tuple[int, ...]
     extent: tuple[int, ...]         # number of buffer slots along each dimension
+    # per dimension (or ()): None, or (S, V) when the offsets ``a - lo`` are groups of V
+    # adjacent values S apart (an interleaved register tile): slot ``floor(d/S)*V + d mod S``
+    groups: tuple[tuple[int, int] | None, ...] = ()
 
     @property
     def volume(self) -> int:
@@ -89,6 +93,8 @@ class Buffer:
     copy_out: bool
     fill: int | None = None   # statement whose initialisation fills the buffer (promote-private)
     stages: int = 1           # 2: double-buffered over the last prefix dimension (cp.async)
+    copy_lanes: int = 1       # elements a cpvin/cpvnext copy moves at once (poly/vector_copy)
+    copy_scatter: bool = False  # ... read at once, stored one by one (a transposed buffer)
 
     @property
     def stage_slots(self) -> int:
@@ -175,11 +181,13 @@ def footprint(prefix: isl.UnionMap, accesses: isl.UnionMap, tensor: str) -> isl.
     return found[0].coalesce()
 
 
-def compute_box(fp: isl.Map) -> Box | None:
-    """The strided box of footprint ``fp`` (None: some extent is unbounded)."""
+def compute_box(fp: isl.Map, *, interleave: bool = False) -> Box | None:
+    """The strided box of footprint ``fp`` (None: some extent is unbounded). With
+    ``interleave``, a unit-stride dimension whose offsets from the lower bound are groups of
+    adjacent values with gaps between them (`interleaved_groups`) is compressed."""
     n_in = fp.dim(isl.dim_type.in_)
     wrapped = fp.wrap()
-    lo, stride, extent = [], [], []
+    lo, stride, extent, groups = [], [], [], []
     for d in range(fp.dim(isl.dim_type.out)):
         low, high = fp.dim_min(d), fp.dim_max(d)
         span = high.sub(low).max_val()
@@ -190,7 +198,40 @@ def compute_box(fp: isl.Map) -> Box | None:
         lo.append(low)
         stride.append(s)
         extent.append(int(span.to_python()) // s + 1)
-    return Box(tuple(lo), tuple(stride), tuple(extent))
+        found = interleaved_groups(fp, d, low, extent[-1]) if interleave and s == 1 else None
+        groups.append(found)
+        if found is not None:
+            extent[-1] = (extent[-1] - 1) // found[0] * found[1] + found[1]
+    return Box(tuple(lo), tuple(stride), tuple(extent),
+               tuple(groups) if any(g is not None for g in groups) else ())
+
+
+def interleaved_groups(fp: isl.Map, d: int, low: isl.PwAff, extent: int) -> tuple[int, int] | None:
+    """(S, V) when every offset ``a_d - low(p)`` of footprint ``fp`` (over every prefix and
+    parameter value) lies in ``{g*S + v : 0 <= v < V}`` with ``V < S`` (groups of ``V``
+    adjacent elements ``S`` apart, as `register-tile` interleaves them), else None. ``V`` is
+    the first gap, ``S`` the first offset after it; the inclusion is proved by isl."""
+    ctx = fp.get_ctx()
+    one = fp.project_out(isl.dim_type.out, d + 1, fp.dim(isl.dim_type.out) - d - 1)
+    one = one.project_out(isl.dim_type.out, 0, d).reset_tuple_id(isl.dim_type.out)
+    low_map = isl.Map.from_pw_aff(low.neg())
+    one, low_map = one.align_params(low_map.get_space()), low_map.align_params(one.get_space())
+    offsets = one.sum(low_map.intersect_domain(one.domain())).range()
+    offsets = offsets.project_out(isl.dim_type.param, 0, offsets.dim(isl.dim_type.param))
+    window = isl.Set.read_from_str(ctx, f"{{ [d] : 0 <= d < {extent} }}")
+    gaps = window.subtract(offsets)
+    if gaps.is_empty():
+        return None
+    v = int(gaps.dim_min_val(0).to_python())
+    after = offsets.intersect(isl.Set.read_from_str(ctx, f"{{ [d] : d >= {v} }}"))
+    if v == 0 or after.is_empty():
+        return None
+    span = int(after.dim_min_val(0).to_python())
+    pattern = isl.Set.read_from_str(
+        ctx, f"{{ [d] : exists g : 0 <= g and 0 <= d - {span} g < {v} }}")
+    if not offsets.is_subset(pattern):
+        return None
+    return span, v
 
 
 def prefix_pma(prefix: isl.UnionMap, space_name: str) -> isl.PwMultiAff:
@@ -215,6 +256,10 @@ def local_index(buf: Buffer, index: isl.PwMultiAff, pre: isl.PwMultiAff) -> isl.
         s = buf.box.stride[d]
         if s > 1:
             local = local.scale_down_val(isl.Val.int_from_si(ctx, s)).floor()
+        group = buf.box.groups[d] if buf.box.groups else None
+        if group is not None:  # groups of V adjacent slots, S apart: floor(d/S)*V + d mod S
+            span, width = (isl.Val.int_from_si(ctx, x) for x in group)
+            local = local.scale_down_val(span).floor().scale_val(width).add(local.mod_val(span))
         dims.append(local)
     if buf.stages > 1:  # the stage: the last prefix dimension (the sequential tile loop) mod 2
         stage = pre.get_pw_aff(buf.n_prefix - 1).mod_val(isl.Val.int_from_si(ctx, buf.stages))
@@ -263,13 +308,16 @@ def _proj_space(domain: isl.Space, n_out: int) -> isl.Space:
     return domain.map_from_domain_and_range(out)
 
 
-def copy_linear_index(copy_set: isl.Set, buf: Buffer, n_prefix: int, *, ahead: bool = False
-                      ) -> isl.PwAff:
-    """The row-major (tensor order) linear local index of a copy statement's element."""
+def copy_linear_index(copy_set: isl.Set, buf: Buffer, n_prefix: int, *, ahead: bool = False,
+                      lanes: int = 1) -> isl.PwAff:
+    """The row-major (tensor order) linear local index of a copy statement's element (with
+    ``lanes`` > 1, divided by it and rounded down: the index of a vector copy's leader, which
+    is distinct for distinct leaders of one tile)."""
     space = copy_set.get_space()
     ls = isl.LocalSpace.from_space(space)
     ma_p, _ = copy_parts(space, n_prefix, len(buf.box.extent), ahead=ahead)
     linear = None
+    assert not buf.box.groups, f"{buf.name}: shared copies of an interleaved box"
     for d in range(len(buf.box.extent)):
         a = isl.PwAff.from_aff(isl.Aff.var_on_domain(ls, isl.dim_type.set, n_prefix + d))
         lo = buf.box.lo[d].pullback_multi_aff(ma_p).align_params(a.get_space().params())
@@ -280,26 +328,29 @@ def copy_linear_index(copy_set: isl.Set, buf: Buffer, n_prefix: int, *, ahead: b
         linear = local if linear is None else linear.scale_val(
             isl.Val.int_from_si(space.get_ctx(), buf.box.extent[d])).add(local)
     assert linear is not None
+    if lanes > 1:
+        linear = linear.scale_down_val(isl.Val.int_from_si(space.get_ctx(), lanes)).floor()
     return linear.intersect_domain(copy_set.align_params(linear.get_space().params()))
 
 
-def copy_band(copy_set: isl.Set, buf: Buffer, n_prefix: int, *, ahead: bool = False
-              ) -> isl.MultiUnionPwAff:
+def copy_band(copy_set: isl.Set, buf: Buffer, n_prefix: int, *, ahead: bool = False,
+              lanes: int = 1) -> isl.MultiUnionPwAff:
     """The one-member band of a shared copy: its linear local index. (A band over the element
     coordinates, under the modulo thread filter, made isl 2026.2's AST generator drop
     instances: ``{ B[r, c] : (128r + c - t) mod 256 = 0 }`` scheduled by ``[r, c]`` came out as
     one call per thread instead of four; the linear band gives the strided loop.)"""
-    linear = copy_linear_index(copy_set, buf, n_prefix, ahead=ahead)
+    linear = copy_linear_index(copy_set, buf, n_prefix, ahead=ahead, lanes=lanes)
     return isl.MultiUnionPwAff.from_multi_pw_aff(isl.MultiPwAff.from_pw_aff(linear))
 
 
 def thread_copy_filter(copy_set: isl.Set, buf: Buffer, n_prefix: int,
-                       block: tuple[int, int, int], *, ahead: bool = False) -> isl.Set:
+                       block: tuple[int, int, int], *, ahead: bool = False,
+                       lanes: int = 1) -> isl.Set:
     """Instances of a shared copy statement that thread ``(_tx, _ty, _tz)`` runs: the linear
-    local index modulo the block's thread count equals the linear thread id, so consecutive
-    threads copy consecutive elements (coalesced)."""
+    local index (over ``lanes``, for vector copies) modulo the block's thread count equals the
+    linear thread id, so consecutive threads copy consecutive elements (coalesced)."""
     space = copy_set.get_space()
-    linear = copy_linear_index(copy_set, buf, n_prefix, ahead=ahead)
+    linear = copy_linear_index(copy_set, buf, n_prefix, ahead=ahead, lanes=lanes)
     total = block[0] * block[1] * block[2]
     ctx = space.get_ctx()
     tid = None
@@ -416,7 +467,9 @@ def prove_copy_mapping(copy_set: isl.Set, mapped: isl.Set, params: tuple[str, ..
 @dataclass(frozen=True)
 class CopyAccess:
     """What a copy statement instance does: ``kind`` ``"in"`` (``buffer[local] = tensor[global]``),
-    ``"out"`` (back) or ``"init"`` (``buffer[local]`` = the identity of `Buffer.fill`'s reduction)."""
+    ``"out"`` (back) or ``"init"`` (``buffer[local]`` = the identity of `Buffer.fill`'s reduction);
+    ``"next"`` is ``"in"`` one tile ahead, and ``"vin"`` / ``"vnext"`` copy `Buffer.copy_lanes`
+    elements from the leader ``global`` / ``local`` on along the last dimension."""
 
     buffer: str
     kind: str
@@ -441,7 +494,7 @@ def annotate_user_node(promotion: Promotion, fn: ir.Function, node: isl.AstNode,
     if m is not None:
         buf = promotion.buffer(m.group(2))
         ma_p, ma_a = copy_parts(inst.get_space(), buf.n_prefix, len(buf.box.extent),
-                                ahead=m.group(1) == "next")
+                                ahead=m.group(1) in ("next", "vnext"))
         ga = isl.PwMultiAff.from_multi_aff(ma_a).set_range_tuple_id(
             isl.Id(buf.tensor, context=inst.get_ctx()))
         la = local_index(buf, ga, isl.PwMultiAff.from_multi_aff(ma_p))

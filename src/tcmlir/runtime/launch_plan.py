@@ -69,6 +69,21 @@ class ParamBlock:
         return [ctypes.c_uint64.from_address(p).value for p in pointers]
 
 
+def _plain_torch_like(cls: type, view: Any, shape: tuple[int, ...], dtype: Any) -> bool:
+    """Whether ``torch.empty_like`` of an input (of type ``cls``, bound as ``view``) gives a
+    fresh row-major tensor of ``shape`` and ``dtype`` on its device."""
+    if not (isinstance(view, DeviceArrayView) and view.kind is ArrayKind.TORCH_CUDA
+            and cls.__name__ == "Tensor" and cls.__module__ == "torch"):
+        return False
+    if view.shape != shape or view.dtype != dtype:
+        return False
+    step, row_major = view.dtype.itemsize, []
+    for n in reversed(shape):
+        row_major.append(step)
+        step *= n
+    return tuple(reversed(row_major)) == tuple(view.strides_bytes)
+
+
 def _input_code(cls: type, view: Any) -> int:
     if isinstance(view, DeviceArrayView):
         if view.kind is ArrayKind.TORCH_CUDA:
@@ -120,6 +135,17 @@ class CudaPlan:
              f"{fn.name}: input {t.name}")
             for t, cls in zip(fn.inputs, input_types, strict=True))
         self._output_names = tuple(t.name for t in fn.outputs)
+        # per output, an input (by position) it can be allocated like: a plain torch tensor of
+        # its shape and dtype laid out row-major (`torch.empty_like`: 3.2 us against 5.9 for
+        # `torch.empty` on the H200's host; the signature fixes the strides, so it holds for
+        # every call of this plan)
+        like: list[int | None] = []
+        for t in fn.outputs:
+            shape = tuple(e.evaluate(bound.sizes) for e in t.shape)
+            like.append(next((i for i, (u, cls) in enumerate(zip(fn.inputs, input_types, strict=True))
+                              if _plain_torch_like(cls, bound.views[u.name], shape, t.dtype)),
+                             None))
+        self._like = tuple(like)
         self._aligned = frozenset(getattr(image, "aligned", ()))
         self._outputs = tuple(
             (slot[t.name], shape, math.prod(shape) * t.dtype.itemsize, t.dtype, lib_dtype(t.dtype),
@@ -210,8 +236,11 @@ class CudaPlan:
         current, index = memory._current, memory.index
         activate, enqueue, zero = self.context.activate, self._enqueue, self._zero
         slots = tuple(k for k, *_ in self._inputs)
-        outputs = tuple((k, shape, lib_dtype, nbytes if fill else 0)
-                        for k, shape, nbytes, _, lib_dtype, fill in self._outputs)
+        empty_like = (memory.torch.empty_like if any(i is not None for i in self._like)
+                      else None)
+        outputs = tuple((k, shape, lib_dtype, nbytes if fill else 0, like)
+                        for (k, shape, nbytes, _, lib_dtype, fill), like
+                        in zip(self._outputs, self._like, strict=True))
         temps = self._temps
         last, dev = self.runtime._last_launch, self.device
 
@@ -222,8 +251,9 @@ class CudaPlan:
                 for k, x in zip(slots, inputs, strict=True):
                     values[k] = x.data_ptr()
                 results = []
-                for k, shape, dtype, fill in outputs:
-                    t = empty(shape, dtype=dtype, device=device)
+                for k, shape, dtype, fill, like in outputs:
+                    t = (empty(shape, dtype=dtype, device=device) if like is None
+                         else empty_like(inputs[like]))
                     values[k] = ptr = t.data_ptr()
                     results.append(t)
                     if fill:

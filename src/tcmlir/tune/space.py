@@ -33,7 +33,8 @@ __all__ = ["CPU_FIELDS", "CUDA_FIELDS", "MAX_REGISTER_TILE", "SPLIT_K_CHOICES", 
 _POW2 = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 CPU_FIELDS = ("fusion", "tile_sizes", "unroll_factor", "threads")
 CUDA_FIELDS = ("fusion", "tile_sizes", "block", "grid", "unroll_factor", "register_tile",
-               "use_shared_memory", "use_private_memory", "double_buffer", "vector_bytes")
+               "use_shared_memory", "use_private_memory", "double_buffer", "vector_bytes",
+               "register_interleave", "copy_bytes", "copy_transposed")
 SPLIT_K_CHOICES = (1, 2, 4, 8, 16)
 MAX_REGISTER_TILE = 128  # outputs per thread kept in registers (8 x 8 fits in 96 registers)
 
@@ -163,7 +164,7 @@ def _register_tile(space: SearchSpace, rng: random.Random) -> tuple[int, ...]:
 
 _FIELDS: dict[str, Callable[[SearchSpace, random.Random], Any]] = {
     # a row program's one-kernel mapping (map-rows): 0 leaves it off
-    "row_block": lambda s, r: r.choice((0, 128, 256, 512, 1024)),
+    "row_block": lambda s, r: r.choice((0, 32, 64, 128, 256, 512, 1024)),
     # a mixed program's: column reductions inside the row kernel, or column kernels after it
     "mixed_rows": lambda s, r: r.choice(("fused", "kernels")),
     # chunks of a contraction's reduction on different blocks (passes/split_k): 1 leaves it off
@@ -174,6 +175,10 @@ _FIELDS: dict[str, Callable[[SearchSpace, random.Random], Any]] = {
     # shared copies one tile ahead (cp.async); 128-bit accesses along threadIdx.x (0: off)
     "double_buffer": lambda s, r: r.random() < 0.5,
     "vector_bytes": lambda s, r: r.choice((0, 16)),
+    # a register tile in groups of 4 (or 2) spread over the tile; 16-byte shared copies
+    "register_interleave": lambda s, r: r.choice(((), (), (0, 4), (4, 4), (0, 2))),
+    "copy_bytes": lambda s, r: r.choice((0, 16)),
+    "copy_transposed": lambda s, r: r.random() < 0.5,
     "fusion": lambda s, r: r.choice(FUSION_STRATEGIES),
     "tile_sizes": _tiles,
     "block": _block,
