@@ -2,7 +2,10 @@
 
 For each kernel whose tile band ``T`` starts with block-mapped (dependence-free) members and
 goes on with sequential ones (a matmul's ``[mt, nt, kt]``), ``T`` is split after the parallel
-members and the promotion node is the sequential band ``K`` (``[kt]``). For every tensor the
+members and the promotion node is the sequential band ``K`` (``[kt]``); when every member of
+``T`` is dependence-free and a dependence joins two of the kernel's instances (the reduction
+lies whole in the point band, as in a convolution tiled with all its input channels), the
+node below ``T``. For every tensor the
 kernel writes, the footprint *per thread* at ``K`` (the accesses of the instances below the
 thread filters, whose sets hold ``_tx`` ...) gets a strided box; it is promoted when no two
 threads (or prefix iterations) touch one element (so the copy is private), the box has at most
@@ -111,15 +114,21 @@ class PromotePrivate(Pass):
             n_par = 0
             while n_par < tile.band_n_member() and member_is_parallel(tile, n_par, state.deps.validity):
                 n_par += 1
-            if n_par == 0 or n_par == tile.band_n_member():
+            if n_par == 0:
                 continue
             dom = tile.get_domain()
             if not scop.may_reads.intersect_domain(dom).is_empty():
                 continue
+            if n_par == tile.band_n_member() and state.deps.validity.intersect_domain(
+                    dom).intersect_range(dom).is_empty():
+                continue  # no sequential tile loop and nothing accumulates below T either
             tpath = path_of(tile)
-            base = tile.band_split(n_par).get_schedule()
-            schedule = node_at(schedule, tpath).band_split(n_par).get_schedule()
-            seq = node_at(base, tpath).child(0)          # the sequential band K
+            if n_par < tile.band_n_member():
+                base = tile.band_split(n_par).get_schedule()
+                schedule = node_at(schedule, tpath).band_split(n_par).get_schedule()
+            # the sequential band K; with no sequential tile member (a reduction tiled whole,
+            # as in a register-tiled convolution), the node below T
+            seq = node_at(base, tpath).child(0)
             prefix = seq.get_prefix_schedule_union_map()
             mine = _leaf_domains(seq)                    # instances of one thread
             writes = scop.writes.intersect_domain(mine)

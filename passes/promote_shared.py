@@ -22,8 +22,9 @@ access while they fit in ``max-bytes``. The tree becomes::
 
 (the last barrier comes from a second graft). Copies read exactly the footprint, never outside
 the tensor, consecutive threads reading consecutive elements. The buffer's storage order puts
-the dimension of largest extent innermost (a matmul's A tile is stored transposed), padded by
-16 bytes against bank conflicts while keeping rows 16-byte aligned. The copy mapping is proved
+the dimension of largest extent innermost (a matmul's A tile is stored transposed; on a tie in
+a register-tiled kernel, one indexed by an output index: a convolution's weights by channel),
+padded by 16 bytes against bank conflicts while keeping rows 16-byte aligned. The copy mapping is proved
 to run each element on exactly one thread, and every buffer access to stay in the box.
 
 With ``copy-bytes`` (0: off), a buffer whose rows are contiguous in the tensor and in shared
@@ -43,6 +44,7 @@ tree before the first graft), since isl computes no schedule map for trees with 
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 
 import islpy as isl
@@ -64,7 +66,7 @@ from ..poly.promotion import (
     thread_copy_filter,
 )
 from ..poly.scheduler import band_members
-from ..poly.scop import maps_of
+from ..poly.scop import maps_of, sets_of
 from ..poly.state import CompileState
 from ..poly.tree import node_at, path_of
 from ..poly.vector_copy import copy_lanes, leaders_aligned, split_footprint
@@ -162,6 +164,7 @@ class PromoteShared(Pass):
             tagged = prefix.range_product(reads)
             budget = self.max_bytes
             bufs: list[Buffer] = []
+            tiled = _register_tiled(node)
             for t in fn.tensors:
                 if t.name in written:
                     continue
@@ -181,7 +184,11 @@ class PromoteShared(Pass):
                 if box is None or len(box.extent) == 0:
                     continue
                 rank = len(box.extent)
-                order = tuple(sorted(range(rank), key=lambda d: (box.extent[d], d)))
+                # ties: in a register-tiled kernel, a dimension indexed by an output index
+                # goes inner (a convolution's weights W1(g, f, c, kh, kw) with 16 f and 16 c:
+                # f innermost, so a thread's registers along f read adjacent words)
+                outs = _output_dims(fn, dom, t.name) if tiled else set()
+                order = tuple(sorted(range(rank), key=lambda d: (box.extent[d], d in outs, d)))
                 if rank == 1:
                     order = (0,)
                 esize = element_bytes(t.dtype)
@@ -253,6 +260,39 @@ def strided_along_x(node: isl.ScheduleNode, reads: isl.UnionMap, block: tuple[in
                 isl.dim_type.in_, d).is_zero()} for j in range(rank)]
             if not uses[-1] and any(uses[:-1]):
                 out.add(m.get_tuple_name(isl.dim_type.out))
+    return out
+
+
+def _register_tiled(node: isl.ScheduleNode) -> bool:
+    """Some band below ``node`` has all its members unrolled (`register-tile`'s register part)."""
+    hit: list[bool] = []
+
+    def visit(n: isl.ScheduleNode) -> bool:
+        if n.get_type() == isl.schedule_node_type.band and all(
+                n.band_member_get_ast_loop_type(m) == isl.ast_loop_type.unroll
+                for m in range(n.band_n_member())):
+            hit.append(True)
+        return not hit
+
+    node.foreach_descendant_top_down(visit)
+    return bool(hit)
+
+
+def _output_dims(fn, dom: isl.UnionSet, tensor: str) -> set[int]:
+    """Dimensions of ``tensor`` that a read in a statement of ``dom`` indexes with an
+    expression of that statement's lhs indices."""
+    from .. import ir
+
+    out: set[int] = set()
+    for inst in sets_of(dom):
+        m = re.match(r"^S(\d+)$", inst.get_tuple_name() or "")
+        if m is None:
+            continue
+        st = fn.statements[int(m.group(1))]
+        for rd in (x for x in ir.walk(st.rhs) if isinstance(x, ir.Read) and x.tensor == tensor):
+            for j, index in enumerate(rd.indices):
+                if any(isinstance(x, ir.Index) and x.name in st.lhs for x in ir.walk(index)):
+                    out.add(j)
     return out
 
 

@@ -15,6 +15,10 @@ so a thread owns a contiguous ``R_0 x R_1 ...`` block of outputs and walks the r
 for all of them; `promote-private` then keeps the accumulators in registers. Permuting the
 members of ``P`` is legal because ``P`` is permutable (checked); the pass manager proves it.
 
+When bands lie below ``P`` (a convolution's window loops ``kh``, ``kw``) and no member is
+interleaved, the nest form of `passes/register_nest.py` applies instead: the register part goes
+below those bands.
+
 **Interleaved members** (``interleave``: a width ``V_i`` per register-tiled member, 0 = the
 contiguous block above). With tile extent ``T_i``, ``G = R_i / V_i`` groups of ``V_i`` adjacent
 elements spaced ``S = T_i / G`` apart: ``u = g*S + t*V + v`` gives thread part
@@ -51,6 +55,7 @@ from ..poly.scop import sets_of
 from ..poly.state import CompileState
 from ..poly.tree import node_at
 from .base import Pass, register
+from .register_nest import band_chain_below, split_nest_band
 
 __all__ = ["RegisterTile", "point_extent"]
 
@@ -99,8 +104,11 @@ class RegisterTile(Pass):
             outer = first_band_below(node_at(schedule, path).child(0))
             if outer is None or outer.n_children() != 1 or outer.child(0).get_type() != _BAND:
                 continue
-            new = split_point_band(outer.child(0), self.sizes, state.deps.validity,
-                                   self.interleave)
+            point = outer.child(0)
+            if band_chain_below(point) and not any(self.interleave):  # window bands below P
+                new = split_nest_band(point, self.sizes, state.deps.validity)
+            else:
+                new = split_point_band(point, self.sizes, state.deps.validity, self.interleave)
             if new is not None:
                 schedule = new.get_schedule()
         return dataclasses.replace(state, schedule=schedule)

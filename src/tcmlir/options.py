@@ -208,8 +208,9 @@ class MappingOptions:
                 cls.cuda_contraction(*contraction_tiles(_output_extents(statements, sizes))))
         if target == "cuda" and _is_batched_contraction(statements):
             return cls.cuda_batched_contraction()
-        if target == "cuda" and _is_convolution(statements):
-            return cls.cuda_convolution(len(_is_convolution(statements).lhs))
+        if target == "cuda" and (conv := _is_convolution(statements)):
+            return cls.cuda_convolution(len(conv.lhs), _conv_extents(conv, sizes),
+                                        register=_conv_register_tiles(conv))
         if target == "cuda" and _is_transpose_like(statements):
             # 64 x 64 tiles, 64 x 4 threads: 85% of the copy ceiling on an 8192^2 transpose
             # (32 x 32 tiles with 32 x 8 threads: 80%)
@@ -241,14 +242,41 @@ class MappingOptions:
                    use_private_memory=True, double_buffer=True)
 
     @classmethod
-    def cuda_convolution(cls, rank: int) -> MappingOptions:
+    def cuda_convolution(cls, rank: int, extents: tuple[int, int, int] | None = None,
+                         register: bool = True) -> MappingOptions:
         """Options for convolution-like kernels on the GPU (one statement, an output of rank
-        >= 4, two or more reduction indices): the leading output dimensions (batch, group)
-        untiled and on blocks, 16×16×16 tiles over the last three (channel, rows, columns),
-        16×16×2 threads, input and weight tiles in shared memory. On the grouped convolution
-        of the benchmark, the same mapping with 14×14 tiles ran at 1.12× cuDNN (TF32 off)."""
-        return cls(fusion="preserve3coincident", tile_sizes=(0,) * (rank - 3) + (16, 16, 16),
-                   block=(16, 16, 2), grid=(256, 256), use_shared_memory=True)
+        >= 4, two or more reduction indices; the last three output dimensions are taken as
+        (channel, rows, columns): ``O(n, g, f, h, w)``). ``extents`` are those three extents
+        at the call's sizes, when known.
+
+        With ``register`` (the default; `default_for` turns it off when every operand depends
+        on the channel, as in pooling): each thread owns the outputs of ``Rf`` channels at one
+        (row, column) in registers (`register-tile` in its nest form, `passes/register_nest.py`:
+        the reduction loops ``c``, ``kh``, ``kw`` outside the register part, so each input
+        value read from shared memory feeds ``Rf`` multiply-adds and the weights are read as
+        broadcast 128-bit loads); the leading dimensions untiled, on blocks with the channel
+        tile (a 3-d grid); tiles of ``Tf = min(16, F)`` channels and ``ceil(E / ceil(E / 16))``
+        rows and columns (14 for 14: no idle threads; 15 for 30; 16 when the extents are
+        unknown), ``Rf = Tf``, so ``Th × Tw`` threads (``Tw`` on x); the input channel loop
+        stays in the tile band, each of its steps copying the input and weight tiles of one
+        input channel to shared memory. On the benchmark's grouped convolution
+        (32×32×16×16² input, 16 3×3 filters per group) that is 14×14 threads, 16 outputs each:
+        ptxas (sm_90) 44 registers, 15 shared loads (12 of them 128-bit) per 48 multiply-adds,
+        against 2 shared loads per multiply-add and 16×16×2 threads before.
+
+        Without ``register``: the previous mapping, 16×16×16 tiles over the last three
+        dimensions, 16×16×2 threads, input and weight tiles in shared memory (0.18-0.21 ms on
+        that benchmark, H200)."""
+        lead = (0,) * (rank - 3)
+        if not register:
+            return cls(fusion="preserve3coincident", tile_sizes=(*lead, 16, 16, 16),
+                       block=(16, 16, 2), grid=(256, 256), use_shared_memory=True)
+        f, h, w = extents if extents is not None else (16, 16, 16)
+        tf = max(1, min(16, f))
+        th, tw = (max(1, -(-e // -(-e // 16))) for e in (h, w))
+        return cls(fusion="preserve3coincident", tile_sizes=(*lead, tf, th, tw),
+                   register_tile=(tf, 1, 1), block=(tw, th, 1), grid=(256, 256, 256),
+                   use_shared_memory=True, use_private_memory=True)
 
     # ------------------------------------------------------------ fluent setters
 
@@ -514,7 +542,9 @@ class MappingOptions:
 
     def thread_block(self) -> tuple[int, ...]:
         """The block a cuda kernel gets: ``block``, or with a register tile, the tile sizes
-        divided by the register sizes (innermost mapped member on x)."""
+        divided by the register sizes (innermost mapped member on x). The register sizes go
+        with the point band's members, the tiled ones: tile sizes of 0 (untiled members, such
+        as a convolution's batch and group) are skipped."""
         if any(self.register_interleave):
             if len(self.register_interleave) > len(self.register_tile):
                 raise OptionsError(f"register interleave {self.register_interleave} needs a "
@@ -525,7 +555,7 @@ class MappingOptions:
                                        f"register tile size {r} ({self.register_tile})")
         if not self.register_tile:
             return self.block
-        tiles = self.tile_sizes
+        tiles = tuple(t for t in self.tile_sizes if t)
         n = min(len(self.register_tile), len(tiles))
         if n == 0 or any(tiles[i] == 0 or tiles[i] % self.register_tile[i] for i in range(n)):
             raise OptionsError(f"register tile {self.register_tile} needs tile sizes that are "
@@ -544,6 +574,33 @@ def _is_convolution(statements: Any) -> Any:
         return None
     st = statements[0]
     return st if len(st.lhs) >= 4 and len(st.index_names) - len(st.lhs) >= 2 else None
+
+
+def _conv_extents(st: Any, sizes: Mapping[str, int] | None) -> tuple[int, int, int] | None:
+    """The extents of a convolution's last three lhs indices at ``sizes`` (None if unknown)."""
+    if sizes is None:
+        return None
+    try:
+        box = {r.name: r.hi.evaluate(sizes) - r.lo.evaluate(sizes) for r in st.ranges}
+        return box[st.lhs[-3]], box[st.lhs[-2]], box[st.lhs[-1]]
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _conv_register_tiles(st: Any) -> bool:
+    """A ``+`` reduction that reads a tensor without the channel index (``lhs[-3]``): the
+    input of a convolution, reused by every channel a thread keeps in registers (not pooling,
+    whose one read depends on the channel)."""
+    from . import ir
+
+    if st.reduction is not ir.Reduction.ADD:
+        return False
+    channel = st.lhs[-3]
+    for rd in (x for x in ir.walk(st.rhs) if isinstance(x, ir.Read)):
+        used = {x.name for i in rd.indices for x in ir.walk(i) if isinstance(x, ir.Index)}
+        if channel not in used:
+            return True
+    return False
 
 
 def _batch_dims(statements: Any) -> int:
