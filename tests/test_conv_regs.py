@@ -78,13 +78,20 @@ def test_default_for_the_benchmark_grouped_conv():
 
 
 @pytest.mark.parametrize("extents, tile", [
-    ((64, 28, 28), (16, 14, 14)), ((5, 30, 7), (5, 15, 7)), ((16, 1, 100), (16, 1, 15)),
+    ((64, 28, 28), (16, 14, 14)), ((5, 30, 7), (5, 15, 7)), ((16, 2, 100), (16, 2, 15)),
 ])
 def test_conv_tiles_by_extent(extents, tile):
     """Channel tiles of min(16, F), row and column tiles as even as 16 allows."""
     opts = MO.cuda_convolution(4, extents)
     assert opts.tile_sizes == (0, *tile) and opts.register_tile == (tile[0], 1, 1)
     assert opts.thread_block() == (tile[2], tile[1], 1)
+
+
+def test_an_output_extent_of_one_keeps_the_mapping_without_registers():
+    """isl may drop a member of one value, and tile sizes would fall on the wrong members
+    (the corpus's 1-channel strided conv lost half its reduction on the H200's coverage check)."""
+    assert MO.cuda_convolution(4, (16, 1, 100)) == MO.cuda_convolution(4, register=False)
+    assert MO.cuda_convolution(4, (1, 8, 8)) == MO.cuda_convolution(4, register=False)
 
 
 def test_pooling_keeps_the_mapping_without_registers():

@@ -354,8 +354,10 @@ def test_outputs_like_an_input_are_fresh_row_major_tensors(torch_cuda):
     assert z1.data_ptr() not in (x.data_ptr(), y.data_ptr(), z2.data_ptr())
     assert z1.is_contiguous() and not z1.requires_grad
     torch.testing.assert_close(z2, x + y)
-    w = torch.randn(2000, device="cuda", requires_grad=True)[::2].detach()  # strided: own plan
-    torch.testing.assert_close(fn(w, y), w + y)
+    w = torch.randn(1001, device="cuda")[1:]  # 4 bytes off 16-byte alignment: its own plan
+    z3 = fn(w, y)
+    assert z3.data_ptr() != w.data_ptr() and z3.data_ptr() % 16 == 0
+    torch.testing.assert_close(z3, w + y)
 
 
 @pytest.fixture

@@ -264,10 +264,15 @@ class MappingOptions:
         ptxas (sm_90) 44 registers, 15 shared loads (12 of them 128-bit) per 48 multiply-adds,
         against 2 shared loads per multiply-add and 16×16×2 threads before.
 
-        Without ``register``: the previous mapping, 16×16×16 tiles over the last three
+        Without ``register`` (also when an output extent is 1): the previous mapping, 16×16×16 tiles over the last three
         dimensions, 16×16×2 threads, input and weight tiles in shared memory (0.18-0.21 ms on
         that benchmark, H200)."""
         lead = (0,) * (rank - 3)
+        if extents is not None and min(extents) < 2:
+            # an output dimension of one value: isl's schedule may drop its member, and the
+            # tile sizes would then fall on the wrong members (a 1-channel strided conv's
+            # reduction member was mapped to threads and half of it never ran)
+            register = False
         if not register:
             return cls(fusion="preserve3coincident", tile_sizes=(*lead, 16, 16, 16),
                        block=(16, 16, 2), grid=(256, 256), use_shared_memory=True)
