@@ -250,7 +250,7 @@ def test_shared_memory_bound_matmul():
     # interleaved (what the H200 measured at 57%), compiled small
     default = tc.MappingOptions.default_for(fn.ir, "cuda", {"M": 4096, "K": 4096, "N": 4096})
     assert default.register_interleave == (0, 4)
-    opts = default.interleave_registers()
+    opts = tc.MappingOptions.cuda_contraction((128, 128, 16), (8, 8))
     k = fn.compile(zeros(128, 128), zeros(128, 128), target="cuda", arch="sm_90", options=opts)
     lowered = kernel_structures(k)
     (ks,), _ = lowered
