@@ -268,10 +268,12 @@ def _kp(**kw):
 def test_advice_occupancy():
     from tcmlir.profile.advice import _occupancy
 
-    low = _kp(registers=255, shared_bytes=0, occupancy=1 / 8, occupancy_limiter="registers")
+    low = _kp(registers=255, shared_bytes=0, occupancy=1 / 8, occupancy_limiter="registers",
+              roofline_fraction=0.4)
     assert _occupancy(low) and "255 registers" in _occupancy(low)[0]
+    assert _occupancy(_kp(registers=255, occupancy=1 / 8, occupancy_limiter="registers")) == []
     smem = _kp(registers=32, shared_bytes=120000, occupancy=1 / 8,
-               occupancy_limiter="shared memory")
+               occupancy_limiter="shared memory", roofline_fraction=0.4)
     assert "120000 bytes of shared memory" in _occupancy(smem)[0]
     assert _occupancy(_kp(registers=32, occupancy=0.75, occupancy_limiter="warps")) == []
     assert _occupancy(_kp()) == []   # unknown resources: no claim

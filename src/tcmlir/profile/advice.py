@@ -32,7 +32,8 @@ rule's tag in brackets, so tools (and tests) can tell them apart:
   programs `map-rows` runs as one kernel) split into several kernels;
 * ``[occupancy]`` theoretical occupancy at most `OCCUPANCY_MIN` (`OCCUPANCY_MIN_TILED` for a
   register-tiled kernel, whose independent FMAs hide latency with fewer warps), with the limit
-  that binds (registers: registers per thread x threads per block against the register file);
+  that binds (registers: registers per thread x threads per block against the register file),
+  for a kernel under `OCCUPANCY_ADVICE_BELOW` of its roofline;
 * ``[launch]`` a kernel (or a call) whose time is within `LAUNCH_FACTOR` of the launch cost;
   a split-K fold (`passes.split_k.fold_statements`) or an initialisation-only kernel (only
   ``S<k>_init`` statements: the output set to the reduction's identity before an atomic
@@ -59,10 +60,12 @@ from .report import KernelProfile
 from .structure import KernelStructure
 
 __all__ = ["AUTOTUNE_BELOW", "HOST_GAP_FRACTION", "HOST_GAP_MIN_S", "LAUNCH_FACTOR",
-           "OCCUPANCY_MIN", "OCCUPANCY_MIN_TILED", "REUSE_MIN", "SHARED_ADVICE_BELOW",
+           "OCCUPANCY_ADVICE_BELOW", "OCCUPANCY_MIN", "OCCUPANCY_MIN_TILED", "REUSE_MIN", "SHARED_ADVICE_BELOW",
            "SHARED_BYTES_PER_FMA", "advise", "advise_kernel", "advise_split"]
 
 REUSE_MIN = 4.0
+# a kernel at this fraction of its roofline or above gets no [occupancy] advice
+OCCUPANCY_ADVICE_BELOW = 0.8
 OCCUPANCY_MIN = 0.25  # at most this: advice (one 512-thread block of 78 registers per SM is 25%)
 # a register-tiled kernel's independent FMAs hide latency at lower occupancy (an 8x8 tile of
 # 127 registers x 256 threads, 25%, is the usual SGEMM shape): advice at this or below
@@ -326,6 +329,10 @@ def _reduction(fn: ir.Function, ks: KernelStructure, work: WorkCounts) -> list[s
 def _occupancy(kp: KernelProfile, register_tiled: bool = False) -> list[str]:
     limit = OCCUPANCY_MIN_TILED if register_tiled else OCCUPANCY_MIN
     if kp.occupancy is None or kp.occupancy > limit:
+        return []
+    if kp.roofline_fraction >= OCCUPANCY_ADVICE_BELOW:
+        # near its roofline a low occupancy costs nothing (the H200's softmax: 19% occupancy
+        # at 98% of the read + write ceiling; its threads hold their rows in registers)
         return []
     threads = 1 if kp.block is None else kp.block[0] * kp.block[1] * kp.block[2]
     pct = f"{100 * kp.occupancy:.0f}%"
