@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from ..poly.state import CompileState
-from ..poly.tree import node_at, path_of
+from ..poly.tree import leaf_band_paths, node_at
 from .base import Pass, register
 
 __all__ = ["Unroll", "unroll_band"]
@@ -44,7 +44,8 @@ class Unroll(Pass):
         if self.factor == 1:
             return state
         # Deepest first: transforming a band leaves the paths of bands outside it valid.
-        for path in sorted(_innermost_rolled_bands(schedule), key=len, reverse=True):
+        for path in sorted(leaf_band_paths(schedule, ignore=_fully_unrolled), key=len,
+                           reverse=True):
             schedule = unroll_band(node_at(schedule, path), self.factor).get_schedule()
         return dataclasses.replace(state, schedule=schedule)
 
@@ -52,31 +53,6 @@ class Unroll(Pass):
 def _fully_unrolled(node: isl.ScheduleNode) -> bool:
     return all(node.band_member_get_ast_loop_type(i) == isl.ast_loop_type.unroll
                for i in range(node.band_n_member()))
-
-
-def _innermost_rolled_bands(schedule: isl.Schedule) -> list[tuple[int, ...]]:
-    """Paths of the bands that make loops (not every member unrolled already) with no such
-    band in their subtree."""
-    found: list[tuple[int, ...]] = []
-
-    def visit(node: isl.ScheduleNode) -> bool:
-        if node.get_type() == isl.schedule_node_type.band and not _fully_unrolled(node):
-            inner: list[bool] = []
-
-            def probe(n: isl.ScheduleNode) -> bool:
-                if n.get_type() == isl.schedule_node_type.band and not _fully_unrolled(n):
-                    inner.append(True)
-                    return False
-                return True
-
-            for i in range(node.n_children()):
-                node.child(i).foreach_descendant_top_down(probe)
-            if not inner:
-                found.append(path_of(node))
-        return True
-
-    schedule.get_root().foreach_descendant_top_down(visit)
-    return found
 
 
 def unroll_band(node: isl.ScheduleNode, factor: int) -> isl.ScheduleNode:

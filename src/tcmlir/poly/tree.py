@@ -7,6 +7,8 @@ nodes outside the transformed subtree stay valid, which the passes rely on.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import islpy as isl
 
 __all__ = ["bands", "leaf_band_paths", "mark_name", "node_at", "outermost_band_paths", "path_of"]
@@ -45,16 +47,21 @@ def outermost_band_paths(schedule: isl.Schedule) -> list[tuple[int, ...]]:
     return found
 
 
-def leaf_band_paths(schedule: isl.Schedule) -> list[tuple[int, ...]]:
-    """Paths of the bands with no band node in their subtree (the innermost bands)."""
+def leaf_band_paths(schedule: isl.Schedule,
+                    ignore: Callable[[isl.ScheduleNode], bool] | None = None) -> list[tuple[int, ...]]:
+    """Paths of the bands with no band node in their subtree (the innermost bands); with
+    ``ignore``, bands it accepts count as no band (and are not reported)."""
     found: list[tuple[int, ...]] = []
 
+    def counts(n: isl.ScheduleNode) -> bool:
+        return n.get_type() == _BAND and not (ignore is not None and ignore(n))
+
     def visit(node: isl.ScheduleNode) -> bool:
-        if node.get_type() == _BAND:
+        if counts(node):
             inner: list[bool] = []
 
             def probe(n: isl.ScheduleNode) -> bool:
-                if n.get_type() == _BAND:
+                if counts(n):
                     inner.append(True)
                     return False
                 return True
