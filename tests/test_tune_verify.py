@@ -288,6 +288,24 @@ def test_gpu_tuning_rejects_a_planted_miscompile(monkeypatch, tmp_path):
 
 
 @pytest.mark.gpu
+def test_gpu_worker_survives_a_refused_launch():
+    # a block of 64 x 32 = 2048 threads is refused before the driver launches anything: the
+    # candidate is an error, and the worker (its CUDA context intact) takes the next one
+    fn = tc.define(MATMUL, target="cuda")
+    a, b = _inputs(64, 16, 64)
+    pool = WorkerPoolEvaluator(fn, (a, b), TunerConfig(generations=1, population=2, runs=1,
+                                                       devices=(0,)))
+    try:
+        refused, fine = pool.evaluate([MappingOptions.naive().map_to_threads(64, 32),
+                                       MappingOptions.naive()], math.inf)
+    finally:
+        pool.close()
+    assert "2048 threads" in refused.error and "crashed" not in refused.error
+    assert fine.error is None and math.isfinite(fine.time_s)
+    assert pool.restarts == 0
+
+
+@pytest.mark.gpu
 def test_gpu_cached_wrong_row_is_dropped(monkeypatch, tmp_path):
     fn = tc.define(MATMUL, target="cuda")
     a, b = _inputs(33, 17, 29)

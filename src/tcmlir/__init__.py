@@ -18,6 +18,7 @@ from .errors import (
     CodegenError,
     CudaError,
     InferenceError,
+    LaunchConfigError,
     OptionsError,
     ParseError,
     PipelineError,
@@ -48,7 +49,7 @@ _LAZY = {
 }
 
 __all__ = [
-    "CallError", "CodegenError", "CudaError", "InferenceError", "OptionsError", "ParseError",
+    "CallError", "CodegenError", "CudaError", "InferenceError", "LaunchConfigError", "OptionsError", "ParseError",
     "PipelineError", "PreconditionWarning", "SemaError", "TCError", "__version__", *_LAZY,
 ]
 

@@ -15,6 +15,7 @@ __all__ = [
     "CodegenError",
     "CudaError",
     "InferenceError",
+    "LaunchConfigError",
     "OptionsError",
     "ParseError",
     "PipelineError",
@@ -133,6 +134,12 @@ class CodegenError(TCError):
 
 class CudaError(TCError):
     """A CUDA driver call failed (a failed launch names the kernel, grid, block and error)."""
+
+
+class LaunchConfigError(CudaError):
+    """A launch configuration the device or the kernel cannot run (too many threads for its
+    registers, too much shared memory, a grid too large), refused before the driver launches
+    anything: the CUDA context stays usable, unlike after a failed launch."""
 
 
 class PreconditionWarning(UserWarning):

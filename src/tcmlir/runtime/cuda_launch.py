@@ -192,7 +192,8 @@ BENCH_CALLS_PER_SAMPLE = 10
 def benchmark_cuda(kernel: Any, inputs: Sequence[Any], runs: int = 5) -> list[float]:
     """Seconds per run of the whole kernel sequence (CUDA events), after one warm-up run: each
     of the ``runs`` samples is the mean of up to `BENCH_CALLS_PER_SAMPLE` calls queued back to
-    back (fewer for calls of over 0.1 ms; one for calls of a millisecond or more). With torch
+    back (fewer for calls of over 0.1 ms; one for calls of a millisecond or more), after an
+    untimed lead call that keeps the GPU busy while they are queued. With torch
     CUDA tensors a run is what ``fn(*inputs)`` does (fresh outputs from torch's allocator, on
     torch's current stream); other inputs are staged once and write preallocated outputs."""
     runner: CudaRunner = kernel.runner
@@ -227,13 +228,15 @@ def benchmark_cuda(kernel: Any, inputs: Sequence[Any], runs: int = 5) -> list[fl
     end.record()
     once = elapsed_ms(start, end) / 1e3
     plan.check_errors()
-    # A sample times `inner` calls queued back to back, so the host's enqueue time of a call
-    # overlaps the previous call's kernels instead of being counted as idle GPU time (one call
-    # per event pair counted ~20 us of host time into every sample: a 124 us row sum measured
-    # 146 us). Calls of a millisecond or more are timed one per sample.
+    # A sample times `inner` calls queued back to back after an untimed lead call, so the
+    # host's enqueue time of a call overlaps the kernels before it instead of being counted as
+    # idle GPU time (one call per event pair counted ~20 us of host time into every sample: a
+    # 124 us row sum measured 146 us; a 0.55 ms elementwise chain lost 3%). The start event
+    # fires when the lead call ends. Calls of a millisecond or more are timed one per sample.
     inner = max(1, min(BENCH_CALLS_PER_SAMPLE, int(1e-3 / max(once, 1e-9))))
     times = []
     for _ in range(max(1, int(runs))):
+        call()  # the lead call
         start.record()
         for _ in range(inner):
             call()

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import CudaError
+from ..errors import LaunchConfigError
 
 __all__ = ["Dim3", "LaunchLimits", "validate_launch"]
 
@@ -33,41 +33,41 @@ class LaunchLimits:
 def _dim3(value: Sequence[int] | int, what: str) -> Dim3:
     dims = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
     if not 1 <= len(dims) <= 3 or not all(isinstance(d, (int, np.integer)) for d in dims):
-        raise CudaError(f"{what} must be up to three integers, got {value!r}")
+        raise LaunchConfigError(f"{what} must be up to three integers, got {value!r}")
     dims = tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
     if any(d < 1 for d in dims):
-        raise CudaError(f"{what} {dims} has a dimension below 1: every dimension must be >= 1")
+        raise LaunchConfigError(f"{what} {dims} has a dimension below 1: every dimension must be >= 1")
     return dims  # type: ignore[return-value]
 
 
 def validate_launch(limits: LaunchLimits, grid: Dim3, block: Dim3, shared_bytes: int = 0, *,
                     kernel: str = "kernel", kernel_max_threads: int | None = None,
                     static_shared_bytes: int = 0) -> None:
-    """Raise CudaError saying which limit a launch configuration breaks and what to reduce."""
+    """Raise `LaunchConfigError` saying which limit a launch configuration breaks and what to reduce."""
     where = f"launch of {kernel} with grid {grid}, block {block}"
     threads = block[0] * block[1] * block[2]
     if threads > limits.max_threads_per_block:
-        raise CudaError(
+        raise LaunchConfigError(
             f"{where}: the block has {threads} threads, more than the device's limit of "
             f"{limits.max_threads_per_block} threads per block; reduce the block size "
             "(MappingOptions.map_to_threads)")
     for axis, size, limit in zip("xyz", block, limits.max_block_dims, strict=True):
         if size > limit:
-            raise CudaError(f"{where}: block dimension {axis} = {size} exceeds the device's limit "
+            raise LaunchConfigError(f"{where}: block dimension {axis} = {size} exceeds the device's limit "
                             f"of {limit}; reduce the block size along {axis}")
     for axis, size, limit in zip("xyz", grid, limits.max_grid_dims, strict=True):
         if size > limit:
-            raise CudaError(f"{where}: grid dimension {axis} = {size} exceeds the device's limit "
+            raise LaunchConfigError(f"{where}: grid dimension {axis} = {size} exceeds the device's limit "
                             f"of {limit}; reduce the grid size along {axis} (map_to_blocks)")
     if kernel_max_threads is not None and threads > kernel_max_threads:
-        raise CudaError(
+        raise LaunchConfigError(
             f"{where}: this kernel can run at most {kernel_max_threads} threads per block (its "
             f"register use), the block has {threads}; reduce the block size or the unroll factor")
     if shared_bytes < 0:
-        raise CudaError(f"{where}: negative dynamic shared memory size {shared_bytes}")
+        raise LaunchConfigError(f"{where}: negative dynamic shared memory size {shared_bytes}")
     total = shared_bytes + static_shared_bytes
     if total > limits.max_shared_per_block_optin:
-        raise CudaError(
+        raise LaunchConfigError(
             f"{where}: needs {total} bytes of shared memory per block ({static_shared_bytes} "
             f"static + {shared_bytes} dynamic), the device allows at most "
             f"{limits.max_shared_per_block_optin}; reduce the tile sizes or turn off shared "

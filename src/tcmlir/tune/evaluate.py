@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CudaError, TCError
+from ..errors import CudaError, LaunchConfigError, TCError
 from ..options import MappingOptions
 from .config import TunerConfig
 from .verify import Reference, compute_reference, run_checked, to_host
@@ -192,6 +192,8 @@ def _worker_main(conn: Any, device: int, source: str, entry: str, inputs_path: s
             t, n, pruned = time_kernel(kernel, inputs, config.runs, best, config.prune_factor,
                                        config.timeout_s)
             conn.send(("ok", (t, n, pruned)))
+        except LaunchConfigError as exc:  # refused before launching: the context is fine
+            conn.send(("error", str(exc).splitlines()[0]))
         except CudaError as exc:  # a fault poisons the context: report and let the parent restart us
             conn.send(("crash", str(exc).splitlines()[0]))
             return
