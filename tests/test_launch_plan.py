@@ -455,6 +455,49 @@ def test_cuda_graph_capture_and_replay_matmul_and_softmax(torch_cuda):
         torch.testing.assert_close(Y, torch.softmax(X, 1), rtol=1e-5, atol=1e-6)
 
 
+TMM = "def tmm(float(M,K) A, float(N,K) B) -> (C) { C(m,n) +=! A(m,k) * B(n,k) }"
+
+
+@gpu
+def test_split_k_temporaries_are_kept_per_stream_and_not_in_graphs(torch_cuda):
+    torch = torch_cuda
+    fn = tc.define(TMM, target="cuda")  # 128 x 256 x 1024: split-K, a partial-sum temporary
+    A, B = torch.randn(128, 1024, device="cuda"), torch.randn(256, 1024, device="cuda")
+    fn(A, B)
+    (plan,) = [p for k in fn._kernels.values() for p in k.runner.plans]
+    (slot, _, _), = plan._temps
+    first = fn(A, B)
+    kept = plan.block.values[slot]
+    second = fn(A, B)
+    assert plan.block.values[slot] == kept  # reused on the stream that ordered it
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    s1.wait_stream(torch.cuda.current_stream())
+    s2.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s1):
+        C1 = fn(A, B)
+        on_s1 = plan.block.values[slot]
+    with torch.cuda.stream(s2):
+        C2 = fn(A * 2, B)
+        assert plan.block.values[slot] not in (kept, on_s1)  # another stream, its own buffer
+    with torch.cuda.stream(s1):  # warm-up on the side stream, as torch.cuda.graph asks
+        fn(A, B)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=s1):
+        G = fn(A, B)
+        assert plan.block.values[slot] != on_s1  # a capture takes fresh memory from its pool
+    ref = A @ B.t()
+    for _ in range(2):
+        graph.replay()
+        with torch.cuda.stream(s1):  # eager calls on the capture's stream beside the replay
+            E = fn(A * 3, B)
+        torch.cuda.synchronize()
+        torch.testing.assert_close(G, ref, rtol=1e-4, atol=1e-3)
+        torch.testing.assert_close(E, 3 * ref, rtol=1e-4, atol=3e-3)
+    for got, want in ((first, ref), (second, ref), (C1, ref), (C2, 2 * ref)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=2e-3)
+
+
 @gpu
 def test_cupy_current_stream(rng):
     cupy = pytest.importorskip("cupy")

@@ -323,3 +323,27 @@ def test_split_k_on_the_gpu_matches_numpy(case, ways, rng):
         opts = opts.split_reduction(ways)
     got = run_program(fn, inputs, options=opts)
     assert_outputs_close(got, (expected.astype(np.float32),), 1e-4, context=f"{case} {opts}")
+
+
+def test_max_fusion_schedules_the_fold_after_the_partial_sums():
+    # with `max` fusion isl searched for minutes for a schedule fusing a 96-row matmul's fold
+    # with its 4-way partial sums (a tuning candidate timed out on the H200); the folds start a
+    # group of their own (`sequence_at`), so the schedule is a sequence computed in a moment
+    import threading
+
+    import islpy as isl
+
+    from tcmlir import compiler
+
+    fn = tc.define(MM.format(t="float"))
+    sizes = {"M": 96, "K": 64, "N": 80}
+    opts = tc.MappingOptions.from_dict({**tc.MappingOptions.naive().split_reduction(4).to_dict(),
+                                        "fusion": "max"})
+    done: list = []
+    worker = threading.Thread(target=lambda: done.append(compiler.lower(fn.ir, sizes, opts, "cuda")),
+                              daemon=True)
+    worker.start()
+    worker.join(60)
+    assert done, "scheduling the split matmul took over 60 s"
+    schedule = done[0].schedule.get_root().child(0)
+    assert schedule.get_type() == isl.schedule_node_type.sequence

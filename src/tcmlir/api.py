@@ -175,7 +175,8 @@ class TCFunction:
         self.options_factory = options_factory
         self.canonical_source = format_def(program.get(fn.name))
         self._kernels: dict[tuple, Kernel] = {}
-        self._plans: dict[tuple, tuple[tuple, Any]] = {}  # call_key -> (hot knobs, plan.call)
+        # call_key -> (hot knobs, plan.call, the plan's call without a stream argument or None)
+        self._plans: dict[tuple, tuple[tuple, Any, Any]] = {}
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -224,6 +225,8 @@ class TCFunction:
             if key is not None:
                 hit = self._plans.get(key)
                 if hit is not None and hit[0] == hot_path_token():
+                    if stream is None and hit[2] is not None:
+                        return hit[2](inputs)  # torch's current stream: one call frame less
                     return hit[1](inputs, stream)
         if has_zero_extent(inputs):  # empty outputs: nothing to compile or launch
             return empty_call(self, inputs, outputs)
@@ -333,7 +336,7 @@ class TCFunction:
 
             result, plan = launch_cuda(kernel, inputs, outputs, stream=stream, bound=bound)
             if remember and plan is not None and outputs is None:
-                self._remember(inputs, plan.call)
+                self._remember(inputs, plan.call, getattr(plan, "_torch_call", None))
             return result
         if stream is not None:
             raise CallError(f"{self.entry}: stream= is for target='cuda'; this kernel runs on "
@@ -363,14 +366,16 @@ class TCFunction:
         result = results[0] if len(results) == 1 else results
         return result if outputs is not None else in_input_kind(self.ir, inputs, result)
 
-    def _remember(self, inputs: Sequence[Any], call: Callable[..., Any]) -> None:
-        """File a plan under the inputs' call key (after a call with them passed every check)."""
+    def _remember(self, inputs: Sequence[Any], call: Callable[..., Any],
+                  plain: Callable[..., Any] | None = None) -> None:
+        """File a plan under the inputs' call key (after a call with them passed every check);
+        ``plain``: what ``call(inputs, None)`` does, taking only the inputs."""
         if get_config().always_compile:
             return
         key = call_key(inputs)
         if key is not None:
             with self._lock:
-                self._plans[key] = (hot_path_token(), call)
+                self._plans[key] = (hot_path_token(), call, plain)
 
     def _benchmark(self, kernel: Kernel, inputs: Sequence[Any], runs: int) -> list[float]:
         if kernel.target == "cuda":

@@ -26,9 +26,19 @@ would force non-negative coefficients too, but it makes isl encode fusion as par
 instead of sequences, which TC does not do.)
 
 isl options are per context: they are set right before every ``compute_schedule``.
+
+``sequence_at`` (statement positions) cuts the program into groups scheduled one after the
+other, never fused across a cut: under ``max`` fusion the `split-k` folds start a group
+(`passes.schedule`). A fold
+reads ``P(s*M + m, n)`` for every chunk ``s``, and with ``max`` fusion isl searched for a
+schedule fusing it with the partial sum, with unbounded coefficients, for minutes on a 96-row
+matmul split 4 ways (a tuner candidate that timed out); the two are separate kernels anyway.
 """
 
 from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
 
 import islpy as isl
 
@@ -49,17 +59,21 @@ _OPTIONS = {
 
 
 def compute_schedule(scop: Scop, deps: Dependences, fusion: str = "max", skew: bool = False,
-                     positive_orthant: bool = True) -> isl.Schedule:
-    """A schedule tree for ``scop`` respecting ``deps.validity`` (see the module docstring)."""
+                     positive_orthant: bool = True,
+                     sequence_at: Sequence[int] = ()) -> isl.Schedule:
+    """A schedule tree for ``scop`` respecting ``deps.validity`` (see the module docstring);
+    ``sequence_at``: positions of statements that start a group scheduled after the previous
+    one (program order keeps every dependence between groups legal)."""
     if fusion not in _OPTIONS:
         raise ValueError(f"unknown fusion strategy {fusion!r}")
     def acceptable(schedule: isl.Schedule) -> bool:
         return ((skew or not is_skewed(schedule))
                 and not (positive_orthant and has_negative_coefficient(schedule)))
 
-    schedule = _isl_schedule(scop, deps, fusion)
+    cuts = tuple(sorted(set(sequence_at)))
+    schedule = _isl_schedule(scop, deps, fusion, cuts)
     if not acceptable(schedule) and fusion != "min":
-        schedule = _isl_schedule(scop, deps, "min")
+        schedule = _isl_schedule(scop, deps, "min", cuts)
     if not acceptable(schedule):
         schedule = original_with_coincidence(scop, deps)
     return schedule
@@ -73,7 +87,8 @@ CHUNK_STATEMENTS = 128
 SCHEDULE_WHOLE_UP_TO = 256
 
 
-def _isl_schedule(scop: Scop, deps: Dependences, fusion: str) -> isl.Schedule:
+def _isl_schedule(scop: Scop, deps: Dependences, fusion: str,
+                  cuts: tuple[int, ...] = ()) -> isl.Schedule:
     ctx = scop.ctx
     for key, value in _OPTIONS[fusion].items():
         getattr(ctx, f"set_schedule_{key}")(value)
@@ -82,23 +97,25 @@ def _isl_schedule(scop: Scop, deps: Dependences, fusion: str) -> isl.Schedule:
     ctx.set_schedule_max_constant_term(-1)
     ctx.set_schedule_carry_self_first(1)
     ctx.set_schedule_algorithm(0)  # ISL_SCHEDULE_ALGORITHM_ISL (Pluto-like)
-    if len(scop.fn.statements) <= SCHEDULE_WHOLE_UP_TO:
+    whole = len(scop.fn.statements) <= SCHEDULE_WHOLE_UP_TO
+    if whole and not cuts:
         return _solve(scop, deps, scop.domain)
     schedule = None
-    for chunk in _chunks(scop):
+    for chunk in _chunks(scop, cuts, whole):
         part = _solve(scop, deps, chunk)
         schedule = part if schedule is None else schedule.sequence(part)
     assert schedule is not None
     return schedule
 
 
-def _chunks(scop: Scop) -> list[isl.UnionSet]:
-    """The domains of consecutive groups of `CHUNK_STATEMENTS` statements (an ``S{k}_init``
-    stays with its ``S{k}``)."""
-    groups: dict[int, isl.UnionSet] = {}
+def _chunks(scop: Scop, cuts: tuple[int, ...] = (), whole: bool = False) -> list[isl.UnionSet]:
+    """The domains of consecutive groups of statements, in program order: cut before each
+    position of ``cuts`` and (unless ``whole``) every `CHUNK_STATEMENTS` statements (an
+    ``S{k}_init`` stays with its ``S{k}``)."""
+    groups: dict[tuple[int, int], isl.UnionSet] = {}
     for name, info in scop.statements.items():
         dom = isl.UnionSet.from_set(scop.domains[name])
-        k = info.index // CHUNK_STATEMENTS
+        k = (bisect.bisect_right(cuts, info.index), 0 if whole else info.index // CHUNK_STATEMENTS)
         groups[k] = dom if k not in groups else groups[k].union(dom)
     return [groups[k] for k in sorted(groups)]
 

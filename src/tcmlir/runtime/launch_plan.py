@@ -48,6 +48,10 @@ from .streams import DriverMemory, TorchMemory, memory_for, stream_handle
 __all__ = ["CudaPlan", "ParamBlock"]
 
 _TORCH_PTR, _CUPY_PTR, _SCALAR, _HOST, _ANY = range(5)
+# a torch plan keeps its temporaries for reuse on up to this many streams, when they total at
+# most this many bytes (see `CudaPlan._make_torch_call`)
+KEEP_TEMPORARY_STREAMS = 8
+KEEP_TEMPORARY_BYTES = 64 << 20
 _SCALAR_TYPES = (bool, int, float)
 
 
@@ -243,6 +247,18 @@ class CudaPlan:
                         in zip(self._outputs, self._like, strict=True))
         temps = self._temps
         last, dev = self.runtime._last_launch, self.device
+        # temporaries (a split-K partial sum, a program's intermediates) are kept per stream
+        # and reused by the next call on it, which the stream orders after this one's kernels:
+        # torch.empty costs ~6 us of host time on the H200's host, more than the partial
+        # kernel of a small split-K contraction. Not inside a graph capture (a replay may run
+        # beside later calls: fresh buffers from the capture's pool), and not for large ones
+        # (their allocation is small beside their kernels').
+        kept: dict[int, tuple[int, ...]] = {}
+        keep = bool(temps) and sum(nbytes for _, nbytes, _ in temps) <= KEEP_TEMPORARY_BYTES
+        capturing = getattr(memory.torch._C, "_cuda_isCurrentStreamCapturing", None)
+        if capturing is None:
+            keep = False
+        held: list[Any] = []  # the tensors behind ``kept``
 
         def call(inputs: Sequence[Any]) -> Any:
             handle = current(index)
@@ -259,10 +275,19 @@ class CudaPlan:
                     if fill:
                         zero(ptr, fill, handle)
                 scratch = []  # freed after the launch: torch's allocator orders reuse on the stream
-                for k, nbytes, fill in temps:
-                    t = empty((nbytes,), dtype=uint8, device=device)
-                    values[k] = ptr = t.data_ptr()
-                    scratch.append(t)
+                ptrs = None
+                if keep and not capturing():
+                    ptrs = kept.get(handle)
+                    if ptrs is None and len(kept) < KEEP_TEMPORARY_STREAMS:
+                        ts = [empty((n,), dtype=uint8, device=device) for _, n, _ in temps]
+                        held.append(ts)
+                        ptrs = kept[handle] = tuple(t.data_ptr() for t in ts)
+                if ptrs is None and temps:
+                    ts = [empty((n,), dtype=uint8, device=device) for _, n, _ in temps]
+                    scratch.append(ts)
+                    ptrs = tuple(t.data_ptr() for t in ts)
+                for (k, nbytes, fill), ptr in zip(temps, ptrs or (), strict=True):
+                    values[k] = ptr
                     if fill:
                         zero(ptr, nbytes, handle)
                 enqueue(handle)
