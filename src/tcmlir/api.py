@@ -226,7 +226,7 @@ class TCFunction:
                 hit = self._plans.get(key)
                 if hit is not None and hit[0] == hot_path_token():
                     if stream is None and hit[2] is not None:
-                        return hit[2](inputs)  # torch's current stream: one call frame less
+                        return hit[2](inputs)  # no stream given: one call frame less
                     return hit[1](inputs, stream)
         if has_zero_extent(inputs):  # empty outputs: nothing to compile or launch
             return empty_call(self, inputs, outputs)
@@ -351,7 +351,7 @@ class TCFunction:
 
             plan = host_plan(kernel.runner, kernel.compiled_ir or self.ir, bound.sizes)
             if remember and all(_host_ready(x) for x in inputs):
-                self._remember(inputs, _host_call(plan))
+                self._remember(inputs, _host_call(plan), plan.call)
             return in_input_kind(self.ir, inputs, plan.call(list(bound.arrays.values())))
         outs = check_outputs(self.ir, bound.sizes, outputs, inputs)
         if outs is None:
