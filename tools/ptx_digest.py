@@ -6,11 +6,12 @@ Prints one sha256 over the PTX of every corpus program (first size set) under th
 a 1-D block of 256 threads, the default options of a call (`MappingOptions.default_for`) and the
 contraction options (register tiles, shared/private promotion, cp.async). A change that prints
 the same digest generates the same GPU code, so GPU results measured before it still hold; a
-different digest means the GPU tests must run again. Last GPU-verified digest (the code the H200
-runs of 2026-12-01's third session tested with `tools/gpu-session.sh tests sanitize` — 128-bit
-accesses with the alignment specialisation, split-K, map-mixed, the reduction combine without
-offsets — at commit 5254a01):
-2bb5ccbf4e6e29ae08e56e0e1ca5581bb05d98510297c9c645176bfc4f09000a
+different digest means the GPU tests must run again. Last GPU-verified digest (2026-12-01, fifth
+session, code at a169062: the H200's run 19 ran memcheck on the corpus, racecheck and
+synccheck on the reductions and the launch-plan, split-K and tuner GPU tests on it; run 18 ran
+every group of `tools/gpu-session.sh tests` on e20d19d, which differs from it only in the copy
+of scattered tile rows, reverted since; `test_mixed_rows.py` ran past its time limit there):
+d1915ffe2a9561fc289dc05ed5df8ad74fa22550bf149591ae38af7f456f5aab
 """
 
 from __future__ import annotations
