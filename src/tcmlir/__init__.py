@@ -49,8 +49,9 @@ _LAZY = {
 }
 
 __all__ = [
-    "CallError", "CodegenError", "CudaError", "InferenceError", "LaunchConfigError", "OptionsError", "ParseError",
-    "PipelineError", "PreconditionWarning", "SemaError", "TCError", "__version__", *_LAZY,
+    "CallError", "CodegenError", "CudaError", "InferenceError", "LaunchConfigError",
+    "OptionsError", "ParseError", "PipelineError", "PreconditionWarning", "SemaError", "TCError",
+    "__version__", *_LAZY,
 ]
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -29,10 +29,10 @@ isl options are per context: they are set right before every ``compute_schedule`
 
 ``sequence_at`` (statement positions) cuts the program into groups scheduled one after the
 other, never fused across a cut: under ``max`` fusion the `split-k` folds start a group
-(`passes.schedule`). A fold
-reads ``P(s*M + m, n)`` for every chunk ``s``, and with ``max`` fusion isl searched for a
-schedule fusing it with the partial sum, with unbounded coefficients, for minutes on a 96-row
-matmul split 4 ways (a tuner candidate that timed out); the two are separate kernels anyway.
+(`passes.schedule`). A fold reads ``P(s*M + m, n)`` for every chunk ``s``, and with ``max``
+fusion isl searched for a schedule fusing it with the partial sums, with unbounded
+coefficients, for minutes on a 96-row matmul split 4 ways (a tuner candidate that timed
+out); the two are separate kernels anyway.
 """
 
 from __future__ import annotations
