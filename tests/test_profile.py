@@ -440,10 +440,11 @@ def test_cuda_profile_over_the_fake_driver(monkeypatch):
     # each kernel timed between two events inside the sequence: one event pair, 0.25 ms
     assert all(k.time_s == pytest.approx(0.25e-3) for k in p.kernels)
     launches = [c for c in driver.calls if c[0] == "cuLaunchKernel"]
-    # the whole sequence: a warm-up, then 4 samples of 4 calls; one more call (its temporaries
-    # for the later kernels); then 4 timed runs of the sequence, an event before each kernel;
-    # then 4 calls timed on the host's clock, each after the device is idle (`host_s`)
-    assert len(launches) == 17 * n + n + 4 * n + 4 * n
+    # the whole sequence: a warm-up, then 4 samples of an untimed lead call and 4 timed calls;
+    # one more call (its temporaries for the later kernels); then 4 timed runs of the sequence,
+    # an event before each kernel; then 4 calls timed on the host's clock, each after the
+    # device is idle (`host_s`)
+    assert len(launches) == (1 + 4 * (1 + 4)) * n + n + 4 * n + 4 * n
     timed = launches[-8 * n:-4 * n]
     assert [c[1] for c in timed] == [k.name for _ in range(4) for k in kernel.runner.image.kernels]
     assert all(k.resources_from == "driver" and k.registers == 40 for k in p.kernels)
