@@ -13,7 +13,10 @@ rewrites every *splittable* statement of the `ir.Function` (below) into partial 
                                            C(m, n) = P(m, n) + P(M + m, n) + ...
                                                    + P((S'-1)*M + m, n)
 
-with ``KC = ceil(K / S)`` elements per chunk, ``F = K div KC`` full chunks, ``L = K - F*KC``
+with ``KC = ceil(K / S)`` elements per chunk (rounded up to a multiple of ``align``, at most
+``K``: `MappingOptions` passes its k tile, so chunks hold whole tiles; with chunks of 13 under
+16-wide tiles isl took minutes proving a tile copy's thread mapping), ``F = K div KC`` full
+chunks, ``L = K - F*KC``
 elements in the last one and ``S' = F + (L > 0) <= S`` chunks (``K < S``: ``K`` chunks of
 one). ``P`` is a new temporary of shape ``(S'*M, ...)``: chunk ``s`` of row ``m`` is row
 ``s*M + m``, so ``P`` is laid out as ``P(s, m, n)`` and the partial statement is itself a
@@ -67,14 +70,18 @@ class SplitK(Pass):
     """Cut the reduction of every splittable statement into at most ``ways`` chunks computed
     as a stacked partial contraction, then folded elementwise (see the module docstring).
     Requires no schedule and fixed sizes; any schedule is discarded (run it before
-    `schedule`). ``ways=1`` leaves the program alone."""
+    `schedule`). ``ways=1`` leaves the program alone; ``align``: chunk lengths are multiples
+    of it (see `chunking`)."""
 
     name = "split-k"
     ways: int = 2
+    align: int = 1
 
     def __post_init__(self):
         if self.ways < 1:
             raise ValueError(f"split-k ways must be >= 1, got {self.ways}")
+        if self.align < 1:
+            raise ValueError(f"split-k align must be >= 1, got {self.align}")
 
     def run(self, state: CompileState) -> CompileState:
         if self.ways == 1:
@@ -83,7 +90,7 @@ class SplitK(Pass):
         if missing:
             raise OptionsError(f"split_k={self.ways} needs every size fixed ({', '.join(missing)} "
                                "not given); it does not combine with a parametric kernel")
-        fn = split_k(state.fn, self.ways, state.sizes)
+        fn = split_k(state.fn, self.ways, state.sizes, self.align)
         if fn is state.fn:
             return state
         return CompileState.initial(fn, state.sizes, state.ctx)
@@ -117,15 +124,18 @@ def splittable_statements(fn: tc.Function) -> tuple[int, ...]:
     return tuple(k for k, st in enumerate(fn.statements) if splittable(fn, st) is None)
 
 
-def chunking(extent: int, ways: int) -> tuple[int, int, int]:
+def chunking(extent: int, ways: int, align: int = 1) -> tuple[int, int, int]:
     """``(KC, F, L)`` for a reduction of ``extent`` elements cut into at most ``ways``
-    chunks: ``F`` full chunks of ``KC`` elements and a last one of ``L`` (0: none)."""
+    chunks: ``F`` full chunks of ``KC`` elements and a last one of ``L`` (0: none); ``KC``
+    rounded up to a multiple of ``align`` (at most ``extent``)."""
     kc = -(-extent // max(1, min(ways, extent)))
+    if align > 1:
+        kc = min(extent, -(-kc // align) * align)
     full = extent // kc
     return kc, full, extent - full * kc
 
 
-def split_k(fn: tc.Function, ways: int, sizes: Mapping[str, int]) -> tc.Function:
+def split_k(fn: tc.Function, ways: int, sizes: Mapping[str, int], align: int = 1) -> tc.Function:
     """``fn`` with every splittable statement split into at most ``ways`` chunks at
     ``sizes`` (the same object when nothing is split: ``ways`` 1, or every splittable
     reduction shorter than 2); an `OptionsError` when ``fn`` has no splittable statement."""
@@ -143,7 +153,7 @@ def split_k(fn: tc.Function, ways: int, sizes: Mapping[str, int]) -> tc.Function
     statements: list[tc.Statement] = []
     temporaries = list(fn.temporaries)
     for k, st in enumerate(fn.statements):
-        split = _split(fn, st, ways, sizes, taken) if k in targets else None
+        split = _split(fn, st, ways, sizes, taken, align) if k in targets else None
         if split is None:
             statements.append(st)
             continue
@@ -161,18 +171,20 @@ def split_note(fn: tc.Function, pipeline: str, sizes: Mapping[str, int] | None) 
     later passes compile (None without split-k)."""
     from .pipeline import parse_pipeline
 
-    ways = [p.ways for p in parse_pipeline(pipeline) if isinstance(p, SplitK) and p.ways > 1]
-    if not ways:
+    passes = [p for p in parse_pipeline(pipeline) if isinstance(p, SplitK) and p.ways > 1]
+    if not passes:
         return None
+    first = passes[0]
+    name = f"split-k{{ways={first.ways}" + (f",align={first.align}}}" if first.align > 1 else "}")
     missing = [s for s in fn.sizes if s not in (sizes or {})]
     if missing:
-        return (f"split-k{{ways={ways[0]}}} rewrites the program at fixed sizes: give "
+        return (f"{name} rewrites the program at fixed sizes: give "
                 f"{', '.join(missing)} with --sizes to see it")
-    return f"after split-k{{ways={ways[0]}}}:\n{split_k(fn, ways[0], sizes or {})}".rstrip()
+    return f"after {name}:\n{split_k(fn, first.ways, sizes or {}, first.align)}".rstrip()
 
 
 def _split(fn: tc.Function, st: tc.Statement, ways: int, sizes: Mapping[str, int],
-           taken: set[str]) -> tuple[tc.Tensor, list[tc.Statement]] | None:
+           taken: set[str], align: int = 1) -> tuple[tc.Tensor, list[tc.Statement]] | None:
     red, row = st.reduction_indices[0], st.lhs[0]
     rng = st.range_of(red)
     lo = rng.lo.evaluate(sizes)
@@ -180,7 +192,7 @@ def _split(fn: tc.Function, st: tc.Statement, ways: int, sizes: Mapping[str, int
     height = st.range_of(row).hi.evaluate(sizes)
     if extent < 2 or height < 1:
         return None
-    kc, full, last = chunking(extent, ways)
+    kc, full, last = chunking(extent, ways, align)
     chunks = full + (last > 0)
     names = taken | set(st.index_names) | _RESERVED
     row2 = _fresh(f"{row}_s", names)

@@ -67,6 +67,8 @@ def test_chunking_cuts_into_at_most_ways_chunks_covering_the_reduction_once():
     assert chunking(37, 4) == (10, 3, 7)      # 10 + 10 + 10 + 7
     assert chunking(3, 8) == (1, 3, 0)        # K < S: K chunks of one
     assert chunking(1024, 8) == (128, 8, 0)
+    assert chunking(100, 8) == (13, 7, 9) and chunking(100, 8, 16) == (16, 6, 4)  # whole tiles
+    assert chunking(100, 2, 16) == (64, 1, 36) and chunking(10, 4, 16) == (10, 1, 0)
     for extent in range(1, 60):
         for ways in (1, 2, 3, 4, 7, 16):
             kc, full, last = chunking(extent, ways)
@@ -151,7 +153,7 @@ def test_split_k_on_the_cpu_target_matches_the_reference(source, shapes, ways, d
     fn = tc.define(source, target="cpu")
     inputs = _inputs(rng, fn, shapes, dtype)
     opts = MO.naive().tile(4, 4, 4).split_reduction(ways)
-    assert f"split-k{{ways={ways}}}" in opts.to_pipeline("cpu")
+    assert f"split-k{{ways={ways},align=4}}" in opts.to_pipeline("cpu")
     check_against_reference(source, inputs, "cpu", options=opts)
 
 
@@ -255,7 +257,8 @@ def test_split_k_options_round_trip_and_validate():
     with pytest.raises(OptionsError, match="row_block"):
         MO().split_reduction(2).map_rows(128).to_pipeline("cuda")
     pipeline = opts.to_pipeline("cuda")
-    assert pipeline.startswith("split-k{ways=4},schedule") and "tile-folds{sizes=16,16}" in pipeline
+    assert pipeline.startswith("split-k{ways=4,align=16},schedule")  # chunks of whole k tiles
+    assert "tile-folds{sizes=16,16}" in pipeline
     assert "split-k" not in MO.cuda_contraction().to_pipeline("cuda")
 
 
@@ -293,7 +296,7 @@ def test_the_tuner_searches_split_k_for_contractions_only():
 def test_the_dump_shows_the_split_program():
     text = dump(TMM, "tmm.tc", None, "pipeline,ir", {"M": 8, "K": 37, "N": 8}, target="cuda",
                 options=SIM.split_reduction(4))
-    assert "split-k{ways=4}" in text and "after split-k{ways=4}:" in text
+    assert "split-k{ways=4,align=4}" in text and "after split-k{ways=4,align=4}:" in text
     assert "temporary float32(32, N) C_split" in text
     assert "C(m, n) = (((C_split(m, n) + C_split((8:int32 + m), n))" in text
     text = dump(TMM, "tmm.tc", None, "ir", None, target="cuda", options=SIM.split_reduction(4))

@@ -495,7 +495,11 @@ class MappingOptions:
                                    "combine with parametric kernels")
             if target == "cuda" and self.row_block:
                 raise OptionsError("split_k does not combine with row_block (map-rows)")
-            steps.insert(0, f"split-k{{ways={self.split_k}}}")  # an IR rewrite: before schedule
+            # an IR rewrite: before schedule. Chunks of whole k tiles (the last tile size):
+            # a chunk of 13 under 16-wide tiles made isl's copy proofs take minutes
+            align = self.tile_sizes[-1] if self.tile_sizes and self.tile_sizes[-1] > 1 else 1
+            steps.insert(0, f"split-k{{ways={self.split_k}"
+                            + (f",align={align}}}" if align > 1 else "}"))
         if target == "cuda" and self.row_block:
             # one kernel for the whole row program: pointwise temporaries recomputed, a block
             # per row, phases separated by barriers (passes/inline_temporaries, map_rows)
