@@ -27,7 +27,8 @@ instances of ``S<k>`` under one outer iteration write the same element; no other
 the mark touches ``S<k>``'s tensor; *every* thread has instances under the mark at every outer
 iteration (so isl puts no ``_tx`` guard or bound above the mark and every thread reaches the
 barriers): ``B`` is the largest power of two <= ``threads`` (and <= 1024) for which this holds,
-and at least ``min-threads``. A kernel in which `map-to-threads` mapped two or more members
+and at least ``min-threads``; and the result runs every instance exactly once
+(`gpu_mapping.check_coverage`). A kernel in which `map-to-threads` mapped two or more members
 (matmul-like) keeps that mapping: its reduction is left sequential per thread.
 """
 
@@ -43,6 +44,7 @@ from ..dtypes import DType
 from ..poly.gpu_mapping import (
     THREAD_PARAMS,
     KernelMark,
+    check_coverage,
     first_band_below,
     kernel_marks,
     member_filter,
@@ -270,6 +272,10 @@ def _finish(state: CompileState, rband: isl.ScheduleNode, path: tuple[int, ...],
         if trial is not None:
             try:
                 check_legal(trial, state.deps)
+                # a thread filter of map-to-threads left below the mark (a padded point band
+                # under a sequence) would keep some threads' share of the reduction from
+                # running: the tuner met block (2, 1, 1) with tiles (1, 1, 2) on a matmul
+                check_coverage(trial, state.scop.domain, state.scop.context)
             except AssertionError:
                 return None
             return trial
