@@ -331,3 +331,19 @@ def test_several_reads_of_one_tensor_in_a_statement_promote(name, rng):
     for opts in (MO.naive().shared_memory(True), MO.cuda_contraction()):
         got = simulate_call(fn.ir, list(inputs), opts)
         assert_outputs_close(got, case.expected(*inputs), case.rtol, context=f"{name} {opts}")
+
+
+def test_a_box_whose_span_isl_writes_with_a_denominator_still_compiles():
+    # a tuner candidate (split-K fc, min fusion, 4 x 256 tiles, 1 x 4 register tiles): isl wrote
+    # a footprint's span with a rational denominator and max_val raised isl.Error out of the
+    # compile (found by tools/fuzz_compile.py); the span is floored (its values are integers)
+    fc = """def fc(float(B,M) I, float(N,M) W1, float(N) B1) -> (O1) {
+        O1(b, n) +=! I(b, m) * W1(n, m)
+        O1(b, n) = fmax(O1(b, n) + B1(n), 0) }"""
+    opts = tc.MappingOptions.from_dict({
+        **tc.MappingOptions.naive().to_dict(), "block": [8, 1], "copy_bytes": 16,
+        "copy_transposed": True, "fusion": "min", "grid": [8], "register_tile": [1, 4],
+        "split_k": 2, "tile_sizes": [4, 256, 0], "unroll_factor": 1,
+        "use_private_memory": True, "use_shared_memory": True})
+    state = compiler.lower(tc.define(fc).ir, {"B": 30, "M": 70, "N": 50}, opts, "cuda")
+    assert "promote" in opts.to_pipeline("cuda") and state.schedule is not None

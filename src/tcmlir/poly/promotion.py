@@ -190,7 +190,13 @@ def compute_box(fp: isl.Map, *, interleave: bool = False) -> Box | None:
     lo, stride, extent, groups = [], [], [], []
     for d in range(fp.dim(isl.dim_type.out)):
         low, high = fp.dim_min(d), fp.dim_max(d)
-        span = high.sub(low).max_val()
+        try:
+            # both bounds take integer values; isl may write their difference with a rational
+            # denominator (a split-K fc tile under min fusion), which max_val refuses: floor
+            # leaves an integer value alone
+            span = high.sub(low).floor().max_val()
+        except isl.Error:
+            return None  # no box: the tensor is not promoted
         if not span.is_int():
             return None
         s = wrapped.get_stride_info(n_in + d).get_stride()
