@@ -10,6 +10,7 @@ Helpers for backend tests (re-exported from `corpus`):
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import zlib
 
@@ -176,3 +177,14 @@ def seed_for(nodeid: str) -> int:
 def rng(request) -> np.random.Generator:
     """A numpy Generator seeded from the test id: fresh per test, reproducible per test."""
     return np.random.default_rng(seed_for(request.node.nodeid))
+
+
+def ptxas_verbose(tmp_path, ptx: str, name: str = "kernel", arch: str = "sm_90") -> str:
+    """Assemble ``ptx`` with ``ptxas -v`` (which must succeed) and return its report
+    (registers, shared memory, spills) for the test to check."""
+    path = tmp_path / f"{name}.ptx"
+    path.write_text(ptx)
+    r = subprocess.run(["ptxas", f"-arch={arch}", "-v", str(path), "-o", str(tmp_path / f"{name}.cubin")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stderr

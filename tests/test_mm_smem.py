@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 
 import islpy as isl
 import numpy as np
 import pytest
+from conftest import ptxas_verbose
 
 import tcmlir as tc
 from tcmlir import compiler
@@ -243,13 +243,6 @@ def test_planted_unaligned_leader_is_caught(monkeypatch, rng):
 # ---------------------------------------------------------------- PTX
 
 
-def _ptxas(tmp_path, ptx: str, name: str) -> str:
-    path = tmp_path / f"{name}.ptx"
-    path.write_text(ptx)
-    r = subprocess.run(["ptxas", "-arch=sm_90", "-v", str(path), "-o", str(tmp_path / f"{name}.cubin")],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    return r.stderr
 
 
 def _registers(info: str) -> list[int]:
@@ -265,7 +258,7 @@ def test_big_matmul_ptx_under_the_options(tmp_path):
     a = np.zeros((4096, 4096), np.float32)
     ptx = fn.compile(a, a, options=BIG.interleave_registers(0, 4).vector_copies(16),
                      target="cuda", arch="sm_90").ptx
-    info = _ptxas(tmp_path, ptx, "mm")
+    info = ptxas_verbose(tmp_path, ptx, "mm")
     assert "0 bytes spill stores" in info and ".local" not in ptx, info
     assert max(_registers(info)) <= 128, info  # two blocks of 256 threads per SM
     # 2 x 2 vector shared reads per k step, B's 2 (interleaved) 64 floats apart; B's copies
@@ -288,7 +281,7 @@ def test_unaligned_input_gets_element_copies(tmp_path):
     ptx = compile_cuda(state, "sm_90", aligned=()).ptx  # aligned: test_big_matmul_ptx_...
     assert "cp.async.cg" not in ptx and "ld.global.nc.v4" not in ptx
     assert "cp.async.ca.shared.global" in ptx  # B one element at a time, still one tile ahead
-    _ptxas(tmp_path, ptx, "unaligned")
+    ptxas_verbose(tmp_path, ptx, "unaligned")
 
 
 @needs_ptxas
@@ -303,7 +296,7 @@ def test_tmm_and_fc_compile_under_the_options(tmp_path, source, sizes):
 
     ptx = compile_cuda(state, "sm_90", aligned=tuple(t.name for t in fn.ir.tensors)).ptx
     assert "ld.global.nc.v4" in ptx  # both operands stored k-major: read 16 bytes at once
-    info = _ptxas(tmp_path, ptx, "case")
+    info = ptxas_verbose(tmp_path, ptx, "case")
     assert "0 bytes spill stores" in info, info
 
 

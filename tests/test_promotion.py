@@ -19,6 +19,7 @@ import subprocess
 import islpy as isl
 import numpy as np
 import pytest
+from conftest import ptxas_verbose
 from corpus import assert_outputs_close
 from corpus.programs import CASES, case_by_name
 
@@ -230,12 +231,8 @@ def test_default_matmul_kernel_resources(tmp_path):
     ptx = kernel.ptx
     assert "ld.shared.v4" in ptx and "fma.rn.f32" in ptx and "cp.async.cg.shared.global" in ptx
     assert ".local" not in ptx
-    path = tmp_path / "mm.ptx"
-    path.write_text(ptx)
-    r = subprocess.run(["ptxas", "-arch=sm_90", "-v", str(path), "-o", str(tmp_path / "mm.cubin")],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    assert "0 bytes spill stores" in r.stderr and "0 bytes spill loads" in r.stderr
+    info = ptxas_verbose(tmp_path, ptx, "mm")
+    assert "0 bytes spill stores" in info and "0 bytes spill loads" in info
 
 
 @pytest.mark.parametrize("shape, tile", [
