@@ -14,6 +14,7 @@ import ctypes
 import enum
 import re
 import types
+import zlib
 from typing import Any, ClassVar
 
 import numpy as np
@@ -185,14 +186,29 @@ class FakeDriver:
 
 class FakeContext:
     ordinal = 0
+    handle = 0xC7  # what the native fake's cuCtxGetCurrent compares (see `install_fake`)
+    current = 0xC7  # the "current context" of every thread
+    _released = False
 
     def activate(self) -> None:
-        pass
+        FakeContext.current = self.handle
+
+
+class _FunctionHandle(str):
+    """A fake CUfunction: the kernel's name, and an integer for the native launch thunk."""
+
+    ids: ClassVar[dict[int, str]] = {}
+
+    def __int__(self) -> int:
+        key = 0x1000 + zlib.crc32(self.encode())
+        self.ids[key] = str(self)
+        return key
 
 
 class FakeFunction:
     def __init__(self, name: str, count: int):
-        self.name = self.handle = name
+        self.name = name
+        self.handle = _FunctionHandle(name)
         self.param_count = count
         self.max_threads_per_block = 1024
         self.static_shared_bytes = 0
@@ -259,14 +275,64 @@ class FakeRuntime:
         return 0
 
 
-def install_fake(monkeypatch: Any) -> tuple[FakeDriver, FakeRuntime]:
-    """Route every driver call of the launch path to a fresh fake; returns (driver, runtime)."""
+def install_fake(monkeypatch: Any, native: bool = False) -> tuple[FakeDriver, FakeRuntime]:
+    """Route every driver call of the launch path to a fresh fake; returns (driver, runtime).
+
+    ``native``: plans take the native launch path (`launch_thunk`) as with the real driver;
+    its four driver entry points are ctypes callbacks into the fake."""
     driver = FakeDriver()
     for module in (cuda_memory, rcuda, cuda_launch, launch_plan, streams):
         monkeypatch.setattr(module, "driver", driver)
     runtime = FakeRuntime(driver)
     monkeypatch.setattr(cuda_launch, "get_runtime", lambda: runtime)
+    FakeContext.current = FakeContext.handle
+    if native:
+        calls = native_calls(driver)
+        monkeypatch.setattr(launch_plan, "direct_calls", lambda _driver: calls)
     return driver, runtime
+
+
+_GET_CURRENT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p))
+_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
+                           ctypes.c_void_p, ctypes.c_void_p)
+_MEMSET32 = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t,
+                             ctypes.c_void_p)
+_MEMSET8 = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_ubyte, ctypes.c_size_t,
+                            ctypes.c_void_p)
+
+
+def native_calls(driver: FakeDriver) -> Any:
+    """A `fast_driver.DirectCalls` whose entry points (C function pointers) call ``driver``;
+    ``driver.fail`` (a call name → CUresult code) makes that call fail."""
+    from tcmlir.runtime.fast_driver import DirectCalls
+
+    driver.fail = {}
+
+    def get_current(out):
+        out[0] = int(FakeContext.current) or None
+        return driver.fail.get("cuCtxGetCurrent", 0)
+
+    def launch(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        if "cuLaunchKernel" in driver.fail:
+            return driver.fail["cuLaunchKernel"]
+        driver.cuLaunchKernel(_FunctionHandle.ids[f], gx, gy, gz, bx, by, bz, shared,
+                              CUstream(stream or 0), params, extra)
+        return 0
+
+    def memset(name):
+        def fill(ptr, value, count, stream):
+            if name in driver.fail:
+                return driver.fail[name]
+            getattr(driver, name)(ptr, value, count, CUstream(stream or 0))
+            return 0
+        return fill
+
+    keep = (_GET_CURRENT(get_current), _LAUNCH(launch), _MEMSET32(memset("cuMemsetD32Async")),
+            _MEMSET8(memset("cuMemsetD8Async")))
+    calls = DirectCalls(None, None, None, tuple(ctypes.cast(f, ctypes.c_void_p).value
+                                                for f in keep))
+    object.__setattr__(calls, "_keep", keep)  # the callbacks live as long as the calls
+    return calls
 
 
 def device_array(host: np.ndarray) -> Any:

@@ -14,10 +14,17 @@ import types
 from typing import Any
 
 import numpy as np
-from fake_cuda import FakeContext, FakeDriver, FakeRuntime, install_fake, simulate_with_host
+from fake_cuda import (
+    FakeContext,
+    FakeDriver,
+    FakeRuntime,
+    install_fake,
+    native_calls,
+    simulate_with_host,
+)
 
 import tcmlir as tc
-from tcmlir.runtime import arrays, cuda_memory, peer
+from tcmlir.runtime import arrays, cuda_memory, launch_plan, peer
 from tcmlir.runtime.cuda_launch import CudaRunner
 
 __all__ = ["TwoDeviceDriver", "TwoDeviceRuntime", "device_array_on", "install_two_devices",
@@ -70,10 +77,20 @@ class TwoDeviceDriver(FakeDriver):
         return self._next_stream
 
 
+class _ContextHandle(str):
+    """A context's name in the fake's logs, and an integer for the native launch thunk."""
+
+    value = 0
+
+    def __int__(self) -> int:
+        return self.value
+
+
 class DeviceContext(FakeContext):
     def __init__(self, ordinal: int):
         self.ordinal = ordinal
-        self.handle = f"ctx{ordinal}"
+        self.handle = _ContextHandle(f"ctx{ordinal}")
+        self.handle.value = 0xC70 + ordinal
 
 
 class TwoDeviceRuntime(FakeRuntime):
@@ -109,14 +126,19 @@ class TwoDeviceRuntime(FakeRuntime):
         return 0
 
 
-def install_two_devices(monkeypatch: Any, peer_access: bool = True
+def install_two_devices(monkeypatch: Any, peer_access: bool = True, native: bool = False
                         ) -> tuple[TwoDeviceDriver, TwoDeviceRuntime]:
     """Route the launch path's driver calls to a new two-device fake (``monkeypatch``: pytest's,
-    or a ``pytest.MonkeyPatch()``); returns (driver, runtime)."""
+    or a ``pytest.MonkeyPatch()``); returns (driver, runtime). ``native``: as for
+    `fake_cuda.install_fake`."""
     driver = TwoDeviceDriver(peer_access)
     install_fake(monkeypatch)
     from tcmlir.runtime import cuda as rcuda
-    from tcmlir.runtime import cuda_launch, launch_plan, streams
+    from tcmlir.runtime import cuda_launch, streams
+
+    if native:
+        calls = native_calls(driver)
+        monkeypatch.setattr(launch_plan, "direct_calls", lambda _driver: calls)
 
     for module in (cuda_memory, rcuda, cuda_launch, launch_plan, streams, peer):
         monkeypatch.setattr(module, "driver", driver)
@@ -131,12 +153,13 @@ def install_two_devices(monkeypatch: Any, peer_access: bool = True
 
 
 def two_devices(monkeypatch: Any, source: str, *host_inputs: Any, peer_access: bool = True,
-                devices: tuple[int, ...] = (0, 1), fake: Any = None) -> tuple:
+                devices: tuple[int, ...] = (0, 1), fake: Any = None, native: bool = False
+                ) -> tuple:
     """A cuda TCFunction over the two-device fake (a new one, or ``fake``: an earlier call's
     (driver, runtime)), compiled for ``devices``; each launch runs the host build. Returns
     (function, its `SplitKernel`, driver, runtime)."""
     if fake is None:
-        driver, runtime = install_two_devices(monkeypatch, peer_access)
+        driver, runtime = install_two_devices(monkeypatch, peer_access, native)
     else:
         driver, runtime = fake
     fn = tc.define(source, target="cuda")

@@ -17,7 +17,7 @@ from fake_cuda import device_array, install_fake, simulate_with_host
 import tcmlir as tc
 from tcmlir import compiler
 from tcmlir.binding import needs_zero_fill
-from tcmlir.errors import CallError
+from tcmlir.errors import CallError, CudaError
 from tcmlir.runtime import cuda_memory
 from tcmlir.runtime.cuda_launch import CudaRunner
 from tcmlir.runtime.launch_plan import ParamBlock
@@ -109,9 +109,16 @@ def test_buffer_pool_reuses_per_stream(monkeypatch):
 # ------------------------------------------------------------------ the CUDA plan, faked
 
 
-def _faked(monkeypatch, source, *inputs):
+@pytest.fixture(params=[False, True], ids=["cuda-python", "native"])
+def native(request):
+    """Both launch paths over the fake driver: cuda-python's calls, and the native launch
+    thunk (`runtime.launch_thunk`, the real driver's path) calling back into the fake."""
+    return request.param
+
+
+def _faked(monkeypatch, source, *inputs, native=False):
     """A cuda TCFunction whose calls go to the fake driver, simulated by its host build."""
-    driver, runtime = install_fake(monkeypatch)
+    driver, runtime = install_fake(monkeypatch, native=native)
     import tcmlir.cache.artifacts as artifacts
 
     monkeypatch.setattr(artifacts, "make_cuda_runner",
@@ -124,10 +131,10 @@ def _faked(monkeypatch, source, *inputs):
     return fn, kernel, driver
 
 
-def test_plan_packs_pointers_sizes_and_flag_and_launches_on_stream_0(monkeypatch, rng):
+def test_plan_packs_pointers_sizes_and_flag_and_launches_on_stream_0(monkeypatch, rng, native):
     x, y = (rng.standard_normal(1000).astype(np.float32) for _ in range(2))
     dx, dy = device_array(x), device_array(y)
-    fn, kernel, driver = _faked(monkeypatch, ADD, dx, dy)
+    fn, kernel, driver = _faked(monkeypatch, ADD, dx, dy, native=native)
     z = fn(dx, dy)
     np.testing.assert_array_equal(z.get(), x + y)
     (launch,) = [c for c in driver.calls if c[0] == "cuLaunchKernel"]
@@ -141,9 +148,9 @@ def test_plan_packs_pointers_sizes_and_flag_and_launches_on_stream_0(monkeypatch
         "z's only statement sets every element: no zero fill"
 
 
-def test_warm_numpy_call_allocates_nothing_and_reuses_the_plan(monkeypatch, rng):
+def test_warm_numpy_call_allocates_nothing_and_reuses_the_plan(monkeypatch, rng, native):
     x = rng.standard_normal((7, 33)).astype(np.float32)
-    fn, kernel, driver = _faked(monkeypatch, SOFTMAX, x)
+    fn, kernel, driver = _faked(monkeypatch, SOFTMAX, x, native=native)
     np.testing.assert_allclose(fn(x), _softmax(x), rtol=1e-5)
     driver.calls.clear()
     before = dict(cuda_memory.ALLOC_COUNTS)
@@ -160,18 +167,18 @@ def test_warm_numpy_call_allocates_nothing_and_reuses_the_plan(monkeypatch, rng)
                                                               "cuStreamSynchronize"]
 
 
-def test_fresh_accumulated_outputs_are_zeroed_on_the_stream(monkeypatch, rng):
+def test_fresh_accumulated_outputs_are_zeroed_on_the_stream(monkeypatch, rng, native):
     x = rng.standard_normal(10).astype(np.float32)
-    fn, _, driver = _faked(monkeypatch, ACCUMULATE, x)
+    fn, _, driver = _faked(monkeypatch, ACCUMULATE, x, native=native)
     np.testing.assert_array_equal(fn(x, stream=0x77), x)
     assert any(c[0] == "cuMemsetD32Async" and c[2] == 40 and c[3] == 0x77 for c in driver.calls)
     assert {c[4] for c in driver.calls if c[0] == "cuLaunchKernel"} == {0x77}
     assert ("cuStreamSynchronize", 0x77) in driver.calls
 
 
-def test_outputs_argument_is_written_in_place(monkeypatch, rng):
+def test_outputs_argument_is_written_in_place(monkeypatch, rng, native):
     x = rng.standard_normal(10).astype(np.float32)
-    fn, _, _ = _faked(monkeypatch, ACCUMULATE, x)
+    fn, _, _ = _faked(monkeypatch, ACCUMULATE, x, native=native)
     out = np.full(10, 2.0, np.float32)
     assert fn(x, outputs=out) is out
     np.testing.assert_array_equal(out, x + 2)  # `+=` read the given values
@@ -194,11 +201,11 @@ def test_gather_error_raised_by_the_call_for_numpy_inputs(monkeypatch, rng):
     np.testing.assert_array_equal(fn(E, idx), E[idx])  # the flag was reset
 
 
-def test_gather_error_of_device_arrays_is_reported_late_never_lost(monkeypatch, rng):
+def test_gather_error_of_device_arrays_is_reported_late_never_lost(monkeypatch, rng, native):
     E = rng.standard_normal((13, 7)).astype(np.float32)
     idx = np.arange(31, dtype=np.int32) % 13
     dE, didx = device_array(E), device_array(idx)
-    fn, _, driver = _faked(monkeypatch, GATHER, dE, didx)
+    fn, _, driver = _faked(monkeypatch, GATHER, dE, didx, native=native)
     fn(dE, didx)
     idx[5] = 13  # the "device" array changes under the plan, as device data does
     fn(dE, didx)  # asynchronous: this call returns
@@ -231,11 +238,11 @@ def test_gather_check_sync_knob(monkeypatch, rng):
     assert "reported late" not in str(info.value)
 
 
-def test_graph_capture_reads_nothing_and_keeps_its_buffers(monkeypatch, rng):
+def test_graph_capture_reads_nothing_and_keeps_its_buffers(monkeypatch, rng, native):
     E = rng.standard_normal((13, 7)).astype(np.float32)
     idx = np.arange(31, dtype=np.int32) % 13
     dE, didx = device_array(E), device_array(idx)
-    fn, _, driver = _faked(monkeypatch, GATHER, dE, didx)
+    fn, _, driver = _faked(monkeypatch, GATHER, dE, didx, native=native)
     with pytest.raises(CallError, match=r"inside a CUDA graph capture.*once before"):
         driver.capturing.add(0x99)
         fn(dE, didx, stream=0x99)  # no plan yet: refused, nothing half-made
@@ -260,10 +267,10 @@ def test_graph_capture_reads_nothing_and_keeps_its_buffers(monkeypatch, rng):
         fn(E, idx)
 
 
-def test_softmax_temporaries_come_from_the_pool(monkeypatch, rng):
+def test_softmax_temporaries_come_from_the_pool(monkeypatch, rng, native):
     x = rng.standard_normal((5, 9)).astype(np.float32)
     dx = device_array(x)
-    fn, _, driver = _faked(monkeypatch, SOFTMAX, dx)
+    fn, _, driver = _faked(monkeypatch, SOFTMAX, dx, native=native)
     np.testing.assert_allclose(fn(dx).get(), _softmax(x), rtol=1e-5)
     allocs = driver.names().count("cuMemAlloc")
     np.testing.assert_allclose(fn(dx).get(), _softmax(x), rtol=1e-5)
@@ -271,9 +278,9 @@ def test_softmax_temporaries_come_from_the_pool(monkeypatch, rng):
     assert driver.names().count("cuMemAlloc") - allocs == 1
 
 
-def test_benchmark_times_the_launch_sequence_with_events(monkeypatch, rng):
+def test_benchmark_times_the_launch_sequence_with_events(monkeypatch, rng, native):
     x = rng.standard_normal((4, 9)).astype(np.float32)
-    _, kernel, driver = _faked(monkeypatch, SOFTMAX, x)
+    _, kernel, driver = _faked(monkeypatch, SOFTMAX, x, native=native)
     # the fake events always measure 0.25 ms: the warm-up says 0.25 ms per call, so each
     # sample queues 4 calls back to back (a millisecond) and reports a quarter of its time
     assert kernel.benchmark(x, runs=3) == [0.25e-3 / 4] * 3
@@ -547,19 +554,20 @@ def test_runtime_launch_checks_the_parameter_count_before_the_driver(monkeypatch
     assert "cuLaunchKernel" not in driver.names()
 
 
-def test_torch_kind_plan_over_fakes(monkeypatch, rng):
+def test_torch_kind_plan_over_fakes(monkeypatch, rng, native):
     # the torch path (the one the benchmark and CUDA graphs use) against a fake torch
     from fake_cuda import FakeStream, FakeTensor, install_fake_torch
 
     torch = install_fake_torch(monkeypatch)
     x, y = (FakeTensor(rng.standard_normal(100).astype(np.float32)) for _ in range(2))
-    fn, kernel, driver = _faked(monkeypatch, ADD, x, y)
+    fn, kernel, driver = _faked(monkeypatch, ADD, x, y, native=native)
     z = fn(x, y)
     assert isinstance(z, FakeTensor)
     np.testing.assert_array_equal(z.array, x.array + y.array)
     (plan,) = kernel.runner.plans
     assert plan.last_stream == 0x51  # torch's current stream
     assert plan._torch_call is not None  # torch tensors only: the short warm path
+    assert (plan._record is not None) == native  # the native launch thunk, or cuda-python's
     driver.calls.clear()
     torch.allocations.clear()
     with torch.cuda.stream(FakeStream(0x77)):
@@ -576,12 +584,38 @@ def test_torch_kind_plan_over_fakes(monkeypatch, rng):
     assert driver.names() == ["cuLaunchKernel"]
 
 
-def test_torch_kind_temporaries_and_scalars_come_from_torch(monkeypatch, rng):
+def test_native_launch_makes_the_context_current_and_names_a_failed_kernel(monkeypatch, rng):
+    from fake_cuda import FakeContext, FakeTensor, install_fake_torch
+
+    install_fake_torch(monkeypatch)
+    x, y = (FakeTensor(rng.standard_normal(50).astype(np.float32)) for _ in range(2))
+    fn, kernel, driver = _faked(monkeypatch, ADD, x, y, native=True)
+    fn(x, y)
+    FakeContext.current = 0  # another thread's view: no context current
+    driver.calls.clear()
+    np.testing.assert_array_equal(fn(x, y).array, x.array + y.array)
+    assert FakeContext.current == FakeContext.handle  # made current, then launched once
+    assert driver.names() == ["cuLaunchKernel"]
+    driver.fail["cuLaunchKernel"] = 1
+    name = kernel.runner.image.kernels[0].name
+    with pytest.raises(CudaError, match=rf"cuLaunchKernel failed.*kernel {name} with grid"):
+        fn(x, y)
+    fn2, _, driver2 = _faked(monkeypatch, ACCUMULATE, x, native=True)
+    np.testing.assert_array_equal(fn2(x).array, x.array)
+    driver2.calls.clear()
+    np.testing.assert_array_equal(fn2(x).array, x.array)  # the warm path
+    assert driver2.names() == ["cuMemsetD32Async", "cuLaunchKernel"]  # the `+=` output's fill
+    driver2.fail["cuMemsetD32Async"] = 1
+    with pytest.raises(CudaError, match=r"cuMemsetD32Async failed.*zero-filling buffer 0"):
+        fn2(x)
+
+
+def test_torch_kind_temporaries_and_scalars_come_from_torch(monkeypatch, rng, native):
     from fake_cuda import FakeTensor, install_fake_torch
 
     torch = install_fake_torch(monkeypatch)
     x = FakeTensor(rng.standard_normal((6, 17)).astype(np.float32))
-    fn, _, driver = _faked(monkeypatch, SOFTMAX, x)
+    fn, _, driver = _faked(monkeypatch, SOFTMAX, x, native=native)
     np.testing.assert_allclose(fn(x).array, _softmax(x.array), rtol=1e-5)
     before = driver.names().count("cuMemAlloc")
     torch.allocations.clear()
@@ -596,7 +630,7 @@ def test_torch_kind_temporaries_and_scalars_come_from_torch(monkeypatch, rng):
     assert sorted(a[2] for a in torch.allocations) == ["float32", "uint8", "uint8", "uint8"]
     scale = "def sc(float(N) x, float a) -> (z) { z(i) += a * x(i) }"
     v = FakeTensor(rng.standard_normal(9).astype(np.float32))
-    sc, _, driver = _faked(monkeypatch, scale, v, 2.0)
+    sc, _, driver = _faked(monkeypatch, scale, v, 2.0, native=native)
     np.testing.assert_allclose(sc(v, 2.0).array, 2 * v.array, rtol=1e-6)
     torch.allocations.clear()
     np.testing.assert_allclose(sc(v, 3.0).array, 3 * v.array, rtol=1e-6)
@@ -641,5 +675,9 @@ def test_direct_launch_path_is_used_on_the_gpu():
     x = torch.arange(1000, device="cuda", dtype=torch.float32)
     torch.testing.assert_close(fn(x, x), 2 * x)
     plan = fn._plans[next(iter(fn._plans))][1].__self__
-    assert plan._direct is not None
+    assert plan._direct is not None and plan._record is not None  # the native launch thunk
+    assert plan._fast_record is not None
     torch.testing.assert_close(fn(x, x + 1), 2 * x + 1)
+    acc = tc.define("def acc(float(N) x) -> (z) { z(i) += x(i) }", target="cuda")
+    for _ in range(3):  # the warm path's zero fill is the thunk's
+        torch.testing.assert_close(acc(x), x)

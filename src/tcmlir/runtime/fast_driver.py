@@ -1,10 +1,12 @@
 """The driver calls of a cached launch, made through ctypes straight into ``libcuda``.
 
-Place: `launch_plan.CudaPlan` takes `direct_calls(driver)` once per plan. A warm call makes two
-driver calls per kernel: ``cuCtxGetCurrent`` (is the plan's context current on this thread?)
-and ``cuLaunchKernel``. Through cuda-python each costs microseconds of argument conversion
-(handles wrapped in Python objects, result tuples); the issue's budget for a whole cached call
-is 10 µs. The same driver functions called through ctypes with fixed argument types cost a
+Place: `launch_plan.CudaPlan` takes `direct_calls(driver)` once per plan and hands its
+`DirectCalls.addresses` to `launch_thunk`, whose one native call per warm launch makes the
+driver calls (``cuCtxGetCurrent``: is the plan's context current on this thread?; the zero
+fills; one ``cuLaunchKernel`` per kernel). `PrimaryContext.activate` and the profiler call
+the functions here through ctypes. Through cuda-python each call costs microseconds of
+argument conversion (handles wrapped in Python objects, result tuples); the issue's budget for
+a whole cached call is 10 µs. The same driver functions called through ctypes with fixed argument types cost a
 fraction of that. Everything else (module loading, memory, events, graphs) stays with
 cuda-python.
 
@@ -43,6 +45,9 @@ class DirectCalls:
     launch: Any
     get_current: Any
     event_record: Any = None
+    # cuCtxGetCurrent, cuLaunchKernel, cuMemsetD32Async, cuMemsetD8Async: what
+    # `launch_thunk.LaunchRecord` calls
+    addresses: tuple[int, ...] = ()
     _streams: dict = field(default_factory=dict)
 
     @staticmethod
@@ -93,6 +98,10 @@ def direct_calls(driver: Any) -> DirectCalls | None:
         get_current = lib.cuCtxGetCurrent
     except AttributeError:
         return None
+    try:
+        memset32, memset8 = lib.cuMemsetD32Async, lib.cuMemsetD8Async
+    except AttributeError:
+        return None
     launch.restype = ctypes.c_int  # no argtypes: see DirectCalls
     get_current.argtypes = [ctypes.POINTER(_ptr)]
     get_current.restype = ctypes.c_int
@@ -100,4 +109,6 @@ def direct_calls(driver: Any) -> DirectCalls | None:
     if record is not None:
         record.argtypes = [_ptr, _ptr]
         record.restype = ctypes.c_int
-    return DirectCalls(launch, get_current, record)
+    addresses = tuple(ctypes.cast(f, ctypes.c_void_p).value or 0
+                      for f in (get_current, launch, memset32, memset8))
+    return DirectCalls(launch, get_current, record, addresses)

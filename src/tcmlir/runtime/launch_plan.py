@@ -43,6 +43,7 @@ from .arrays import ArrayKind, DeviceArray, DeviceArrayView, classify
 from .cuda_memory import check, driver, error_text
 from .fast_driver import direct_calls
 from .launch_limits import validate_launch
+from .launch_thunk import STAGE_CONTEXT, STAGE_FILL, LaunchRecord, decode
 from .streams import DriverMemory, TorchMemory, memory_for, stream_handle
 
 __all__ = ["CudaPlan", "ParamBlock"]
@@ -187,17 +188,19 @@ class CudaPlan:
         self.last_stream: int | None = None  # test hook: the stream of the latest launch
         self._success = driver.CUresult.CUDA_SUCCESS
         self._launch = driver.cuLaunchKernel
-        self._torch_call = self._make_torch_call()
-        # warm launches go straight into libcuda when the real driver is loaded (fast_driver)
+        self._memset32 = driver.cuMemsetD32Async
+        self._memset8 = driver.cuMemsetD8Async
+        # warm launches go straight into libcuda when the real driver is loaded: one native
+        # call per launch (`launch_thunk`) makes the context check, the zero fills and every
+        # kernel's cuLaunchKernel; without it, cuda-python's calls
         self._direct = direct_calls(driver)
         if self._direct is not None and not all(self._direct.fits(*rest) for _, *rest in self._kernels):
             self._direct = None
+        self._record = None
         if self._direct is not None:
-            self._direct_kernels = tuple((self._direct.pointer(int(f)), *rest)
-                                         for f, *rest in self._kernels)
-            self._direct_params = self._direct.pointer(self.block.address)
-        self._memset32 = driver.cuMemsetD32Async
-        self._memset8 = driver.cuMemsetD8Async
+            self._record = LaunchRecord(self._direct.addresses, self._context_address(),
+                                        self.block.address, self._kernels)
+        self._torch_call = self._make_torch_call()
 
     def __repr__(self) -> str:
         names = ", ".join(name for name, _, _ in self._launch_info)
@@ -238,7 +241,7 @@ class CudaPlan:
         memory, values, lock = self.memory, self.block.values, self._lock
         empty, device, uint8 = memory.torch.empty, memory.device, memory.torch.uint8
         current, index = memory._current, memory.index
-        activate, enqueue, zero = self.context.activate, self._enqueue, self._zero
+        context, activate, enqueue, zero = self.context, self.context.activate, self._enqueue, self._zero
         slots = tuple(k for k, *_ in self._inputs)
         empty_like = (memory.torch.empty_like if any(i is not None for i in self._like)
                       else None)
@@ -259,10 +262,25 @@ class CudaPlan:
         if capturing is None:
             keep = False
         held: list[Any] = []  # the tensors behind ``kept``
+        # through the launch thunk: the zero fills are part of its record, and its one native
+        # call checks the context and queues fills and launches
+        record = None
+        if self._record is not None:
+            fills = [(k, fill) for k, _, _, fill, _ in outputs if fill]
+            fills += [(k, nbytes) for k, nbytes, fill in temps if fill]
+            record = LaunchRecord(self._direct.addresses, self._context_address(),
+                                  self.block.address, self._kernels, fills)
+            words, run, arg = record.words, record._call, record._arg
+            outputs = tuple((k, shape, dtype, 0, like) for k, shape, dtype, _, like in outputs)
+            temps = tuple((k, nbytes, False) for k, nbytes, _ in temps)
+        self._fast_record = record  # (kept alive with the plan)
 
         def call(inputs: Sequence[Any]) -> Any:
             handle = current(index)
-            activate()
+            if record is None:
+                activate()
+            elif context._released:
+                activate()  # raises
             with lock:
                 for k, x in zip(slots, inputs, strict=True):
                     values[k] = x.data_ptr()
@@ -290,7 +308,14 @@ class CudaPlan:
                     values[k] = ptr
                     if fill:
                         zero(ptr, nbytes, handle)
-                enqueue(handle)
+                if record is None:
+                    enqueue(handle)
+                else:
+                    words[5] = handle
+                    err = run(arg)
+                    if err:
+                        self._thunk_failed(record, err, handle)
+                    self.last_stream = handle
             last[dev] = self
             return results[0] if len(results) == 1 else tuple(results)
 
@@ -381,17 +406,19 @@ class CudaPlan:
             self._report(self._pinned.int32(0))
         return results[0] if len(results) == 1 else tuple(results)
 
+    def _context_address(self) -> int:
+        return int(self.context.handle)
+
     def _enqueue(self, handle: int, params: Any = None) -> None:
-        if self._direct is not None:
-            launch, stream = self._direct.launch, self._direct.stream(handle)
-            address = self._direct_params if params is None else params
-            for i, (f, gx, gy, gz, bx, by, bz) in enumerate(self._direct_kernels):
-                err = launch(f, gx, gy, gz, bx, by, bz, 0, stream, address, None)
-                if err:
-                    name, grid, block = self._launch_info[i]
-                    raise CudaError(f"CUDA driver call cuLaunchKernel failed: "
-                                    f"{error_text(driver.CUresult(err))} (kernel {name} with grid "
-                                    f"{grid}, block {block}, stream {handle:#x})")
+        """Queue the kernels on ``handle`` with the plan's block, or ``params`` (what
+        `packed_params` made for another block)."""
+        record = self._record if params is None else params
+        if isinstance(record, LaunchRecord):
+            words = record.words
+            words[5] = handle
+            err = record._call(record._arg)
+            if err:
+                self._thunk_failed(record, err, handle)
             self.last_stream = handle
             return
         launch, ok = self._launch, self._success
@@ -404,6 +431,28 @@ class CudaPlan:
                                 f"(kernel {name} with grid {grid}, block {block}, stream "
                                 f"{handle:#x})")
         self.last_stream = handle
+
+    def _thunk_failed(self, record: LaunchRecord, code: int, handle: int) -> None:
+        """After a nonzero code of ``record``'s run: make the context current and run again
+        (the thunk launches nothing when it is not), else raise the driver's error."""
+        stage, i, err = decode(code)
+        if stage == STAGE_CONTEXT:
+            self.context.activate()
+            code = record._call(record._arg)
+            if not code:
+                return
+            stage, i, err = decode(code)
+            if stage == STAGE_CONTEXT:
+                raise CudaError(f"{self.entry}: the CUDA context of device {self.device} is not "
+                                f"current after cuCtxSetCurrent (cuCtxGetCurrent: "
+                                f"{error_text(driver.CUresult(err))})")
+        text = error_text(driver.CUresult(err))
+        if stage == STAGE_FILL:
+            raise CudaError(f"CUDA driver call cuMemsetD32Async failed: {text} (zero-filling "
+                            f"buffer {i} of {self.entry}, stream {handle:#x})")
+        name, grid, block = self._launch_info[i]
+        raise CudaError(f"CUDA driver call cuLaunchKernel failed: {text} (kernel {name} with "
+                        f"grid {grid}, block {block}, stream {handle:#x})")
 
     # ------------------------------------------------------------ a split call's part
 
@@ -418,7 +467,7 @@ class CudaPlan:
 
     def packed_params(self, block: ParamBlock) -> Any:
         """What `launch_packed` takes for ``block`` (made once per block)."""
-        return block.address if self._direct is None else self._direct.pointer(block.address)
+        return block.address if self._record is None else self._record.with_params(block.address)
 
     def launch_packed(self, params: Any, handle: int) -> None:
         """Queue the kernels on ``handle`` with a block the caller packed (``params``: its

@@ -1,0 +1,216 @@
+"""One native call per cached launch: a host function, JIT-compiled once per process with
+llvmlite, that makes every driver call of a plan's warm launch.
+
+Place: `launch_plan.CudaPlan` builds a `LaunchRecord` per plan (when `fast_driver.direct_calls`
+found ``libcuda``) and calls `LaunchRecord.run` instead of calling ``cuLaunchKernel`` through
+ctypes once per kernel. The record is a block of 64-bit words the thunk reads:
+
+====  =====================================================================================
+word  meaning
+====  =====================================================================================
+0-3   addresses of ``cuCtxGetCurrent``, ``cuLaunchKernel``, ``cuMemsetD32Async``,
+      ``cuMemsetD8Async`` (from ``libcuda`` through ctypes; tests give fakes)
+4     the plan's context: the thunk launches nothing unless it is current on this thread
+5     the stream (written per call)
+6     ``kernelParams``: the plan's `ParamBlock` address (``void*[n]``, one pointer per slot)
+7, 8  how many zero fills, how many kernels
+9..   per fill: the parameter slot holding the buffer's pointer, its bytes (``cuMemsetD32Async``
+      when a multiple of 4, else ``cuMemsetD8Async``), queued before the launches
+then  per kernel: the ``CUfunction``, grid x, y, z, block x, y, z, dynamic shared bytes
+====  =====================================================================================
+
+`LaunchRecord.run` returns 0, or a code: ``STAGE_CONTEXT`` (the context is not current — the
+caller makes it current and runs again), ``STAGE_FILL`` / ``STAGE_LAUNCH`` with the index of
+the fill or kernel and the ``CUresult`` (`decode`).
+
+Why: ctypes converts each argument of each foreign call in Python. A warm call used to make a
+``cuCtxGetCurrent`` call and one 11-argument ``cuLaunchKernel`` per kernel (plus one
+cuda-python memset per zero-filled buffer); through the thunk it is one call with one prebuilt
+argument, and the per-call work in Python is writing the pointers into the `ParamBlock` and the
+stream into word 5.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from llvmlite import ir
+
+__all__ = ["STAGE_CONTEXT", "STAGE_FILL", "STAGE_LAUNCH", "LaunchRecord", "decode", "thunk"]
+
+STAGE_CONTEXT, STAGE_FILL, STAGE_LAUNCH = 1, 2, 3
+_HEADER = 9
+_KERNEL_WORDS = 8
+_FILL_WORDS = 2
+_lock = threading.Lock()
+
+
+def decode(code: int) -> tuple[int, int, int]:
+    """(stage, index of the fill or kernel, CUresult) of a nonzero `LaunchRecord.run` code."""
+    return code >> 40, (code >> 32) & 0xFF, code & 0xFFFFFFFF
+
+
+def _build() -> ir.Module:
+    i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+    ptr = ir.PointerType(i8)
+    mod = ir.Module(name="tcmlir_launch_thunk")
+    fnty = ir.FunctionType(i64, [ir.PointerType(i64)])
+    fn = ir.Function(mod, fnty, name="tcmlir_launch")
+    rec = fn.args[0]
+    rec.add_attribute("noalias")
+    get_current_t = ir.FunctionType(i32, [ir.PointerType(ptr)])
+    launch_t = ir.FunctionType(i32, [ptr, i32, i32, i32, i32, i32, i32, i32, ptr,
+                                     ir.PointerType(ptr), ir.PointerType(ptr)])
+    memset32_t = ir.FunctionType(i32, [i64, i32, i64, ptr])
+    memset8_t = ir.FunctionType(i32, [i64, i8, i64, ptr])
+
+    entry = fn.append_basic_block("entry")
+    b = ir.IRBuilder(entry)
+
+    def word(index: Any) -> Any:
+        at = index if isinstance(index, ir.Value) else ir.Constant(i64, index)
+        return b.load(b.gep(rec, [at]))
+
+    def code(stage: int, index: Any, err: Any) -> Any:
+        return b.or_(b.or_(ir.Constant(i64, stage << 40), b.shl(index, ir.Constant(i64, 32))),
+                     b.zext(err, i64))
+
+    # the context check
+    slot = b.alloca(ptr)
+    get_current = b.inttoptr(word(0), ir.PointerType(get_current_t))
+    err = b.call(get_current, [slot])
+    current = b.ptrtoint(b.load(slot), i64)
+    bad = b.or_(b.icmp_unsigned("!=", err, ir.Constant(i32, 0)),
+                b.icmp_unsigned("!=", current, word(4)))
+    fail_ctx = fn.append_basic_block("context")
+    fills_head = fn.append_basic_block("fills")
+    with b.goto_block(fail_ctx):
+        b.ret(code(STAGE_CONTEXT, ir.Constant(i64, 0), err))
+    b.cbranch(bad, fail_ctx, fills_head)
+
+    stream = None
+    b.position_at_end(fills_head)
+    stream = b.inttoptr(word(5), ptr)
+    params = b.inttoptr(word(6), ir.PointerType(ptr))
+    n_fills, n_kernels = word(7), word(8)
+    params_words = b.inttoptr(word(6), ir.PointerType(ir.PointerType(i64)))
+
+    # for i in range(n_fills): memset(*params[slot], 0, nbytes, stream)
+    fill_loop = fn.append_basic_block("fill_loop")
+    fill_body = fn.append_basic_block("fill_body")
+    fill_fail = fn.append_basic_block("fill_fail")
+    fill_next = fn.append_basic_block("fill_next")
+    launches = fn.append_basic_block("launches")
+    b.branch(fill_loop)
+    b.position_at_end(fill_loop)
+    i = b.phi(i64)
+    i.add_incoming(ir.Constant(i64, 0), fills_head)
+    b.cbranch(b.icmp_unsigned("<", i, n_fills), fill_body, launches)
+    b.position_at_end(fill_body)
+    base = b.add(ir.Constant(i64, _HEADER), b.mul(i, ir.Constant(i64, _FILL_WORDS)))
+    k, nbytes = word(base), word(b.add(base, ir.Constant(i64, 1)))
+    dst = b.load(b.load(b.gep(params_words, [k])))
+    by4 = b.icmp_unsigned("==", b.and_(nbytes, ir.Constant(i64, 3)), ir.Constant(i64, 0))
+    m32 = b.inttoptr(word(2), ir.PointerType(memset32_t))
+    m8 = b.inttoptr(word(3), ir.PointerType(memset8_t))
+    wide, narrow = fn.append_basic_block("fill32"), fn.append_basic_block("fill8")
+    b.cbranch(by4, wide, narrow)
+    b.position_at_end(wide)
+    e32 = b.call(m32, [dst, ir.Constant(i32, 0), b.lshr(nbytes, ir.Constant(i64, 2)), stream])
+    b.branch(fill_next)
+    b.position_at_end(narrow)
+    e8 = b.call(m8, [dst, ir.Constant(i8, 0), nbytes, stream])
+    b.branch(fill_next)
+    b.position_at_end(fill_next)
+    fe = b.phi(i32)
+    fe.add_incoming(e32, wide)
+    fe.add_incoming(e8, narrow)
+    i_next = b.add(i, ir.Constant(i64, 1))
+    i.add_incoming(i_next, fill_next)
+    b.cbranch(b.icmp_unsigned("!=", fe, ir.Constant(i32, 0)), fill_fail, fill_loop)
+    b.position_at_end(fill_fail)
+    b.ret(code(STAGE_FILL, i, fe))
+
+    # for j in range(n_kernels): cuLaunchKernel(...)
+    b.position_at_end(launches)
+    first = b.add(ir.Constant(i64, _HEADER), b.mul(n_fills, ir.Constant(i64, _FILL_WORDS)))
+    launch_fn = b.inttoptr(word(1), ir.PointerType(launch_t))
+    kernel_loop = fn.append_basic_block("kernel_loop")
+    kernel_body = fn.append_basic_block("kernel_body")
+    kernel_fail = fn.append_basic_block("kernel_fail")
+    kernel_next = fn.append_basic_block("kernel_next")
+    done = fn.append_basic_block("done")
+    b.branch(kernel_loop)
+    b.position_at_end(kernel_loop)
+    j = b.phi(i64)
+    j.add_incoming(ir.Constant(i64, 0), launches)
+    b.cbranch(b.icmp_unsigned("<", j, n_kernels), kernel_body, done)
+    b.position_at_end(kernel_body)
+    at = b.add(first, b.mul(j, ir.Constant(i64, _KERNEL_WORDS)))
+    f = b.inttoptr(word(at), ptr)
+    dims = [b.trunc(word(b.add(at, ir.Constant(i64, d))), i32) for d in range(1, 8)]
+    null = ir.Constant(ir.PointerType(ptr), None)
+    err = b.call(launch_fn, [f, *dims, stream, params, null])
+    b.branch(kernel_next)
+    b.position_at_end(kernel_next)
+    j_next = b.add(j, ir.Constant(i64, 1))
+    j.add_incoming(j_next, kernel_next)
+    b.cbranch(b.icmp_unsigned("!=", err, ir.Constant(i32, 0)), kernel_fail, kernel_loop)
+    b.position_at_end(kernel_fail)
+    b.ret(code(STAGE_LAUNCH, j, err))
+    b.position_at_end(done)
+    b.ret(ir.Constant(i64, 0))
+    return mod
+
+
+@functools.cache
+def thunk() -> tuple[Any, Any]:
+    """(the ctypes function ``int64 tcmlir_launch(uint64 *record)``, the engine it lives in);
+    built once per process."""
+    from ..codegen.host import jit
+
+    with _lock:
+        module = jit(_build())
+        address = module.address("tcmlir_launch")
+        proto = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)
+        return proto(address), module
+
+
+class LaunchRecord:
+    """The words `thunk` reads for one plan (see the module docstring).
+
+    ``functions``: the four driver entry points' addresses; ``kernels``: per kernel
+    (CUfunction, gx, gy, gz, bx, by, bz); ``fills``: (parameter slot, bytes) zeroed before the
+    launches on every `run`."""
+
+    def __init__(self, functions: Sequence[int], context: int, params: int,
+                 kernels: Sequence[Sequence[int]], fills: Sequence[tuple[int, int]] = ()):
+        words = [*functions, context, 0, params, len(fills), len(kernels)]
+        for k, nbytes in fills:
+            words += [k, nbytes]
+        for f, gx, gy, gz, bx, by, bz in kernels:
+            words += [int(f), gx, gy, gz, bx, by, bz, 0]
+        self.words = (ctypes.c_uint64 * len(words))(*words)
+        self._arg = ctypes.c_void_p(ctypes.addressof(self.words))
+        self._call = thunk()[0]
+
+    def run(self, stream: int) -> int:
+        """Queue the fills and the launches on ``stream``; 0, or a code for `decode`."""
+        self.words[5] = stream
+        return self._call(self._arg)
+
+    def with_params(self, params: int) -> LaunchRecord:
+        """A copy launching with another parameter block (and no fills)."""
+        copy = LaunchRecord.__new__(LaunchRecord)
+        n_fills = self.words[7]
+        words = list(self.words)
+        head, kernels = words[:_HEADER], words[_HEADER + _FILL_WORDS * n_fills:]
+        head[6], head[7] = params, 0
+        copy.words = (ctypes.c_uint64 * (len(head) + len(kernels)))(*head, *kernels)
+        copy._arg = ctypes.c_void_p(ctypes.addressof(copy.words))
+        copy._call = self._call
+        return copy

@@ -1,0 +1,114 @@
+"""The native launch thunk (runtime/launch_thunk.py): one JIT-compiled host call that makes a
+warm launch's driver calls. Here its four driver entry points are ctypes callbacks that log
+what they are given, so the record's layout, the order of fills and launches, the 32/8-bit
+fill choice, the context check and the error codes are checked without a GPU."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+
+from tcmlir.runtime.launch_plan import ParamBlock
+from tcmlir.runtime.launch_thunk import (
+    STAGE_CONTEXT,
+    STAGE_FILL,
+    STAGE_LAUNCH,
+    LaunchRecord,
+    decode,
+)
+
+CTX = 0x5EED
+_GET = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p))
+_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
+                           ctypes.c_void_p, ctypes.c_void_p)
+_M32 = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t,
+                        ctypes.c_void_p)
+_M8 = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_ubyte, ctypes.c_size_t,
+                       ctypes.c_void_p)
+
+
+class Driver:
+    def __init__(self):
+        self.log, self.current, self.fail = [], CTX, {}
+
+        def get(out):
+            out[0] = self.current
+            return self.fail.get("get", 0)
+
+        def launch(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+            pointers = (ctypes.c_void_p * 3).from_address(params)
+            slots = [ctypes.c_uint64.from_address(p).value for p in pointers]
+            self.log.append(("launch", f, (gx, gy, gz), (bx, by, bz), shared, stream, slots,
+                             extra))
+            return self.fail.get(("launch", f), 0)
+
+        def m32(ptr, value, count, stream):
+            self.log.append(("memset32", ptr, value, count, stream))
+            return self.fail.get("memset", 0)
+
+        def m8(ptr, value, count, stream):
+            self.log.append(("memset8", ptr, value, count, stream))
+            return self.fail.get("memset", 0)
+
+        self._keep = (_GET(get), _LAUNCH(launch), _M32(m32), _M8(m8))
+        self.addresses = [ctypes.cast(f, ctypes.c_void_p).value for f in self._keep]
+
+
+@pytest.fixture
+def setup():
+    driver = Driver()
+    block = ParamBlock(3)
+    for k, v in enumerate((0xA000, 0xB000, 0xC000)):
+        block.values[k] = v
+    kernels = [(0x50, 2, 3, 4, 128, 1, 1), (0x60, 70000, 1, 1, 32, 8, 2)]
+    return driver, block, kernels
+
+
+def test_fills_then_launches_on_the_stream(setup):
+    driver, block, kernels = setup
+    record = LaunchRecord(driver.addresses, CTX, block.address, kernels, [(1, 64), (2, 6)])
+    assert record.run(0x77) == 0
+    slots = [0xA000, 0xB000, 0xC000]
+    assert driver.log == [
+        ("memset32", 0xB000, 0, 16, 0x77),   # 64 bytes: 16 words
+        ("memset8", 0xC000, 0, 6, 0x77),     # 6 bytes: bytewise
+        ("launch", 0x50, (2, 3, 4), (128, 1, 1), 0, 0x77, slots, None),
+        ("launch", 0x60, (70000, 1, 1), (32, 8, 2), 0, 0x77, slots, None)]
+    driver.log.clear()
+    block.values[0] = 0xD000  # a call rewrites pointers in the block; the record reads them
+    assert record.run(0) == 0
+    assert driver.log[2][5] is None and driver.log[2][6][0] == 0xD000  # stream 0: NULL
+
+
+def test_another_parameter_block_without_fills(setup):
+    driver, block, kernels = setup
+    other = ParamBlock(3)
+    other.values[0] = 0xE000
+    record = LaunchRecord(driver.addresses, CTX, block.address, kernels, [(1, 64)])
+    assert record.with_params(other.address).run(5) == 0
+    assert [e[0] for e in driver.log] == ["launch", "launch"]
+    assert driver.log[0][6] == [0xE000, 0, 0]
+
+
+def test_nothing_runs_unless_the_context_is_current(setup):
+    driver, block, kernels = setup
+    record = LaunchRecord(driver.addresses, CTX, block.address, kernels, [(1, 64)])
+    driver.current = 0x1234
+    assert decode(record.run(1)) == (STAGE_CONTEXT, 0, 0)
+    driver.current, driver.fail["get"] = CTX, 201
+    assert decode(record.run(1)) == (STAGE_CONTEXT, 0, 201)
+    assert driver.log == []
+
+
+def test_failures_say_which_call_and_stop_there(setup):
+    driver, block, kernels = setup
+    record = LaunchRecord(driver.addresses, CTX, block.address, kernels, [(0, 8), (1, 8)])
+    driver.fail["memset"] = 1
+    assert decode(record.run(1)) == (STAGE_FILL, 0, 1)
+    assert [e[0] for e in driver.log] == ["memset32"]
+    driver.log.clear()
+    del driver.fail["memset"]
+    driver.fail[("launch", 0x60)] = 719
+    assert decode(record.run(1)) == (STAGE_LAUNCH, 1, 719)
+    assert [e[0] for e in driver.log] == ["memset32", "memset32", "launch", "launch"]
