@@ -584,6 +584,39 @@ def test_torch_kind_plan_over_fakes(monkeypatch, rng, native):
     assert driver.names() == ["cuLaunchKernel"]
 
 
+def test_warm_torch_call_into_given_outputs(monkeypatch, rng, native):
+    # outputs= with torch tensors takes the short warm path when they are exactly what the
+    # kernel writes; anything else goes the full way, whose checks name the problem
+    from fake_cuda import FakeTensor, install_fake_torch
+
+    torch = install_fake_torch(monkeypatch)
+    x = FakeTensor(rng.standard_normal(40).astype(np.float32))
+    fn, kernel, driver = _faked(monkeypatch, ACCUMULATE, x, native=native)
+    out = FakeTensor(np.full(40, 2.0, np.float32))
+    assert fn(x, outputs=out) is out  # the first call: full checks, then the plan is kept
+    np.testing.assert_array_equal(out.array, x.array + 2)
+    (plan,) = kernel.runner.plans
+    calls = []
+    into = plan._torch_into
+    monkeypatch.setattr(plan, "_torch_into", lambda *a: calls.append(a) or into(*a))
+    fn._plans = {k: (*v[:3], plan._torch_into) for k, v in fn._plans.items()}
+    driver.calls.clear()
+    torch.allocations.clear()
+    assert fn(x, outputs=[out]) is out
+    np.testing.assert_array_equal(out.array, (x.array + 2) + x.array)  # `+=` read the given values
+    assert len(calls) == 1 and torch.allocations == []
+    assert driver.names() == ["cuLaunchKernel"], "no zero fill of a given output"
+    # not the plan's case: the full path, with its messages
+    with pytest.raises(CallError, match="must be float32 of shape"):
+        fn(x, outputs=FakeTensor(np.zeros(41, np.float32)))
+    with pytest.raises(CallError, match="shares memory"):
+        fn(x, outputs=x)
+    wide = FakeTensor(np.zeros(80, np.float32)[::2])
+    with pytest.raises(CallError, match=r"not contiguous.*pass z\.contiguous\(\)"):
+        fn(x, outputs=wide)
+    assert len(calls) == 4 and all(a[1] is not out for a in calls[1:])
+
+
 def test_native_launch_makes_the_context_current_and_names_a_failed_kernel(monkeypatch, rng):
     from fake_cuda import FakeContext, FakeTensor, install_fake_torch
 
@@ -676,7 +709,7 @@ def test_direct_launch_path_is_used_on_the_gpu():
     torch.testing.assert_close(fn(x, x), 2 * x)
     plan = fn._plans[next(iter(fn._plans))][1].__self__
     assert plan._direct is not None and plan._record is not None  # the native launch thunk
-    assert plan._fast_record is not None
+    assert all(r is not None for r in plan._fast_records)
     torch.testing.assert_close(fn(x, x + 1), 2 * x + 1)
     acc = tc.define("def acc(float(N) x) -> (z) { z(i) += x(i) }", target="cuda")
     for _ in range(3):  # the warm path's zero fill is the thunk's

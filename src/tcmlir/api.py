@@ -175,8 +175,9 @@ class TCFunction:
         self.options_factory = options_factory
         self.canonical_source = format_def(program.get(fn.name))
         self._kernels: dict[tuple, Kernel] = {}
-        # call_key -> (hot knobs, plan.call, the plan's call without a stream argument or None)
-        self._plans: dict[tuple, tuple[tuple, Any, Any]] = {}
+        # call_key -> (hot knobs, plan.call, the plan's call without a stream argument or None,
+        # its call into given outputs or None)
+        self._plans: dict[tuple, tuple[tuple, Any, Any, Any]] = {}
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -220,14 +221,19 @@ class TCFunction:
             return split_call(self, inputs, options.devices if devices is None else devices,
                               options, resolve_target(self.target), outputs=outputs,
                               stream=stream)
-        if options is None and outputs is None:
+        if options is None:
             key = call_key(inputs)
             if key is not None:
                 hit = self._plans.get(key)
                 if hit is not None and hit[0] == hot_path_token():
-                    if stream is None and hit[2] is not None:
-                        return hit[2](inputs)  # no stream given: one call frame less
-                    return hit[1](inputs, stream)
+                    if outputs is None:
+                        if stream is None and hit[2] is not None:
+                            return hit[2](inputs)  # no stream given: one call frame less
+                        return hit[1](inputs, stream)
+                    if stream is None and hit[3] is not None:
+                        done = hit[3](inputs, outputs)  # None: not the plan's case, see below
+                        if done is not None:
+                            return done
         if has_zero_extent(inputs):  # empty outputs: nothing to compile or launch
             return empty_call(self, inputs, outputs)
         # inside a capture, nothing may compile (module loads, allocations would invalidate
@@ -335,8 +341,9 @@ class TCFunction:
             from .runtime.cuda_launch import launch_cuda
 
             result, plan = launch_cuda(kernel, inputs, outputs, stream=stream, bound=bound)
-            if remember and plan is not None and outputs is None:
-                self._remember(inputs, plan.call, getattr(plan, "_torch_call", None))
+            if remember and plan is not None:  # (a plan does not depend on given outputs)
+                self._remember(inputs, plan.call, getattr(plan, "_torch_call", None),
+                               getattr(plan, "_torch_into", None))
             return result
         if stream is not None:
             raise CallError(f"{self.entry}: stream= is for target='cuda'; this kernel runs on "
@@ -367,15 +374,18 @@ class TCFunction:
         return result if outputs is not None else in_input_kind(self.ir, inputs, result)
 
     def _remember(self, inputs: Sequence[Any], call: Callable[..., Any],
-                  plain: Callable[..., Any] | None = None) -> None:
+                  plain: Callable[..., Any] | None = None,
+                  into: Callable[..., Any] | None = None) -> None:
         """File a plan under the inputs' call key (after a call with them passed every check);
-        ``plain``: what ``call(inputs, None)`` does, taking only the inputs."""
+        ``plain``: what ``call(inputs, None)`` does, taking only the inputs; ``into(inputs,
+        outputs)``: a call writing given outputs on the current stream, or None when they are
+        not of the case it takes (the full path then checks them)."""
         if get_config().always_compile:
             return
         key = call_key(inputs)
         if key is not None:
             with self._lock:
-                self._plans[key] = (hot_path_token(), call, plain)
+                self._plans[key] = (hot_path_token(), call, plain, into)
 
     def _benchmark(self, kernel: Kernel, inputs: Sequence[Any], runs: int) -> list[float]:
         if kernel.target == "cuda":

@@ -141,12 +141,15 @@ def _typestr(dtype: DType) -> str:
 
 
 def _not_contiguous(name: str, view: DeviceArrayView) -> CallError:
-    hint = {ArrayKind.TORCH_CUDA: f"{name}.contiguous()",
-            ArrayKind.CUPY: f"cupy.ascontiguousarray({name})"}.get(view.kind, "a contiguous copy")
+    # ``name``: "fn: input X" (or a bare name): the hint names the tensor alone
+    tensor = name.rsplit(" ", 1)[-1]
+    hint = {ArrayKind.TORCH_CUDA: f"{tensor}.contiguous()",
+            ArrayKind.CUPY: f"cupy.ascontiguousarray({tensor})"}.get(view.kind,
+                                                                     "a contiguous copy")
     return CallError(
         f"{name}: the CUDA array is not contiguous (shape {view.shape}, byte strides "
-        f"{view.strides_bytes}); tcmlir reads device inputs in row-major order without copying "
-        f"them: pass {hint}")
+        f"{view.strides_bytes}); tcmlir reads and writes device arrays in row-major order "
+        f"without copying them: pass {hint}")
 
 
 def _is_torch_tensor(x: Any) -> bool:

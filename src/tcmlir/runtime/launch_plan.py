@@ -89,6 +89,25 @@ def _plain_torch_like(cls: type, view: Any, shape: tuple[int, ...], dtype: Any) 
     return tuple(reversed(row_major)) == tuple(view.strides_bytes)
 
 
+def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major strides in elements, as torch reports them (``Tensor.stride()``)."""
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def _span_bytes(view: Any) -> int:
+    """Bytes from an array's data pointer to the end of its last element (0 for scalars)."""
+    shape, strides = getattr(view, "shape", ()), getattr(view, "strides_bytes", None)
+    if strides is None:
+        return 0
+    if any(n == 0 for n in shape):
+        return 0
+    return view.dtype.itemsize + sum((n - 1) * s for n, s in zip(shape, strides, strict=True))
+
+
 def _input_code(cls: type, view: Any) -> int:
     if isinstance(view, DeviceArrayView):
         if view.kind is ArrayKind.TORCH_CUDA:
@@ -200,7 +219,10 @@ class CudaPlan:
         if self._direct is not None:
             self._record = LaunchRecord(self._direct.addresses, self._context_address(),
                                         self.block.address, self._kernels)
-        self._torch_call = self._make_torch_call()
+        # per input, the bytes from its data pointer to its last element (`_make_torch_call`)
+        self._input_spans = tuple(_span_bytes(bound.views[t.name]) for t in fn.inputs)
+        fast = self._make_torch_call()
+        self._torch_call, self._torch_into = fast if fast is not None else (None, None)
 
     def __repr__(self) -> str:
         names = ", ".join(name for name, _, _ in self._launch_info)
@@ -231,23 +253,27 @@ class CudaPlan:
         with context:  # torch/CuPy allocate (and fill scalars) on the launch stream
             return self._call(inputs, handle, outputs)
 
-    def _make_torch_call(self) -> Callable[[Sequence[Any]], Any] | None:
-        """The warm call of the commonest case, without `_call`'s general branches: every
-        input a torch CUDA tensor, outputs and temporaries from torch's (capture-aware)
-        caching allocator, no gather flag to watch, torch's current stream. None otherwise."""
+    def _make_torch_call(self) -> tuple[Callable[..., Any], Callable[..., Any]] | None:
+        """The warm calls of the commonest case, without `_call`'s general branches: every
+        input a torch CUDA tensor, temporaries (and fresh outputs) from torch's
+        (capture-aware) caching allocator, no gather flag to watch, torch's current stream.
+
+        Returns ``(call, into)``: ``call(inputs)`` allocates the outputs; ``into(inputs,
+        outputs)`` writes torch tensors given with ``outputs=`` and returns them, or returns None
+        (having done nothing) when they are not exactly what the kernels write — row-major
+        CUDA tensors of the output's shape and dtype on the plan's device, aligned where the
+        kernel assumes it, sharing no byte with an input or each other — and the caller takes
+        the general path, whose checks say what is wrong. None when the case does not apply."""
         if (not isinstance(self.memory, TorchMemory) or self.gathers or self._watch_capture
                 or any(code != _TORCH_PTR for _, code, _, _, _ in self._inputs)):
             return None
         memory, values, lock = self.memory, self.block.values, self._lock
-        empty, device, uint8 = memory.torch.empty, memory.device, memory.torch.uint8
+        torch = memory.torch
+        empty, device, uint8 = torch.empty, memory.device, torch.uint8
         current, index = memory._current, memory.index
         context, activate, enqueue, zero = self.context, self.context.activate, self._enqueue, self._zero
         slots = tuple(k for k, *_ in self._inputs)
-        empty_like = (memory.torch.empty_like if any(i is not None for i in self._like)
-                      else None)
-        outputs = tuple((k, shape, lib_dtype, nbytes if fill else 0, like)
-                        for (k, shape, nbytes, _, lib_dtype, fill), like
-                        in zip(self._outputs, self._like, strict=True))
+        empty_like = torch.empty_like if any(i is not None for i in self._like) else None
         temps = self._temps
         last, dev = self.runtime._last_launch, self.device
         # temporaries (a split-K partial sum, a program's intermediates) are kept per stream
@@ -258,29 +284,64 @@ class CudaPlan:
         # (their allocation is small beside their kernels').
         kept: dict[int, tuple[int, ...]] = {}
         keep = bool(temps) and sum(nbytes for _, nbytes, _ in temps) <= KEEP_TEMPORARY_BYTES
-        capturing = getattr(memory.torch._C, "_cuda_isCurrentStreamCapturing", None)
+        capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
         if capturing is None:
             keep = False
         held: list[Any] = []  # the tensors behind ``kept``
-        # through the launch thunk: the zero fills are part of its record, and its one native
-        # call checks the context and queues fills and launches
-        record = None
+
+        def temporaries(handle: int, scratch: list[Any]) -> tuple[int, ...]:
+            ptrs = None
+            if keep and not capturing():
+                ptrs = kept.get(handle)
+                if ptrs is None and len(kept) < KEEP_TEMPORARY_STREAMS:
+                    ts = [empty((n,), dtype=uint8, device=device) for _, n, _ in temps]
+                    held.append(ts)
+                    ptrs = kept[handle] = tuple(t.data_ptr() for t in ts)
+            if ptrs is None:
+                ts = [empty((n,), dtype=uint8, device=device) for _, n, _ in temps]
+                scratch.append(ts)  # freed after the launch: torch's allocator orders reuse
+                ptrs = tuple(t.data_ptr() for t in ts)
+            return ptrs
+
+        # through the launch thunk the zero fills are part of the record (one for fresh
+        # outputs, one for given outputs, which keep their values: `+=` reads them), and its
+        # one native call checks the context and queues fills and launches
+        fresh_fills = [(k, nbytes) for k, _, nbytes, _, _, fill in self._outputs if fill]
+        temp_fills = [(k, nbytes) for k, nbytes, fill in temps if fill]
+        records: list[Any] = [None, None]
         if self._record is not None:
-            fills = [(k, fill) for k, _, _, fill, _ in outputs if fill]
-            fills += [(k, nbytes) for k, nbytes, fill in temps if fill]
-            record = LaunchRecord(self._direct.addresses, self._context_address(),
-                                  self.block.address, self._kernels, fills)
-            words, run, arg = record.words, record._call, record._arg
-            outputs = tuple((k, shape, dtype, 0, like) for k, shape, dtype, _, like in outputs)
-            temps = tuple((k, nbytes, False) for k, nbytes, _ in temps)
-        self._fast_record = record  # (kept alive with the plan)
+            records = [LaunchRecord(self._direct.addresses, self._context_address(),
+                                    self.block.address, self._kernels, fills)
+                       for fills in (fresh_fills + temp_fills, temp_fills)]
+        self._fast_records = records  # (kept alive with the plan)
+        fresh_record, given_record = records
+        outputs = tuple((k, shape, lib_dtype, 0 if fresh_record is not None or not fill else nbytes,
+                         like)
+                        for (k, shape, nbytes, _, lib_dtype, fill), like
+                        in zip(self._outputs, self._like, strict=True))
+        temp_zero = tuple(k for k, _ in temp_fills) if fresh_record is None else ()
+
+        def launch(record: Any, handle: int, scratch: list[Any]) -> None:
+            """Temporaries, then the fills and launches (under ``lock``)."""
+            if temps:
+                for (k, nbytes, fill), ptr in zip(temps, temporaries(handle, scratch), strict=True):
+                    values[k] = ptr
+                    if fill and temp_zero:
+                        zero(ptr, nbytes, handle)
+            if record is None:
+                enqueue(handle)
+                return
+            record.words[5] = handle
+            err = record._call(record._arg)
+            if err:
+                self._thunk_failed(record, err, handle)
+            self.last_stream = handle
 
         def call(inputs: Sequence[Any]) -> Any:
             handle = current(index)
-            if record is None:
-                activate()
-            elif context._released:
-                activate()  # raises
+            if fresh_record is None or context._released:
+                activate()  # (the thunk checks the context itself; this raises if released)
+            scratch: list[Any] = []
             with lock:
                 for k, x in zip(slots, inputs, strict=True):
                     values[k] = x.data_ptr()
@@ -292,34 +353,45 @@ class CudaPlan:
                     results.append(t)
                     if fill:
                         zero(ptr, fill, handle)
-                scratch = []  # freed after the launch: torch's allocator orders reuse on the stream
-                ptrs = None
-                if keep and not capturing():
-                    ptrs = kept.get(handle)
-                    if ptrs is None and len(kept) < KEEP_TEMPORARY_STREAMS:
-                        ts = [empty((n,), dtype=uint8, device=device) for _, n, _ in temps]
-                        held.append(ts)
-                        ptrs = kept[handle] = tuple(t.data_ptr() for t in ts)
-                if ptrs is None and temps:
-                    ts = [empty((n,), dtype=uint8, device=device) for _, n, _ in temps]
-                    scratch.append(ts)
-                    ptrs = tuple(t.data_ptr() for t in ts)
-                for (k, nbytes, fill), ptr in zip(temps, ptrs or (), strict=True):
-                    values[k] = ptr
-                    if fill:
-                        zero(ptr, nbytes, handle)
-                if record is None:
-                    enqueue(handle)
-                else:
-                    words[5] = handle
-                    err = run(arg)
-                    if err:
-                        self._thunk_failed(record, err, handle)
-                    self.last_stream = handle
+                launch(fresh_record, handle, scratch)
             last[dev] = self
             return results[0] if len(results) == 1 else tuple(results)
 
-        return call
+        tensor_cls, aligned = torch.Tensor, self._aligned
+        expected = tuple((k, shape, lib_dtype, _row_major(shape), nbytes, name in aligned)
+                         for (k, shape, nbytes, _, lib_dtype, _), name
+                         in zip(self._outputs, self._output_names, strict=True))
+        spans = self._input_spans
+
+        def into(inputs: Sequence[Any], given: Any) -> Any:
+            outs = (given,) if given.__class__ is tensor_cls else given
+            if outs.__class__ not in (list, tuple) or len(outs) != len(expected):
+                return None
+            ptrs, ranges = [], [(x.data_ptr(), n) for x, n in zip(inputs, spans, strict=True)]
+            for (_, shape, dtype, strides, nbytes, align), o in zip(expected, outs, strict=True):
+                if (o.__class__ is not tensor_cls or o.dtype is not dtype or o.shape != shape
+                        or o.stride() != strides or o.get_device() != index):
+                    return None
+                ptr = o.data_ptr()
+                if (align and ptr & (ALIGN_BYTES - 1)) or any(
+                        ptr < p + n and p < ptr + nbytes for p, n in ranges):
+                    return None
+                ptrs.append(ptr)
+                ranges.append((ptr, nbytes))
+            handle = current(index)
+            if given_record is None or context._released:
+                activate()
+            scratch: list[Any] = []
+            with lock:
+                for k, x in zip(slots, inputs, strict=True):
+                    values[k] = x.data_ptr()
+                for (k, *_), ptr in zip(expected, ptrs, strict=True):
+                    values[k] = ptr
+                launch(given_record, handle, scratch)
+            last[dev] = self
+            return outs[0] if len(outs) == 1 else tuple(outs)
+
+        return call, into
 
     def is_capturing(self, handle: int) -> bool:
         status = check(driver.cuStreamIsCapturing(handle), "cuStreamIsCapturing",
