@@ -5,7 +5,9 @@
     python tools/bench_launch.py --json out.json
 
 Kernels: ``add`` (one statement, three tensor arguments: ``z(i) = x(i) + y(i)`` on 1024
-floats) and ``softmax`` (four statements, on 128 x 1024 floats). For each, in one run:
+floats) and ``softmax`` (four statements, on 128 x 1024 floats). Rows: tcmlir's call, the
+same writing a preallocated output (``outputs=``), torch (``x + y``, ``torch.add(..., out=)``,
+``torch.softmax``) and Triton. For each, in one run:
 
 * ``enqueue``: host time of one call, median over ``--calls`` calls after a warm-up, with no
   synchronisation inside the timed loop (the way torch and Triton launch overheads are
@@ -126,16 +128,21 @@ def bench_cuda(calls: int) -> dict[str, Any]:
     sync = torch.cuda.synchronize
     x, y = torch.randn(1024, device="cuda"), torch.randn(1024, device="cuda")
     X = torch.randn(128, 1024, device="cuda")
-    cases = {"add": (ADD, (x, y), lambda: x + y), "softmax": (SOFTMAX, (X,), lambda: torch.softmax(X, 1))}
+    z, Z = torch.empty_like(x), torch.empty_like(X)
+    cases = {"add": (ADD, (x, y), lambda: x + y, z, lambda: torch.add(x, y, out=z)),
+             "softmax": (SOFTMAX, (X,), lambda: torch.softmax(X, 1), Z, None)}
     triton = triton_kernels()
     report: dict[str, Any] = {"device": torch.cuda.get_device_name(), "calls": calls, "kernels": {},
                               "startup_s": cold_compile_s(WARMUP, "cuda", (x,), sync)}
-    for name, (source, inputs, torch_call) in cases.items():
+    for name, (source, inputs, torch_call, out, torch_into) in cases.items():
         cold = cold_compile_s(source, "cuda", inputs, sync)
         fn = tc.define(source, target="cuda")
         fn(*inputs)
         sync()
-        rows = {"tcmlir": lambda fn=fn, inputs=inputs: fn(*inputs), "torch": torch_call}
+        rows = {"tcmlir": lambda fn=fn, inputs=inputs: fn(*inputs), "torch": torch_call,
+                "tcmlir outputs=": lambda fn=fn, inputs=inputs, out=out: fn(*inputs, outputs=out)}
+        if torch_into is not None:
+            rows["torch out="] = torch_into
         if triton is not None:
             rows["triton"] = lambda k=triton[name], inputs=inputs: k(*inputs)
         result: dict[str, Any] = {"cold_compile_s": cold}
@@ -180,7 +187,7 @@ def print_report(report: dict[str, Any]) -> None:
             if who == "cold_compile_s":
                 continue
             cells = "   ".join(f"{k.removesuffix('_us')} {v:8.2f} us" for k, v in row.items())
-            print(f"  {who:8s} {cells}")
+            print(f"  {who:16s} {cells}")
     if "note" in report:
         print(f"\n{report['note']}")
 

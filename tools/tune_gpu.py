@@ -1,6 +1,11 @@
 """Autotune on the GPU(s): matmul 1024³ and softmax 32768×4096, generations=5, population=20.
 
     python tools/tune_gpu.py [--generations 5 --population 20] [--fault] [--json OUT.json]
+    python tools/tune_gpu.py --only "matmul 4096" --generations 3 --population 8
+
+``--only "matmul 4096"`` tunes matmul 4096³ instead (issue 9's tuned target), whose rows also
+give cuBLAS's time (``torch.matmul``, fp32, TF32 off, CUDA events, same process) and the
+default options' time, so the ratios are measured side by side.
 
 For each kernel: the naive time, then a tuning run on GPU 0 and, when there are two GPUs, on
 GPUs 0 and 1 (same seed), with the wall time of each tuning run, the best time found, its
@@ -49,6 +54,10 @@ def main(argv: list[str] | None = None) -> int:
             O(n, d) = e(n, d) / s(n)
         }""", [rng.standard_normal((32768, 4096), dtype=np.float32)]),
     }
+    if args.only.startswith("matmul 4096"):
+        problems = {"matmul 4096^3": (problems["matmul 1024^3"][0],
+                                      [rng.standard_normal((4096, 4096), dtype=np.float32),
+                                       rng.standard_normal((4096, 4096), dtype=np.float32)])}
     rows = []
     for name, (src, inputs) in problems.items():
         if args.only and not name.startswith(args.only):
@@ -70,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             failed = sum(1 for e in result.evaluated.values() if not e.ok)
             row = {"kernel": name, "devices": devices, "tune_s": wall, "naive_ms": naive * 1e3,
                    "best_ms": check * 1e3, "speedup": naive / check,
+                   **_beside_torch(fn, inputs, check, name),
                    "evaluated": len(result.evaluated), "failed": failed,
                    "stats": result.stats, "best_options": best.options.to_json()}
             rows.append(row)
@@ -78,6 +88,35 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
     return 0
+
+
+def _beside_torch(fn, inputs, best_s: float, name: str) -> dict:
+    """For matmul: the default options' time and torch.matmul's (cuBLAS, TF32 off), and the
+    tuned kernel's ratio to it; nothing without torch or for other kernels."""
+    if not name.startswith("matmul"):
+        return {}
+    try:
+        import torch
+    except ImportError:
+        return {}
+    import tcmlir as tc
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a, b = (torch.from_numpy(x).cuda() for x in inputs)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(12):
+        torch.matmul(a, b)  # an untimed lead call, as tools/bench.py times
+        start.record()
+        torch.matmul(a, b)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    cublas = statistics.median(times[2:])
+    options = tc.MappingOptions.default_for(fn.ir, "cuda", fn.size_values(*inputs))
+    default = statistics.median(fn.compile(*inputs, options=options).benchmark(*inputs, runs=10))
+    return {"torch_ms": cublas * 1e3, "default_ms": default * 1e3,
+            "tuned_vs_torch": cublas / best_s, "default_vs_torch": cublas / default}
 
 
 if __name__ == "__main__":
