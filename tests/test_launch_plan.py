@@ -584,6 +584,56 @@ def test_torch_kind_plan_over_fakes(monkeypatch, rng, native):
     assert driver.names() == ["cuLaunchKernel"]
 
 
+def test_torch_warm_entry_is_guarded_by_the_call_key(monkeypatch, rng, native):
+    # the first guess of a call (`torch_fast`'s entry for the latest plan) runs only for inputs
+    # whose call key is its plan's, under the same knobs; anything else takes the keyed path
+    from fake_cuda import FakeTensor, install_fake_torch
+
+    from tcmlir.runtime.torch_fast import MISS
+
+    install_fake_torch(monkeypatch)
+    x, y = (FakeTensor(rng.standard_normal(64).astype(np.float32)) for _ in range(2))
+    fn, _, _ = _faked(monkeypatch, ADD, x, y, native=native)
+    np.testing.assert_array_equal(fn(x, y).array, x.array + y.array)
+    entry = fn._fast
+    assert entry is not None and "def entry(inputs)" in entry.source
+    np.testing.assert_array_equal(entry((x, y)).array, x.array + y.array)
+    other = FakeTensor(rng.standard_normal(65).astype(np.float32))
+    double = FakeTensor(x.array.astype(np.float64))
+    offset = FakeTensor(np.zeros(65, np.float32)[1:])  # 4 bytes past an aligned pointer
+    strided = FakeTensor(np.zeros(128, np.float32)[::2])
+    for bad in [(other, other), (double, y), (offset, y), (strided, y), (x,), (x, y, y)]:
+        assert entry(bad) is MISS, bad
+    np.testing.assert_array_equal(fn(offset, y).array, y.array)  # its own plan, and entry
+    assert fn._fast is not entry and fn._fast((x, y)) is MISS
+    np.testing.assert_array_equal(fn(x, y).array, x.array + y.array)  # the keyed path
+    monkeypatch.setenv("TCMLIR_GATHER_CHECK", "sync")  # a hot knob: the guess stands down
+    assert fn._fast((offset, y)) is MISS
+    np.testing.assert_array_equal(fn(x, y).array, x.array + y.array)
+
+
+def test_torch_warm_calls_with_two_outputs_and_temporaries(monkeypatch, rng, native):
+    from fake_cuda import FakeTensor, install_fake_torch
+
+    install_fake_torch(monkeypatch)
+    two = "def two(float(N) x) -> (a, b) { t(i) = x(i) * 3 \n a(i) = t(i) + 1 \n b(i) += t(i) }"
+    x = FakeTensor(rng.standard_normal(33).astype(np.float32))
+    fn, _, driver = _faked(monkeypatch, two, x, native=native)
+    for _ in range(3):  # the first call, then the guarded entry
+        driver.calls.clear()
+        a, b = fn(x)
+        np.testing.assert_allclose(a.array, x.array * 3 + 1, rtol=1e-6)
+        np.testing.assert_allclose(b.array, x.array * 3, rtol=1e-6)
+    # t is a temporary (from torch, see the torch tests above), b is zeroed (`+=`)
+    assert set(driver.names()) == {"cuMemsetD32Async", "cuLaunchKernel"}, driver.names()
+    A, B = (FakeTensor(np.full(33, 1.0, np.float32)) for _ in range(2))
+    assert fn(x, outputs=(A, B)) == (A, B)
+    assert fn(x, outputs=[A, B]) == (A, B)  # the warm path into them
+    np.testing.assert_allclose(B.array, 1 + 2 * (x.array * 3), rtol=1e-6)
+    with pytest.raises(CallError, match="shares memory"):
+        fn(x, outputs=(A, A))
+
+
 def test_warm_torch_call_into_given_outputs(monkeypatch, rng, native):
     # outputs= with torch tensors takes the short warm path when they are exactly what the
     # kernel writes; anything else goes the full way, whose checks name the problem

@@ -31,6 +31,7 @@ from .lang import check, parse
 from .lang.printer import format_def
 from .log import setup_logging
 from .options import MappingOptions
+from .runtime.torch_fast import MISS
 from .signature import Signature, call_key
 
 if TYPE_CHECKING:  # pragma: no cover - tune is imported when a tuning starts
@@ -178,6 +179,8 @@ class TCFunction:
         # call_key -> (hot knobs, plan.call, the plan's call without a stream argument or None,
         # its call into given outputs or None)
         self._plans: dict[tuple, tuple[tuple, Any, Any, Any]] = {}
+        # the latest torch plan's guarded call (`runtime.torch_fast`), tried before the key
+        self._fast: Callable[[Sequence[Any]], Any] | None = None
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -215,6 +218,12 @@ class TCFunction:
         `tcmlir.runtime.cuda.Stream`; by default the current stream of the inputs' library
         (torch's or CuPy's), else the legacy default stream. ``devices`` (or
         ``options.devices``): split the call across these GPUs (`tcmlir.multi`, see `plan`)."""
+        fast = self._fast
+        if fast is not None and options is None and outputs is None and stream is None \
+                and devices is None:
+            done = fast(inputs)  # the latest torch plan, guarded by its inputs' call key
+            if done is not MISS:
+                return done
         if devices is not None or (options is not None and options.devices):
             from .multi.execute import split_call
 
@@ -343,7 +352,8 @@ class TCFunction:
             result, plan = launch_cuda(kernel, inputs, outputs, stream=stream, bound=bound)
             if remember and plan is not None:  # (a plan does not depend on given outputs)
                 self._remember(inputs, plan.call, getattr(plan, "_torch_call", None),
-                               getattr(plan, "_torch_into", None))
+                               getattr(plan, "_torch_into", None),
+                               getattr(plan, "fast_entry", None))
             return result
         if stream is not None:
             raise CallError(f"{self.entry}: stream= is for target='cuda'; this kernel runs on "
@@ -375,17 +385,23 @@ class TCFunction:
 
     def _remember(self, inputs: Sequence[Any], call: Callable[..., Any],
                   plain: Callable[..., Any] | None = None,
-                  into: Callable[..., Any] | None = None) -> None:
+                  into: Callable[..., Any] | None = None,
+                  entry: Callable[[tuple, tuple], Callable[..., Any]] | None = None) -> None:
         """File a plan under the inputs' call key (after a call with them passed every check);
         ``plain``: what ``call(inputs, None)`` does, taking only the inputs; ``into(inputs,
         outputs)``: a call writing given outputs on the current stream, or None when they are
-        not of the case it takes (the full path then checks them)."""
+        not of the case it takes (the full path then checks them); ``entry(key, token)``: the
+        plan's call guarded by ``key`` and the knobs, tried first by the next call (`MISS`
+        when the inputs are not that plan's)."""
         if get_config().always_compile:
             return
         key = call_key(inputs)
         if key is not None:
+            token = hot_path_token()
             with self._lock:
-                self._plans[key] = (hot_path_token(), call, plain, into)
+                self._plans[key] = (token, call, plain, into)
+                if entry is not None:
+                    self._fast = entry(key, token)
 
     def _benchmark(self, kernel: Kernel, inputs: Sequence[Any], runs: int) -> list[float]:
         if kernel.target == "cuda":

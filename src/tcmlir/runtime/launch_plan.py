@@ -37,6 +37,7 @@ import numpy as np
 
 from .. import ir as tc
 from ..binding import needs_zero_fill
+from ..config import hot_path_token
 from ..errors import CallError, CudaError
 from ..signature import ALIGN_BYTES
 from .arrays import ArrayKind, DeviceArray, DeviceArrayView, classify
@@ -45,6 +46,7 @@ from .fast_driver import direct_calls
 from .launch_limits import validate_launch
 from .launch_thunk import STAGE_CONTEXT, STAGE_FILL, LaunchRecord, decode
 from .streams import DriverMemory, TorchMemory, memory_for, stream_handle
+from .torch_fast import OutputSpec, generate
 
 __all__ = ["CudaPlan", "ParamBlock"]
 
@@ -221,6 +223,8 @@ class CudaPlan:
                                         self.block.address, self._kernels)
         # per input, the bytes from its data pointer to its last element (`_make_torch_call`)
         self._input_spans = tuple(_span_bytes(bound.views[t.name]) for t in fn.inputs)
+        self.fast_source: str | None = None
+        self.fast_entry: Callable[[tuple, tuple], Callable[..., Any]] | None = None
         fast = self._make_torch_call()
         self._torch_call, self._torch_into = fast if fast is not None else (None, None)
 
@@ -263,7 +267,9 @@ class CudaPlan:
         (having done nothing) when they are not exactly what the kernels write — row-major
         CUDA tensors of the output's shape and dtype on the plan's device, aligned where the
         kernel assumes it, sharing no byte with an input or each other — and the caller takes
-        the general path, whose checks say what is wrong. None when the case does not apply."""
+        the general path, whose checks say what is wrong. None when the case does not apply.
+        Both are generated for the plan (`torch_fast`; their text is ``fast_source``), and so
+        is ``fast_entry(key, token)``, the same call guarded by the inputs' call key."""
         if (not isinstance(self.memory, TorchMemory) or self.gathers or self._watch_capture
                 or any(code != _TORCH_PTR for _, code, _, _, _ in self._inputs)):
             return None
@@ -272,7 +278,6 @@ class CudaPlan:
         empty, device, uint8 = torch.empty, memory.device, torch.uint8
         current, index = memory._current, memory.index
         context, activate, enqueue, zero = self.context, self.context.activate, self._enqueue, self._zero
-        slots = tuple(k for k, *_ in self._inputs)
         empty_like = torch.empty_like if any(i is not None for i in self._like) else None
         temps = self._temps
         last, dev = self.runtime._last_launch, self.device
@@ -306,92 +311,42 @@ class CudaPlan:
         # through the launch thunk the zero fills are part of the record (one for fresh
         # outputs, one for given outputs, which keep their values: `+=` reads them), and its
         # one native call checks the context and queues fills and launches
+        native = self._record is not None
         fresh_fills = [(k, nbytes) for k, _, nbytes, _, _, fill in self._outputs if fill]
         temp_fills = [(k, nbytes) for k, nbytes, fill in temps if fill]
         records: list[Any] = [None, None]
-        if self._record is not None:
+        if native:
             records = [LaunchRecord(self._direct.addresses, self._context_address(),
                                     self.block.address, self._kernels, fills)
                        for fills in (fresh_fills + temp_fills, temp_fills)]
         self._fast_records = records  # (kept alive with the plan)
-        fresh_record, given_record = records
-        outputs = tuple((k, shape, lib_dtype, 0 if fresh_record is not None or not fill else nbytes,
-                         like)
-                        for (k, shape, nbytes, _, lib_dtype, fill), like
-                        in zip(self._outputs, self._like, strict=True))
-        temp_zero = tuple(k for k, _ in temp_fills) if fresh_record is None else ()
 
-        def launch(record: Any, handle: int, scratch: list[Any]) -> None:
-            """Temporaries, then the fills and launches (under ``lock``)."""
-            if temps:
-                for (k, nbytes, fill), ptr in zip(temps, temporaries(handle, scratch), strict=True):
-                    values[k] = ptr
-                    if fill and temp_zero:
-                        zero(ptr, nbytes, handle)
-            if record is None:
-                enqueue(handle)
-                return
-            record.words[5] = handle
-            err = record._call(record._arg)
-            if err:
-                self._thunk_failed(record, err, handle)
-            self.last_stream = handle
-
-        def call(inputs: Sequence[Any]) -> Any:
-            handle = current(index)
-            if fresh_record is None or context._released:
-                activate()  # (the thunk checks the context itself; this raises if released)
+        def set_temporaries(handle: int) -> list[Any]:
+            """Write the temporaries' slots (zero-filling them without the thunk); returns
+            the fresh buffers, which must live until the launch is queued."""
             scratch: list[Any] = []
-            with lock:
-                for k, x in zip(slots, inputs, strict=True):
-                    values[k] = x.data_ptr()
-                results = []
-                for k, shape, dtype, fill, like in outputs:
-                    t = (empty(shape, dtype=dtype, device=device) if like is None
-                         else empty_like(inputs[like]))
-                    values[k] = ptr = t.data_ptr()
-                    results.append(t)
-                    if fill:
-                        zero(ptr, fill, handle)
-                launch(fresh_record, handle, scratch)
-            last[dev] = self
-            return results[0] if len(results) == 1 else tuple(results)
+            for (k, nbytes, fill), ptr in zip(temps, temporaries(handle, scratch), strict=True):
+                values[k] = ptr
+                if fill and not native:
+                    zero(ptr, nbytes, handle)
+            return scratch
 
-        tensor_cls, aligned = torch.Tensor, self._aligned
-        expected = tuple((k, shape, lib_dtype, _row_major(shape), nbytes, name in aligned)
-                         for (k, shape, nbytes, _, lib_dtype, _), name
-                         in zip(self._outputs, self._output_names, strict=True))
-        spans = self._input_spans
-
-        def into(inputs: Sequence[Any], given: Any) -> Any:
-            outs = (given,) if given.__class__ is tensor_cls else given
-            if outs.__class__ not in (list, tuple) or len(outs) != len(expected):
-                return None
-            ptrs, ranges = [], [(x.data_ptr(), n) for x, n in zip(inputs, spans, strict=True)]
-            for (_, shape, dtype, strides, nbytes, align), o in zip(expected, outs, strict=True):
-                if (o.__class__ is not tensor_cls or o.dtype is not dtype or o.shape != shape
-                        or o.stride() != strides or o.get_device() != index):
-                    return None
-                ptr = o.data_ptr()
-                if (align and ptr & (ALIGN_BYTES - 1)) or any(
-                        ptr < p + n and p < ptr + nbytes for p, n in ranges):
-                    return None
-                ptrs.append(ptr)
-                ranges.append((ptr, nbytes))
-            handle = current(index)
-            if given_record is None or context._released:
-                activate()
-            scratch: list[Any] = []
-            with lock:
-                for k, x in zip(slots, inputs, strict=True):
-                    values[k] = x.data_ptr()
-                for (k, *_), ptr in zip(expected, ptrs, strict=True):
-                    values[k] = ptr
-                launch(given_record, handle, scratch)
-            last[dev] = self
-            return outs[0] if len(outs) == 1 else tuple(outs)
-
-        return call, into
+        specs = [OutputSpec(k, shape, lib_dtype, _row_major(shape), nbytes, like, fill,
+                            name in self._aligned)
+                 for (k, shape, nbytes, _, lib_dtype, fill), like, name
+                 in zip(self._outputs, self._like, self._output_names, strict=True)]
+        namespace = dict(values=values, lock=lock, current=current, index=index,
+                         context=context, activate=activate, empty=empty,
+                         empty_like=empty_like, device=device, temporaries=set_temporaries,
+                         plan=self, last=last, dev=dev, Tensor=torch.Tensor,
+                         token=hot_path_token, enqueue=enqueue, zero=zero,
+                         fresh_record=records[0], given_record=records[1],
+                         failed=self._thunk_failed)
+        fast = generate(len(self._inputs), specs, [k for k, *_ in self._inputs],
+                        self._input_spans, namespace, native, bool(temps))
+        self.fast_source = fast.source
+        self.fast_entry = fast.make_entry
+        return fast.call, fast.into
 
     def is_capturing(self, handle: int) -> bool:
         status = check(driver.cuStreamIsCapturing(handle), "cuStreamIsCapturing",
