@@ -97,7 +97,7 @@ def _compile_kernel(fn: TCFunction, target: str, options: MappingOptions, signat
         stages["llvm+ptx"] = time.perf_counter() - t0
         kernel.arch = arch
         t0 = time.perf_counter()
-        kernel.loops = format_loops(build_ast(state))
+        kernel.loops = format_loops(build_ast(state))  # code generation's AST (memoised)
         stages["loops"] = time.perf_counter() - t0
         kernel.llvm_ir, kernel.ptx_text = image.llvm_ir, image.ptx
         kernel.runner = make_cuda_runner(image, cubin_key, device=0)

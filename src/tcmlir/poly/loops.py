@@ -16,13 +16,26 @@ __all__ = ["annotation_of", "build_ast", "format_loops"]
 
 
 def build_ast(state: CompileState) -> isl.AstNode:
-    """The isl AST of ``state.schedule`` (the original program order if none was computed)."""
+    """The isl AST of ``state.schedule`` (the original program order if none was computed).
+
+    Built once per (schedule, promotion) of a state: a second call (the kernel's ``loops``
+    text after code generation, the simulator, the profiler) returns the same AST. isl objects
+    are values, so the identity of the two inputs says whether they changed."""
+    schedule = state.schedule if state.schedule is not None else state.scop.schedule
+    promotion = getattr(state, "promotion", None)
+    memo = state.__dict__.get("_ast_memo")
+    if memo is not None and memo[0] is schedule and memo[1] is promotion and memo[2] is state.fn:
+        return memo[3]
+    ast = _build(state, schedule, promotion)
+    state.__dict__["_ast_memo"] = (schedule, promotion, state.fn, ast)
+    return ast
+
+
+def _build(state: CompileState, schedule: isl.Schedule, promotion) -> isl.AstNode:
     from .gpu_mapping import build_context
 
-    schedule = state.schedule if state.schedule is not None else state.scop.schedule
     # A GPU-mapped tree has block/thread parameters: their ranges join the context.
     build = isl.AstBuild.from_context(build_context(schedule, state.scop.context))
-    promotion = getattr(state, "promotion", None)
     if promotion is None or not promotion.buffers:
         return build.node_from_schedule(schedule)
     return _annotated(build, schedule, state.fn, promotion)
@@ -35,10 +48,11 @@ def _annotated(build: isl.AstBuild, schedule: isl.Schedule, fn, promotion) -> is
 
     failures: list[BaseException] = []
     ctx = schedule.get_ctx()
+    memo: dict = {}  # what depends only on a statement and a buffer (`annotate_user_node`)
 
     def at_each_domain(node: isl.AstNode, b: isl.AstBuild) -> isl.AstNode:
         try:
-            payload = annotate_user_node(promotion, fn, node, b)
+            payload = annotate_user_node(promotion, fn, node, b, memo)
         except Exception as exc:  # noqa: BLE001 - isl would swallow it: re-raised below
             failures.append(exc)
             return node

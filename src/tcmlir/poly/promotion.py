@@ -488,22 +488,33 @@ def _access_args(expr: isl.AstExpr) -> tuple[isl.AstExpr, ...]:
 
 
 def annotate_user_node(promotion: Promotion, fn: ir.Function, node: isl.AstNode,
-                       build: isl.AstBuild) -> dict | CopyAccess | None:
+                       build: isl.AstBuild, memo: dict | None = None) -> dict | CopyAccess | None:
     """The buffer accesses of one user node of the AST, as isl AST expressions in the loop
     iterators: for a statement ``S{k}``, ``{key: (buffer, local index)}`` for each access
-    (`statement_accesses` keys) that goes to a buffer; for a copy statement, a `CopyAccess`."""
+    (`statement_accesses` keys) that goes to a buffer; for a copy statement, a `CopyAccess`.
+
+    ``memo`` (a dict kept over one AST build): what depends only on the statement and the
+    buffer — the buffer coordinates of each access as a function of the statement's instances
+    — is computed once, and each node only restricts it to its own instances and writes it in
+    its iterators (an unrolled register tile has hundreds of user nodes per statement)."""
+    memo = {} if memo is None else memo
     sched = isl.Map.from_union_map(build.get_schedule())
     name = sched.get_tuple_name(isl.dim_type.in_)
     iters = isl.PwMultiAff.from_map(sched.reverse())
     inst = sched.domain()
     m = COPY_STMT.match(name)
     if m is not None:
-        buf = promotion.buffer(m.group(2))
-        ma_p, ma_a = copy_parts(inst.get_space(), buf.n_prefix, len(buf.box.extent),
-                                ahead=m.group(1) in ("next", "vnext"))
-        ga = isl.PwMultiAff.from_multi_aff(ma_a).set_range_tuple_id(
-            isl.Id(buf.tensor, context=inst.get_ctx()))
-        la = local_index(buf, ga, isl.PwMultiAff.from_multi_aff(ma_p))
+        key = ("copy", name, str(inst.get_space()))
+        found = memo.get(key)
+        if found is None:
+            buf = promotion.buffer(m.group(2))
+            ma_p, ma_a = copy_parts(inst.get_space(), buf.n_prefix, len(buf.box.extent),
+                                    ahead=m.group(1) in ("next", "vnext"))
+            ga = isl.PwMultiAff.from_multi_aff(ma_a).set_range_tuple_id(
+                isl.Id(buf.tensor, context=inst.get_ctx()))
+            la = local_index(buf, ga, isl.PwMultiAff.from_multi_aff(ma_p))
+            found = memo[key] = (buf, ga, la)
+        buf, ga, la = found
         g = build.access_from_pw_multi_aff(ga.pullback_pw_multi_aff(iters))
         loc = build.access_from_pw_multi_aff(la.pullback_pw_multi_aff(iters))
         return CopyAccess(buf.name, m.group(1), _access_args(g), _access_args(loc))
@@ -511,20 +522,36 @@ def annotate_user_node(promotion: Promotion, fn: ir.Function, node: isl.AstNode,
         return None
     out: dict = {}
     params = inst.get_space().params()
-    dims = fn.statements[int(_STMT.match(name).group(1))]
-    dims = dims.lhs if name.endswith("_init") else dims.index_names
     for buf in promotion.buffers:
         scope = buf.scope.align_params(params)
         if isl.UnionSet.from_set(inst).align_params(scope.get_space()).intersect(scope).is_empty():
             continue
-        pre = prefix_pma(buf.prefix, name)
-        for key, tensor, indices in statement_accesses(fn, name):
-            if tensor != buf.tensor or key in out:
+        for key, la in _statement_locals(memo, promotion, fn, name, buf):
+            if key in out:
                 continue
-            amap = access_map(name, tuple(dims), tensor, tuple(indices), buf.scope.get_space().params())
-            if amap is None:
-                continue
-            la = local_index(buf, isl.PwMultiAff.from_map(amap.intersect_domain(inst.align_params(amap.get_space().params()))), pre)
+            la = la.intersect_domain(inst.align_params(la.get_space().params()))
             loc = build.access_from_pw_multi_aff(la.pullback_pw_multi_aff(iters))
             out[key] = (buf.name, _access_args(loc))
     return out or None
+
+
+def _statement_locals(memo: dict, promotion: Promotion, fn: ir.Function, name: str,
+                      buf: Buffer) -> list[tuple[object, isl.PwMultiAff]]:
+    """(access key, buffer coordinates over all of the statement's instances) of every
+    access of statement ``name`` to ``buf``'s tensor (not gathers), memoised in ``memo``."""
+    key = ("stmt", name, buf.name)
+    found = memo.get(key)
+    if found is not None:
+        return found
+    dims = fn.statements[int(_STMT.match(name).group(1))]
+    dims = dims.lhs if name.endswith("_init") else dims.index_names
+    pre = prefix_pma(buf.prefix, name)
+    found = []
+    for access, tensor, indices in statement_accesses(fn, name):
+        if tensor != buf.tensor:
+            continue
+        amap = access_map(name, tuple(dims), tensor, tuple(indices), buf.scope.get_space().params())
+        if amap is not None:
+            found.append((access, local_index(buf, isl.PwMultiAff.from_map(amap), pre)))
+    memo[key] = found
+    return found
