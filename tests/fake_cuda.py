@@ -292,13 +292,14 @@ def install_fake(monkeypatch: Any, native: bool = False) -> tuple[FakeDriver, Fa
     return driver, runtime
 
 
-_GET_CURRENT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p))
-_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
-                           ctypes.c_void_p, ctypes.c_void_p)
-_MEMSET32 = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t,
+# the driver entry points' C types (what `launch_thunk` calls)
+GET_CURRENT_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p))
+LAUNCH_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
+                            ctypes.c_void_p, ctypes.c_void_p)
+MEMSET32_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t,
+                              ctypes.c_void_p)
+MEMSET8_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_ubyte, ctypes.c_size_t,
                              ctypes.c_void_p)
-_MEMSET8 = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_ubyte, ctypes.c_size_t,
-                            ctypes.c_void_p)
 
 
 def native_calls(driver: FakeDriver) -> Any:
@@ -327,8 +328,8 @@ def native_calls(driver: FakeDriver) -> Any:
             return 0
         return fill
 
-    keep = (_GET_CURRENT(get_current), _LAUNCH(launch), _MEMSET32(memset("cuMemsetD32Async")),
-            _MEMSET8(memset("cuMemsetD8Async")))
+    keep = (GET_CURRENT_T(get_current), LAUNCH_T(launch), MEMSET32_T(memset("cuMemsetD32Async")),
+            MEMSET8_T(memset("cuMemsetD8Async")))
     calls = DirectCalls(None, None, None, tuple(ctypes.cast(f, ctypes.c_void_p).value
                                                 for f in keep))
     object.__setattr__(calls, "_keep", keep)  # the callbacks live as long as the calls

@@ -8,6 +8,10 @@ from __future__ import annotations
 import ctypes
 
 import pytest
+from fake_cuda import GET_CURRENT_T as _GET
+from fake_cuda import LAUNCH_T as _LAUNCH
+from fake_cuda import MEMSET8_T as _M8
+from fake_cuda import MEMSET32_T as _M32
 
 from tcmlir.runtime.launch_plan import ParamBlock
 from tcmlir.runtime.launch_thunk import (
@@ -19,13 +23,6 @@ from tcmlir.runtime.launch_thunk import (
 )
 
 CTX = 0x5EED
-_GET = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p))
-_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
-                           ctypes.c_void_p, ctypes.c_void_p)
-_M32 = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t,
-                        ctypes.c_void_p)
-_M8 = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_ubyte, ctypes.c_size_t,
-                       ctypes.c_void_p)
 
 
 class Driver:
