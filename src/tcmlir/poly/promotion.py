@@ -523,16 +523,41 @@ def annotate_user_node(promotion: Promotion, fn: ir.Function, node: isl.AstNode,
     out: dict = {}
     params = inst.get_space().params()
     for buf in promotion.buffers:
-        scope = buf.scope.align_params(params)
-        if isl.UnionSet.from_set(inst).align_params(scope.get_space()).intersect(scope).is_empty():
+        within = _within_scope(memo, name, buf)
+        if within is None:  # part of the statement is in the buffer's scope: this node?
+            scope = buf.scope.align_params(params)
+            within = not isl.UnionSet.from_set(inst).align_params(scope.get_space()) \
+                .intersect(scope).is_empty()
+        if not within:
             continue
         for key, la in _statement_locals(memo, promotion, fn, name, buf):
             if key in out:
                 continue
-            la = la.intersect_domain(inst.align_params(la.get_space().params()))
+            # (the pullback by the node's iterators restricts it to the node's instances)
             loc = build.access_from_pw_multi_aff(la.pullback_pw_multi_aff(iters))
             out[key] = (buf.name, _access_args(loc))
     return out or None
+
+
+def _within_scope(memo: dict, name: str, buf: Buffer) -> bool | None:
+    """Whether every instance of statement ``name`` is in ``buf``'s scope (True), none is
+    (False), or some are (None: each node is checked), memoised in ``memo``."""
+    key = ("scope", name, buf.name)
+    if key in memo:
+        return memo[key]
+    found = None
+    for m in maps_of(buf.prefix):
+        if m.get_tuple_name(isl.dim_type.in_) == name:
+            dom = isl.UnionSet.from_set(m.domain())
+            scope = buf.scope.align_params(dom.get_space())
+            dom = dom.align_params(scope.get_space())
+            if dom.is_subset(scope):
+                found = True
+            elif dom.intersect(scope).is_empty():
+                found = False
+            break
+    memo[key] = found
+    return found
 
 
 def _statement_locals(memo: dict, promotion: Promotion, fn: ir.Function, name: str,
