@@ -6,7 +6,7 @@
 #   sanitize  compute-sanitizer memcheck on the corpus and racecheck/synccheck on reductions
 #   bench     tools/bench.py (alone on the GPU, after the rest)
 #   smoke     tools/promo_smoke.py (matmul under the memory-hierarchy mappings) and
-#             tools/bench_launch.py (host time per cached call)
+#             tools/bench_launch.py (host time per cached call), tools/host_costs.py (its pieces)
 #   tune      tools/tune_gpu.py (autotuning matmul and softmax on 1 and, if present, 2 GPUs)
 # Logs go to $OUT (./gpu-out when unset); a summary line per step is printed at the end.
 # TCMLIR_REQUIRE_GPU=1 is set: GPU tests fail rather than skip when the GPU is unusable, and a
@@ -70,6 +70,8 @@ if has smoke; then
   timeout 200 python3 tools/promo_smoke.py >"$OUT/smoke.log" 2>&1; echo "smoke: exit $?" >"$OUT/.sum-smoke"
   timeout 120 python3 tools/bench_launch.py --calls 300 >"$OUT/launch.log" 2>&1
   echo "bench_launch: exit $?" >>"$OUT/.sum-smoke"
+  timeout 120 python3 tools/host_costs.py >"$OUT/host_costs.log" 2>&1
+  echo "host_costs: exit $?" >>"$OUT/.sum-smoke"
 fi
 if has tune; then
   timeout 500 python3 tools/tune_gpu.py --json "$OUT/tune.json" >"$OUT/tune.log" 2>&1
@@ -77,6 +79,6 @@ if has tune; then
 fi
 cat "$OUT"/.sum-* 2>/dev/null; rm -f "$OUT"/.sum-*
 grep -h -E "^(FAILED|ERROR) " "$OUT"/gpu-tests-*.log 2>/dev/null | head -40
-tail -n 40 "$OUT"/bench.log "$OUT"/smoke.log "$OUT"/launch.log "$OUT"/tune.log 2>/dev/null
+tail -n 40 "$OUT"/bench.log "$OUT"/smoke.log "$OUT"/launch.log "$OUT"/host_costs.log "$OUT"/tune.log 2>/dev/null
 if [ -e "$OUT/.tests-failed" ]; then rm -f "$OUT/.tests-failed"; exit 1; fi
 exit 0
