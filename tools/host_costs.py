@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     record = plan._record
     if record is not None:
         record.words[5] = stream
-        row("the launch thunk's one call", lambda: record._call(record._arg))
+        row("the launch thunk's one call", lambda: record.fn(record.arg))
     row("context.activate() (cuCtxGetCurrent)", plan.context.activate)
     lib = _libcuda()
     direct = plan._direct

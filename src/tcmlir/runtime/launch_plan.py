@@ -15,7 +15,9 @@ Per call: read the stream (``stream=``, else the inputs' library's current strea
 (``cuMemsetD32Async``) where needed and the launches. Outputs and temporaries come from torch's
 caching allocator for torch inputs, CuPy's pool for CuPy, else the runtime's stream-ordered
 `pool.BufferPool`; numpy inputs are copied in on the stream and outputs copied back, then the
-stream is synchronised (the only synchronisation, besides a synchronous gather read).
+stream is synchronised (the only synchronisation, besides a synchronous gather read). With the
+real driver the fills and launches are one native call (`launch_thunk.LaunchRecord`); with
+torch inputs the warm call's Python is generated for the plan (`torch_fast`).
 
 The gather error flag is sticky: kernels set it on a failed bounds check and only reporting
 resets it, so no failure is lost however calls interleave. Read with the call (``sync``) it
@@ -84,11 +86,7 @@ def _plain_torch_like(cls: type, view: Any, shape: tuple[int, ...], dtype: Any) 
         return False
     if view.shape != shape or view.dtype != dtype:
         return False
-    step, row_major = view.dtype.itemsize, []
-    for n in reversed(shape):
-        row_major.append(step)
-        step *= n
-    return tuple(reversed(row_major)) == tuple(view.strides_bytes)
+    return tuple(s * dtype.itemsize for s in _row_major(shape)) == tuple(view.strides_bytes)
 
 
 def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -441,9 +439,7 @@ class CudaPlan:
         `packed_params` made for another block)."""
         record = self._record if params is None else params
         if isinstance(record, LaunchRecord):
-            words = record.words
-            words[5] = handle
-            err = record._call(record._arg)
+            err = record.run(handle)
             if err:
                 self._thunk_failed(record, err, handle)
             self.last_stream = handle
@@ -465,7 +461,7 @@ class CudaPlan:
         stage, i, err = decode(code)
         if stage == STAGE_CONTEXT:
             self.context.activate()
-            code = record._call(record._arg)
+            code = record.fn(record.arg)  # (the stream is still in the record)
             if not code:
                 return
             stage, i, err = decode(code)

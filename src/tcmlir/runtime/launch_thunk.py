@@ -176,7 +176,8 @@ class LaunchRecord:
 
     ``functions``: the four driver entry points' addresses; ``kernels``: per kernel
     (CUfunction, gx, gy, gz, bx, by, bz); ``fills``: (parameter slot, bytes) zeroed before the
-    launches on every `run`."""
+    launches on every `run`. ``fn(arg)`` is the thunk's call itself, for a caller that has
+    written the stream into ``words[5]`` (the generated warm calls, `torch_fast`)."""
 
     def __init__(self, functions: Sequence[int], context: int, params: int,
                  kernels: Sequence[Sequence[int]], fills: Sequence[tuple[int, int]] = ()):
@@ -186,13 +187,13 @@ class LaunchRecord:
         for f, gx, gy, gz, bx, by, bz in kernels:
             words += [int(f), gx, gy, gz, bx, by, bz, 0]
         self.words = (ctypes.c_uint64 * len(words))(*words)
-        self._arg = ctypes.c_void_p(ctypes.addressof(self.words))
-        self._call = thunk()[0]
+        self.arg = ctypes.c_void_p(ctypes.addressof(self.words))
+        self.fn = thunk()[0]
 
     def run(self, stream: int) -> int:
         """Queue the fills and the launches on ``stream``; 0, or a code for `decode`."""
         self.words[5] = stream
-        return self._call(self._arg)
+        return self.fn(self.arg)
 
     def with_params(self, params: int) -> LaunchRecord:
         """A copy launching with another parameter block (and no fills)."""
@@ -202,6 +203,6 @@ class LaunchRecord:
         head, kernels = words[:_HEADER], words[_HEADER + _FILL_WORDS * n_fills:]
         head[6], head[7] = params, 0
         copy.words = (ctypes.c_uint64 * (len(head) + len(kernels)))(*head, *kernels)
-        copy._arg = ctypes.c_void_p(ctypes.addressof(copy.words))
-        copy._call = self._call
+        copy.arg = ctypes.c_void_p(ctypes.addressof(copy.words))
+        copy.fn = self.fn
         return copy

@@ -121,7 +121,7 @@ def generate(n_in: int, outputs: Sequence[OutputSpec], input_slots: Sequence[int
     if native:
         for r in ("fresh", "given"):
             rec = ns[f"{r}_record"]
-            ns[f"{r}_words"], ns[f"{r}_run"], ns[f"{r}_arg"] = rec.words, rec._call, rec._arg
+            ns[f"{r}_words"], ns[f"{r}_run"], ns[f"{r}_arg"] = rec.words, rec.fn, rec.arg
     ns["MISS"] = MISS
 
     def indent(lines: list[str]) -> list[str]:
