@@ -111,13 +111,14 @@ def test_cuda_ptx_and_cubin_are_cached(tmp_path, monkeypatch):
     before = _snapshot()
     np.testing.assert_allclose(np.asarray(tc.define(MATMUL, target="cuda")(a, b)), a @ b)
     d = _delta(before)
-    assert d["ptx_emits"] == 1 and d["cubin_links"] == 1 and d["writes"] == 2
+    assert d["ptx_emits"] == 1 and d["cubin_links"] == 1 and d["writes"] == 3
     before = _snapshot()
     np.testing.assert_allclose(np.asarray(tc.define(MATMUL, target="cuda")(a, b)), a @ b)
     d = _delta(before)
-    assert d["ptx_emits"] == 0 and d["cubin_links"] == 0 and d["hits"] == 2
+    assert d["ptx_emits"] == 0 and d["cubin_links"] == 0 and d["hits"] == 2  # kernel, cubin
+    assert d["cuda_kernels"] == 1
     kinds = {e.kind for e in KernelCache(tmp_path / "cache.sqlite3").entries()}
-    assert kinds == {"ptx", "cubin"}
+    assert kinds == {"ptx", "cubin", "cuda-kernel"}
 
 
 def test_one_ast_build_per_cuda_compile(tmp_path, monkeypatch):
@@ -133,6 +134,58 @@ def test_one_ast_build_per_cuda_compile(tmp_path, monkeypatch):
     monkeypatch.setattr(loops, "_build", lambda *args: builds.append(1) or real(*args))
     fresh = tc.define(MATMUL).compile(a, b, target="cuda", arch="sm_90")
     assert len(builds) == 1 and "for (" in fresh.loops
+    with sqlite3.connect(tmp_path / "cache.sqlite3") as conn:  # keep only the PTX row
+        assert conn.execute("DELETE FROM artifacts WHERE kind = 'cuda-kernel'").rowcount == 1
     cached = tc.define(MATMUL).compile(a, b, target="cuda", arch="sm_90")
     assert len(builds) == 2 and cached.loops == fresh.loops and cached.ptx == fresh.ptx
+
+
+SPLIT = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
+
+
+def test_whole_cuda_kernel_comes_from_the_cache(tmp_path, monkeypatch):
+    # a second process's compile of a cached cuda kernel runs no pass and no LLVM: every stage
+    # text, the launch configurations and the compiled IR (split-K's temporaries) come back
+    from tcmlir import compiler
+
+    monkeypatch.setenv("TCMLIR_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TCMLIR_ALWAYS_COMPILE", raising=False)
+    a, b = np.ones((64, 1024), np.float32), np.ones((1024, 48), np.float32)
+    fn = tc.define(SPLIT)
+    opts = MappingOptions.default_for(fn.ir, "cuda", fn.size_values(a, b)).split_reduction(4)
+    fresh = fn.compile(a, b, options=opts, target="cuda", arch="sm_90")
+    assert fresh.compiled_ir is not None  # split-K changed the IR
+    before = _snapshot()
+    monkeypatch.setattr(compiler, "lower", lambda *args, **kw: pytest.fail("lowered again"))
+    again = tc.define(SPLIT).compile(a, b, options=opts, target="cuda", arch="sm_90")
+    d = _delta(before)
+    assert d["cuda_kernels"] == 1 and d["hits"] == 1 and d["ptx_emits"] == 0
+    for field in ("schedule", "loops", "llvm_ir", "ptx_text", "arch", "sizes", "compiled_ir"):
+        assert getattr(again, field) == getattr(fresh, field), field
+    assert again.runner.image == fresh.runner.image
+    assert again.runner is not fresh.runner and not again.runner._modules
+    # another arch, other options or another signature are other kernels
+    other = tc.define(SPLIT)
+    monkeypatch.undo()
+    monkeypatch.setenv("TCMLIR_CACHE_DIR", str(tmp_path))
+    before = _snapshot()
+    other.compile(a, b, options=opts.split_reduction(2), target="cuda", arch="sm_90")
+    other.compile(a, b, options=opts, target="cuda", arch="sm_80")
+    assert _delta(before)["cuda_kernels"] == 0
+
+
+def test_unreadable_cuda_kernel_payload_is_a_miss(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("TCMLIR_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TCMLIR_ALWAYS_COMPILE", raising=False)
+    a, b = np.ones((64, 32), np.float32), np.ones((32, 48), np.float32)
+    fresh = tc.define(MATMUL).compile(a, b, target="cuda", arch="sm_90")
+    db = tmp_path / "cache.sqlite3"
+    cache = KernelCache(db)
+    (record,) = cache.entries(kind="cuda-kernel")
+    cache.put(record.key, b"not a kernel", {})  # an intact row whose payload does not load
+    before = _snapshot()
+    again = tc.define(MATMUL).compile(a, b, target="cuda", arch="sm_90")
+    d = _delta(before)
+    assert d["cuda_kernels"] == 0 and again.ptx == fresh.ptx
+    assert "did not load" in caplog.text
 

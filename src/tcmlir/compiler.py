@@ -8,8 +8,9 @@
 Sizes are fixed in the scop (specialised kernels) unless the options ask for a parametric
 kernel, which keeps them symbolic so one kernel serves every size of a signature's ranks.
 
-Compiled artifacts (host object code, PTX, cubins) go through the persistent `KernelCache`
-(see `tcmlir.cache.artifacts`), so another process compiling the same kernel skips LLVM.
+Compiled artifacts (host object code, whole cuda kernels, PTX, cubins) go through the
+persistent `KernelCache` (see `tcmlir.cache.artifacts`), so another process compiling the same
+kernel skips LLVM (host) or the whole compiler (cuda).
 ``COMPILE_COUNTS["compile_kernel"]`` counts the compiles of this process (tests read it).
 """
 
@@ -28,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .api import Kernel, TCFunction
     from .poly.state import CompileState
 
-__all__ = ["COMPILE_COUNTS", "compile_kernel", "lower"]
+__all__ = ["COMPILE_COUNTS", "compile_kernel", "cuda_kernel_from", "lower"]
 
 COMPILE_COUNTS: dict[str, int] = {"compile_kernel": 0}
 log = get_logger("compile")
@@ -82,6 +83,15 @@ def _compile_kernel(fn: TCFunction, target: str, options: MappingOptions, signat
     from .pretty import format_schedule
 
     COMPILE_COUNTS["compile_kernel"] += 1
+    if target == "cuda":
+        from .cache.artifacts import load_cuda_kernel
+
+        arch = arch or fn.default_arch("cuda")
+        t0 = time.perf_counter()
+        fields = load_cuda_kernel(fn, signature, options, arch)
+        if fields is not None:
+            stages["cached kernel"] = time.perf_counter() - t0
+            return cuda_kernel_from(fn, options, signature, sizes, fields)
     t0 = time.perf_counter()
     state = lower(fn.ir, sizes, options, target)
     stages["passes"] = time.perf_counter() - t0
@@ -89,9 +99,9 @@ def _compile_kernel(fn: TCFunction, target: str, options: MappingOptions, signat
                     sizes=dict(sizes), schedule=format_schedule(state.schedule), arch=arch,
                     compiled_ir=None if state.fn is fn.ir else state.fn)
     if target == "cuda":
-        from .cache.artifacts import compile_cuda_cached, make_cuda_runner
+        from .cache.artifacts import compile_cuda_cached, make_cuda_runner, store_cuda_kernel
 
-        arch = arch or fn.default_arch("cuda")
+        assert arch is not None
         t0 = time.perf_counter()
         image, cubin_key = compile_cuda_cached(fn, state, signature, options, arch)
         stages["llvm+ptx"] = time.perf_counter() - t0
@@ -101,6 +111,7 @@ def _compile_kernel(fn: TCFunction, target: str, options: MappingOptions, signat
         stages["loops"] = time.perf_counter() - t0
         kernel.llvm_ir, kernel.ptx_text = image.llvm_ir, image.ptx
         kernel.runner = make_cuda_runner(image, cubin_key, device=0)
+        store_cuda_kernel(fn, signature, options, arch, kernel)
         return kernel
     t0 = time.perf_counter()
     kernel.loops = format_loops(build_ast(state))
@@ -116,4 +127,21 @@ def _compile_kernel(fn: TCFunction, target: str, options: MappingOptions, signat
         stages["llvm+jit"] = time.perf_counter() - t0
         kernel.runner = runner
         kernel.llvm_ir = runner.llvm_ir
+    return kernel
+
+
+def cuda_kernel_from(fn: TCFunction, options: MappingOptions, signature: Signature,
+                     sizes: Mapping[str, int], fields: Mapping[str, Any]) -> Kernel:
+    """A cuda `Kernel` from the fields of a packed one (`cache.kernel_image`), with a fresh
+    runner (its module loads on the first launch)."""
+    from .api import Kernel
+    from .cache.artifacts import cubin_artifact_key, make_cuda_runner
+
+    image = fields["image"]
+    kernel = Kernel(function=fn, target="cuda", options=options, signature=signature,
+                    sizes=dict(sizes), schedule=fields["schedule"], arch=image.arch,
+                    compiled_ir=fields["compiled_ir"])
+    kernel.loops, kernel.llvm_ir, kernel.ptx_text = fields["loops"], image.llvm_ir, image.ptx
+    kernel.runner = make_cuda_runner(image, cubin_artifact_key(fn, signature, options, image.arch),
+                                     device=0)
     return kernel

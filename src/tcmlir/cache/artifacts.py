@@ -10,9 +10,12 @@ the host CPU's feature string for a host object, the CUDA driver version for a c
   compiled as usual and MCJIT hands the object code to ``notify``, which stores it; on a hit
   the unoptimised module is given to MCJIT together with the stored object, so neither LLVM's
   O3 pipeline nor its code generation runs.
-* cuda (kind ``ptx``): the PTX text replaces ``emit_ptx`` (LLVM O3 + the NVPTX backend); the
-  kernel runner then loads a stored ``cubin`` (keyed with the driver version) instead of
-  JIT-linking the PTX, and stores the cubin the driver made on a miss.
+* cuda (kind ``cuda-kernel``): the whole compiled kernel (`cache.kernel_image`: the image with
+  its PTX and launch configurations, the stage texts, the compiled IR), so a hit runs none of
+  the passes, the isl AST or the LLVM IR generation; on a miss, (kind ``ptx``) the PTX text
+  replaces ``emit_ptx`` (LLVM O3 + the NVPTX backend). The kernel runner then loads a stored
+  ``cubin`` (keyed with the driver version) instead of JIT-linking the PTX, and stores the
+  cubin the driver made on a miss.
 
 ``COUNTERS`` count what happened in this process (tests assert on them). The cache is skipped
 when ``TCMLIR_ALWAYS_COMPILE=1`` or `set_artifact_cache(False)`; any failure of the cache
@@ -31,7 +34,8 @@ from typing import Any
 from .keys import artifact_key
 
 __all__ = ["COUNTERS", "ArtifactCounters", "artifact_cache", "compile_cuda_cached",
-           "compile_host_cached", "kernel_artifact_key", "set_artifact_cache"]
+           "compile_host_cached", "kernel_artifact_key", "load_cuda_kernel", "set_artifact_cache",
+           "store_cuda_kernel"]
 
 log = logging.getLogger("tcmlir.cache")
 
@@ -48,6 +52,7 @@ class ArtifactCounters:
     host_codegen: int = 0
     ptx_emits: int = 0
     cubin_links: int = 0
+    cuda_kernels: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -170,9 +175,38 @@ def compile_cuda_cached(fn: Any, state: Any, signature: Any, options: Any, arch:
 
     aligned = aligned_tensors(fn.ir, signature, options)
     image = compile_cuda(state, arch, ptx_cache=_Ptx(), aligned=aligned)
-    cubin_key = (kernel_artifact_key(fn, signature, options, arch, "cubin")
-                 if cache is not None else None)
-    return image, cubin_key
+    return image, cubin_artifact_key(fn, signature, options, arch)
+
+
+def load_cuda_kernel(fn: Any, signature: Any, options: Any, arch: str) -> dict[str, Any] | None:
+    """The fields of the whole cuda kernel cached for this key (`kernel_image`), or None."""
+    from .kernel_image import unpack_cuda_kernel
+
+    cache = artifact_cache()
+    if cache is None:
+        return None
+    blob = _get(cache, kernel_artifact_key(fn, signature, options, arch, "cuda-kernel"))
+    fields = None if blob is None else unpack_cuda_kernel(blob)
+    if fields is not None:
+        COUNTERS.cuda_kernels += 1
+    return fields
+
+
+def store_cuda_kernel(fn: Any, signature: Any, options: Any, arch: str, kernel: Any) -> None:
+    """Keep the compiled cuda ``kernel`` whole, for the next process (`load_cuda_kernel`)."""
+    from .kernel_image import pack_cuda_kernel
+
+    cache = artifact_cache()
+    if cache is not None:
+        _put(cache, kernel_artifact_key(fn, signature, options, arch, "cuda-kernel"),
+             pack_cuda_kernel(kernel), {"entry": fn.entry})
+
+
+def cubin_artifact_key(fn: Any, signature: Any, options: Any, arch: str) -> dict[str, str] | None:
+    """The key under which a runner keeps the driver's cubin (None with the cache off)."""
+    if artifact_cache() is None:
+        return None
+    return kernel_artifact_key(fn, signature, options, arch, "cubin")
 
 
 def driver_version() -> str:

@@ -40,7 +40,7 @@ __all__ = [
     "tuned_key_hash",
 ]
 
-ARTIFACT_KINDS = frozenset({"ptx", "cubin", "host-object", "llvm-ir"})
+ARTIFACT_KINDS = frozenset({"ptx", "cubin", "cuda-kernel", "host-object", "llvm-ir"})
 ARTIFACT_KEY_FIELDS = (
     "source", "entry", "signature", "options", "arch", "kind",
     "tcmlir_version", "llvm_version", "toolchain",
