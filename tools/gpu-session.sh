@@ -29,7 +29,7 @@ if has tests; then
   # mixed-rows tests in three: their CPU references at 4097 and 600 x 4096 take minutes)
   groups=("tests/test_gpu_corpus.py" "tests/test_gpu_corpus.py" "tests/test_gpu_corpus.py"
           "tests/test_gpu_rows.py tests/test_gpu_reductions.py" "tests/test_mixed_rows.py" "tests/test_mixed_rows.py" "tests/test_mixed_rows.py" "tests/test_vector_access.py"
-          "tests/test_cuda_runtime.py tests/test_launch_plan.py tests/test_tune.py tests/test_tune_verify.py tests/test_kernel_cache.py tests/test_parametric.py tests/test_frontend_bugs.py tests/test_preconditions.py tests/test_cli_run.py tests/test_required_targets.py"
+          "tests/test_cuda_runtime.py tests/test_launch_plan.py tests/test_tune.py tests/test_tune_verify.py tests/test_tune_compile_ahead.py tests/test_kernel_cache.py tests/test_parametric.py tests/test_frontend_bugs.py tests/test_preconditions.py tests/test_cli_run.py tests/test_required_targets.py"
           "tests/test_corpus.py tests/test_random_programs.py"
           "tests/test_multi_exec.py tests/test_multi_prepared.py tests/test_split_k.py" "tests/test_mm_smem.py tests/test_conv_regs.py"
           "tests/test_profile.py tests/test_profile_advice.py tests/test_profile_ceilings.py tests/test_torch_op.py tests/test_array_kinds.py tests/test_cache_mgmt.py"

@@ -225,7 +225,10 @@ def tune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
         if bar is not None:
             bar.close()
     result.stats = {"compiles": evaluator.compiles, "restarts": evaluator.restarts,
-                    "workers": len(getattr(evaluator, "workers", {})), "wrong": len(wrong)}
+                    "workers": len(getattr(evaluator, "workers", {})),
+                    "compile_workers": len(getattr(evaluator, "compilers", ())),
+                    "compile_restarts": getattr(evaluator, "compile_restarts", 0),
+                    "wrong": len(wrong)}
     result.reference = reference_kind
     if result.best is None:
         errors = {e.error for e in result.evaluated.values() if e.error}

@@ -19,7 +19,9 @@ class TunerConfig:
     ``devices`` GPU ordinals, one worker process each (None: device 0); ``seed`` makes the
     search reproducible; ``runs`` timed runs per candidate (median is the fitness);
     ``prune_factor`` stops timing a candidate whose first run is that many times the best;
-    ``timeout_s`` per candidate (compile + runs).
+    ``timeout_s`` per candidate (compile + runs); ``compile_workers`` (cuda) processes that
+    compile candidates on the CPUs ahead of the GPU workers (None: one per CPU core the GPU
+    workers leave, at most the population; 0: every GPU worker compiles its own candidates).
     """
 
     generations: int = 2
@@ -33,6 +35,7 @@ class TunerConfig:
     runs: int = 5
     prune_factor: float = 10.0
     timeout_s: float = 60.0
+    compile_workers: int | None = None
 
     def __post_init__(self) -> None:
         if self.generations < 1 or self.population < 2:
@@ -43,6 +46,8 @@ class TunerConfig:
             raise OptionsError("elites must be at least 0 and fewer than the population")
         if self.threads < 1 or self.runs < 1 or self.timeout_s <= 0 or self.prune_factor <= 1:
             raise OptionsError("threads and runs must be >= 1, timeout_s > 0, prune_factor > 1")
+        if self.compile_workers is not None and self.compile_workers < 0:
+            raise OptionsError("compile_workers must be >= 0 (0: the GPU workers compile)")
         if self.devices is not None:
             object.__setattr__(self, "devices", tuple(int(d) for d in self.devices))
             if not self.devices:

@@ -9,7 +9,13 @@ that faults or hangs kills its worker, the candidate is recorded as failed, a ne
 started, and the tuning goes on. Workers ignore SIGINT, so Ctrl-C reaches only the tuner.
 
 Candidates are compiled without entering the function's in-memory kernel table (a tuning run
-would otherwise keep every candidate's JIT engine or CUDA module alive).
+would otherwise keep every candidate's JIT engine or CUDA module alive). On cuda they are
+compiled ahead, on the CPUs, by compile worker processes (``TunerConfig.compile_workers``; they
+see no GPU): a whole generation compiles in parallel while the GPU workers time what is ready,
+and each GPU worker gets the compiled kernel as a payload (`cache.kernel_image`) instead of
+compiling it. A candidate that fails to compile is recorded with the compiler's message; one
+that crashes its compile worker or compiles past ``timeout_s`` is recorded as failed and the
+compile worker is replaced.
 
 The reference is computed once per tuning run: in the tuner's process by the interpreter (and
 handed to the workers in a file), or, for a domain too large for the interpreter, by the default
@@ -18,7 +24,8 @@ options' kernel, in-process on the CPU and at start-up inside each GPU worker.
 Test hook (for the fault-tolerance test, harmless otherwise): ``TCMLIR_TUNE_FAULT`` =
 ``crash:FIELD=VALUE`` or ``hang:FIELD=VALUE`` (VALUE as JSON, e.g. ``crash:unroll_factor=8``)
 makes a *worker process* die by SIGSEGV, or hang, when asked to evaluate a candidate whose
-option FIELD has that value.
+option FIELD has that value; ``compile-crash:...`` and ``compile-hang:...`` do the same to a
+compile worker asked to compile it.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing as mp
+import multiprocessing.connection as mp_connection
 import os
 import signal
 import statistics
@@ -97,12 +105,14 @@ def compile_candidate(fn: Any, inputs: Sequence[Any], opts: MappingOptions, targ
     return compiler.compile_kernel(fn, target, opts, bound.signature, bound.sizes, None)
 
 
-def _fault(opts_json: str) -> str | None:
-    """The test hook's action ("crash"/"hang") for this candidate, or None."""
+def _fault(opts_json: str, stage: str = "") -> str | None:
+    """The test hook's action ("crash"/"hang") for this candidate in this ``stage`` ("" for a
+    GPU worker, "compile" for a compile worker), or None."""
     spec = os.environ.get(FAULT_ENV, "")
     action, _, cond = spec.partition(":")
     name, _, value = cond.partition("=")
-    if action not in ("crash", "hang") or not name:
+    where, _, action = action.rpartition("-")
+    if where != stage or action not in ("crash", "hang") or not name:
         return None
     try:
         wanted = json.loads(value)
@@ -169,7 +179,13 @@ def _worker_main(conn: Any, device: int, source: str, entry: str, inputs_path: s
         # None: too large for the interpreter, the default options' kernel is the reference
         reference = (Reference.load(reference_path) if reference_path is not None
                      else compute_reference(fn, inputs, target, max_ops=-1))
-        conn.send(("ready", None))
+        identity = bound = None
+        if target == "cuda":  # what a compile worker must compile for to serve this worker
+            from ..runtime.arrays import bind_device_inputs
+
+            bound = bind_device_inputs(fn.ir, inputs)
+            identity = (fn.default_arch("cuda"), bound.signature.to_json(), dict(bound.sizes))
+        conn.send(("ready", identity))
     except BaseException:  # noqa: BLE001 - report anything to the parent
         conn.send(("fatal", traceback.format_exc()))
         return
@@ -177,14 +193,16 @@ def _worker_main(conn: Any, device: int, source: str, entry: str, inputs_path: s
         msg = conn.recv()
         if msg is None:
             return
-        opts_json, best = msg
+        opts_json, best, payload = msg
         fault = _fault(opts_json)
         if fault == "crash":
             os.kill(os.getpid(), signal.SIGSEGV)
         elif fault == "hang":
             time.sleep(1e6)
         try:
-            kernel = compile_candidate(fn, inputs, MappingOptions.from_json(opts_json), target)
+            opts = MappingOptions.from_json(opts_json)
+            kernel = (_unpacked(fn, opts, bound, payload) if payload is not None
+                      else compile_candidate(fn, inputs, opts, target))
             wrong = run_checked(kernel, inputs, reference)
             if wrong is not None:
                 conn.send(("wrong", wrong))
@@ -204,20 +222,89 @@ def _worker_main(conn: Any, device: int, source: str, entry: str, inputs_path: s
             conn.send(("error", f"{type(exc).__name__} while checking: {first}"))
 
 
+def _unpacked(fn: Any, opts: MappingOptions, bound: Any, payload: bytes) -> Any:
+    """The `Kernel` a compile worker compiled (`_compile_main`), for this worker's inputs."""
+    from ..cache.kernel_image import unpack_cuda_kernel
+    from ..compiler import cuda_kernel_from
+
+    fields = unpack_cuda_kernel(payload)
+    if fields is None:
+        raise TCError("the compile worker's kernel payload did not load")
+    return cuda_kernel_from(fn, opts, bound.signature, bound.sizes, fields)
+
+
+def _compile_main(conn: Any, source: str, entry: str, arch: str, signature_json: str,
+                  sizes: dict[str, int]) -> None:  # pragma: no cover - child
+    """A compile worker: cuda candidates in (options JSON), packed kernels out."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""  # compiling needs no GPU and must not take one
+    try:
+        import tcmlir
+
+        from .. import compiler
+        from ..cache.kernel_image import pack_cuda_kernel
+        from ..signature import Signature
+
+        fn = tcmlir.define(source, entry, target="cuda")
+        signature = Signature.from_json(signature_json)
+        conn.send(("ready", None))
+    except BaseException:  # noqa: BLE001 - report anything to the parent
+        conn.send(("fatal", traceback.format_exc()))
+        return
+    while True:
+        opts_json = conn.recv()
+        if opts_json is None:
+            return
+        fault = _fault(opts_json, "compile")
+        if fault == "crash":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        elif fault == "hang":
+            time.sleep(1e6)
+        try:
+            kernel = compiler.compile_kernel(fn, "cuda", MappingOptions.from_json(opts_json),
+                                             signature, sizes, arch)
+            conn.send(("ok", pack_cuda_kernel(kernel)))
+        except TCError as exc:
+            conn.send(("error", str(exc).splitlines()[0]))
+        except Exception as exc:  # noqa: BLE001 - a compiler bug fails the candidate only
+            first = (str(exc).splitlines() or [""])[0]
+            conn.send(("error", f"{type(exc).__name__} while compiling: {first}"))
+
+
 class _Worker:
-    def __init__(self, ctx: Any, device: int, args: tuple, startup_s: float):
-        self.device = device
+    """A child process and its pipe: `start` it, then `wait_ready` (which returns what the
+    child said when it was ready), so that several start in parallel."""
+
+    def __init__(self, ctx: Any, main: Any, args: tuple, what: str):
+        self.what = what
         self.parent, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, device, *args), daemon=True)
+        self.proc = ctx.Process(target=main, args=(child, *args), daemon=True)
         self.proc.start()
         child.close()
+
+    def wait_ready(self, startup_s: float) -> Any:
         if not self.parent.poll(startup_s):
             self.kill()
-            raise TCError(f"tuning worker for GPU {device} did not start within {startup_s:.0f} s")
-        kind, payload = self.parent.recv()
+            raise TCError(f"{self.what} did not start within {startup_s:.0f} s")
+        try:
+            kind, payload = self.parent.recv()
+        except (EOFError, OSError):
+            kind, payload = "fatal", f"it exited with code {self.proc.exitcode}"
         if kind != "ready":
             self.kill()
-            raise TCError(f"tuning worker for GPU {device} failed to start:\n{payload}")
+            raise TCError(f"{self.what} failed to start:\n{payload}")
+        return payload
+
+    def receive(self) -> tuple[str, Any] | None:
+        """The child's answer if one is there, ("crash", why) if it died, else None."""
+        try:
+            if self.parent.poll(0):
+                return self.parent.recv()
+        except (EOFError, OSError):
+            return ("crash", "worker died")
+        if not self.proc.is_alive():
+            return ("crash", f"worker exited with code {self.proc.exitcode}")
+        return None
 
     def kill(self) -> None:
         if self.proc.is_alive():
@@ -225,8 +312,21 @@ class _Worker:
         self.proc.join(5)
 
 
+def default_compile_workers(config: TunerConfig) -> int:
+    """The compile workers a cuda tuning run starts: ``config.compile_workers``, or one per CPU
+    core that the GPU workers leave (at least one), at most the population."""
+    if config.compile_workers is not None:
+        return config.compile_workers
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(config.population, cores - len(config.devices or (0,))))
+
+
 class WorkerPoolEvaluator:
-    """One worker process per device; candidates go to whichever worker is free."""
+    """One worker process per device; candidates go to whichever worker is free. On cuda,
+    compile workers compile the candidates first (see the module docstring)."""
 
     def __init__(self, fn: Any, inputs: Sequence[Any], config: TunerConfig,
                  target: str = "cuda", reference: Reference | None = None):
@@ -244,41 +344,110 @@ class WorkerPoolEvaluator:
             reference.save(ref_path)
         self._ctx = mp.get_context("spawn")
         self._args = (fn.source.text, fn.entry, path, config, target, ref_path)
-        self.workers = {d: _Worker(self._ctx, d, self._args, 120.0) for d in self.devices}
+        self.workers: dict[int, _Worker] = {}
+        self.compilers: list[_Worker] = []
         self.restarts = 0
+        self.compile_restarts = 0
+        try:
+            for d in self.devices:  # they start in parallel
+                self.workers[d] = self._gpu_worker(d)
+            identities = {d: w.wait_ready(120.0) for d, w in self.workers.items()}
+            # compile ahead for what the first worker runs; a worker whose arch or signature
+            # differs (another kind of GPU) compiles its own candidates
+            self._identity = identities[self.devices[0]]
+            self._served = {d for d, ident in identities.items() if ident == self._identity}
+            count = default_compile_workers(config) if target == "cuda" else 0
+            if count and self._identity is not None:
+                arch, signature, sizes = self._identity
+                self._compile_args = (fn.source.text, fn.entry, arch, signature, sizes)
+                for _ in range(count):
+                    self.compilers.append(self._compiler())
+                for worker in self.compilers:
+                    worker.wait_ready(120.0)
+        except BaseException:
+            self.close()
+            raise
+
+    def _gpu_worker(self, device: int) -> _Worker:
+        return _Worker(self._ctx, _worker_main, (device, *self._args),
+                       f"tuning worker for GPU {device}")
+
+    def _compiler(self) -> _Worker:
+        return _Worker(self._ctx, _compile_main, self._compile_args, "tuning compile worker")
 
     def _restart(self, device: int) -> None:
         self.workers[device].kill()
         self.restarts += 1
-        self.workers[device] = _Worker(self._ctx, device, self._args, 120.0)
+        worker = self._gpu_worker(device)
+        worker.wait_ready(120.0)
+        self.workers[device] = worker
+
+    def _restart_compiler(self, k: int) -> None:
+        self.compilers[k].kill()
+        self.compile_restarts += 1
+        worker = self._compiler()
+        worker.wait_ready(120.0)
+        self.compilers[k] = worker
 
     def evaluate(self, candidates: Sequence[MappingOptions], best: float) -> list[Evaluation]:
+        timeout = self.config.timeout_s
         results: dict[int, Evaluation] = {}
-        pending = list(enumerate(candidates))
+        to_compile = list(enumerate(candidates)) if self.compilers else []
+        # compiled (or to be compiled by the GPU worker): (index, options, payload or None)
+        ready: list[tuple[int, MappingOptions, bytes | None]] = (
+            [] if self.compilers else [(i, c, None) for i, c in enumerate(candidates)])
+        compiling: dict[int, tuple[int, MappingOptions, float]] = {}
         busy: dict[int, tuple[int, MappingOptions, float]] = {}
-        while pending or busy:
-            for device, worker in self.workers.items():
-                if device not in busy and pending:
-                    idx, opts = pending.pop(0)
-                    worker.parent.send((opts.to_json(), best))
+        while to_compile or compiling or ready or busy:
+            for k, worker in enumerate(self.compilers):
+                if k not in compiling and to_compile:
+                    idx, opts = to_compile.pop(0)
+                    worker.parent.send(opts.to_json())
                     self.compiles += 1
-                    busy[device] = (idx, opts, time.monotonic())
+                    compiling[k] = (idx, opts, time.monotonic())
+            for device, worker in self.workers.items():
+                if device in busy or not ready:
+                    continue
+                pick = next((n for n, item in enumerate(ready)
+                             if item[2] is None or device in self._served), None)
+                if pick is None:
+                    continue
+                idx, opts, payload = ready.pop(pick)
+                if payload is None:
+                    self.compiles += 1  # the GPU worker compiles it
+                worker.parent.send((opts.to_json(), best, payload))
+                busy[device] = (idx, opts, time.monotonic())
+            self._wait([self.compilers[k] for k in compiling] +
+                       [self.workers[d] for d in busy])
+            for k in list(compiling):
+                idx, opts, started = compiling[k]
+                msg = self.compilers[k].receive()
+                if msg is None:
+                    if time.monotonic() - started > timeout:
+                        del compiling[k]
+                        results[idx] = Evaluation(opts, math.inf, 0, error=f"compile timed out "
+                                                  f"after {timeout:g} s")
+                        self._restart_compiler(k)
+                    continue
+                del compiling[k]
+                kind, payload = msg
+                if kind == "ok":
+                    ready.append((idx, opts, payload))
+                elif kind == "error":
+                    results[idx] = Evaluation(opts, math.inf, 0, error=payload)
+                else:
+                    results[idx] = Evaluation(opts, math.inf, 0, error="candidate crashed its "
+                                              f"compile worker: {payload}")
+                    self._restart_compiler(k)
             for device in list(busy):
                 idx, opts, started = busy[device]
-                worker = self.workers[device]
-                try:
-                    ready = worker.parent.poll(0.01)
-                    msg = worker.parent.recv() if ready else None
-                except (EOFError, OSError):
-                    msg, ready = ("crash", "worker died"), True
-                if not ready and worker.proc.is_alive():
-                    if time.monotonic() - started > self.config.timeout_s:
+                msg = self.workers[device].receive()
+                if msg is None:
+                    if time.monotonic() - started > timeout:
                         results[idx] = Evaluation(opts, math.inf, 0, error="timed out")
                         del busy[device]
                         self._restart(device)
                     continue
-                if not ready:
-                    msg = ("crash", f"worker exited with code {worker.proc.exitcode}")
                 kind, payload = msg
                 del busy[device]
                 if kind == "ok":
@@ -295,13 +464,20 @@ class WorkerPoolEvaluator:
                     self._restart(device)
         return [results[i] for i in range(len(candidates))]
 
+    @staticmethod
+    def _wait(workers: list[_Worker]) -> None:
+        """Until one of ``workers`` has something to say or dies (at most 50 ms)."""
+        if workers:
+            mp_connection.wait([w.parent for w in workers] + [w.proc.sentinel for w in workers],
+                               timeout=0.05)
+
     def close(self) -> None:
-        for worker in self.workers.values():
+        for worker in [*self.workers.values(), *self.compilers]:
             try:
                 worker.parent.send(None)
             except OSError:
                 pass
+        for worker in [*self.workers.values(), *self.compilers]:
             worker.proc.join(5)
             worker.kill()
         self._tmp.cleanup()
-
