@@ -229,6 +229,47 @@ def test_corpus_row_programs_compile_to_one_kernel(case, rng):
         assert _checked_ptx(kernel).count(".entry") == 1
 
 
+# found by test_random_programs on the H200: at N=2 isl fuses the two thread-0 phases (S0 and
+# S1's init) into one `if (_tx == 0) { S0(..); S1_init(..); }`; they are independent, so the
+# row body may run them in one barrier interval
+FUSED_PHASES = """def f(float(N) X, float(N, N) Y) -> (T0, T1) {
+    T0(i) = X(i) * X(i)
+    T1(i) *=! Y(i, r) * X(i)
+}"""
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 37])
+def test_fused_row_phases(n, rng):
+    fn = tc.define(FUSED_PHASES)
+    x, y = rng.uniform(-1, 1, n).astype(np.float32), rng.uniform(-1, 1, (n, n)).astype(np.float32)
+    kernel = fn.compile(x, y, target="cuda", arch="sm_90")
+    assert "rows threads=" in kernel.schedule and _checked_ptx(kernel).count(".entry") == 1
+
+
+def test_only_independent_statements_share_a_row_phase():
+    from tcmlir.codegen.gpu_rows import independent_calls
+
+    fused = tc.define(FUSED_PHASES).ir
+    assert independent_calls(fused, {(0, False), (1, True)})  # S0 and S1's init
+    assert independent_calls(fused, {(0, False), (1, False)})  # S1 reads X and Y only
+    chain = tc.define("def f(float(N) X) -> (A, B) { A(i) = X(i)\n B(i) = A(i) + 1 }").ir
+    assert not independent_calls(chain, {(0, False), (1, False)})  # B reads A
+    assert independent_calls(chain, {(0, False), (1, True)})  # an init reads nothing
+    same = tc.define("def f(float(N) X) -> (A) { A(i) = X(i)\n A(i) = A(i) * 2 }").ir
+    assert not independent_calls(same, {(0, False), (1, True)})  # both write A
+
+
+@pytest.mark.gpu
+def test_fused_row_phases_on_gpu(rng):
+    fn = tc.define(FUSED_PHASES, target="cuda")
+    for n in (1, 2, 3, 37):
+        x = rng.uniform(-1, 1, n).astype(np.float32)
+        y = rng.uniform(-1, 1, (n, n)).astype(np.float32)
+        t0, t1 = (np.asarray(o) for o in fn(x, y))
+        np.testing.assert_allclose(t0, x * x, rtol=1e-6)
+        np.testing.assert_allclose(t1, np.prod(y * x[:, None], axis=1), rtol=1e-5, atol=1e-6)
+
+
 FULL = "def f({t}(N) A) -> (s) {{ s {op}=! A(i) }}"
 
 

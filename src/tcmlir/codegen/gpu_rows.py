@@ -99,6 +99,35 @@ def _statements(node: isl.AstNode) -> set[int]:
     return found
 
 
+def _calls(node: isl.AstNode) -> set[tuple[int, bool]]:
+    """The statements called in ``node``'s subtree: (number, whether it is the ``_init``)."""
+    found: set[tuple[int, bool]] = set()
+
+    def visit(n: isl.AstNode) -> bool:
+        if n.get_type() == isl.ast_node_type.user:
+            m = _STMT.match(n.user_get_expr().get_op_arg(0).get_id().get_name())
+            if m:
+                found.add((int(m.group(1)), m.group(2) is not None))
+        return True
+
+    node.foreach_descendant_top_down(visit)
+    return found
+
+
+def independent_calls(fn: tc.Function, calls: set[tuple[int, bool]]) -> bool:
+    """Whether no statement of ``calls`` (number, is it the ``_init``) touches what another
+    one writes, so that they need no barrier between them whichever threads run them. isl
+    fuses the phases of statements under the same guard into one ``if`` (``if (_tx == 0) {
+    S0(..); S1_init(..); }`` when both run on thread 0). An ``_init`` reads nothing."""
+    writes = {k: fn.statements[k].tensor for k, _ in calls}
+    for k, init in calls:
+        st = fn.statements[k]
+        touched = {st.tensor} | (set() if init else _reads(st.rhs))
+        if touched & {t for j, t in writes.items() if j != k}:
+            return False
+    return True
+
+
 def _is_reduction_mark(node: isl.AstNode) -> bool:
     return (node.get_type() == isl.ast_node_type.mark
             and node.mark_get_id().get_name().startswith("reduction "))
@@ -211,7 +240,8 @@ class RowWalker(ReducingWalker):
         writes = [{self.fn.statements[k].tensor for k in t} & set(self.local) for t in touched]
         self.local_values = {}
         for i, phase in enumerate(phases):
-            if len(touched[i]) > 1:  # isl split the row loop: phases would share a barrier interval
+            if len(touched[i]) > 1 and not self._independent(phase):
+                # isl split the row loop: dependent statements would share a barrier interval
                 raise CodegenError(f"internal: one phase of a row body runs statements "
                                    f"{sorted(touched[i])}; map-rows gives each its own phase")
             for t in writes[i]:
@@ -233,6 +263,9 @@ class RowWalker(ReducingWalker):
                     ty = memory_type(self.fn.tensor(t).dtype)
                     self.local_values[t] = self.builder.load(self.local[t], typ=ty)
         self.local_values = {}
+
+    def _independent(self, phase: isl.AstNode) -> bool:
+        return independent_calls(self.fn, _calls(phase))
 
     def _reads_any(self, statements: set[int], tensors: set[str]) -> bool:
         return any(_reads(self.fn.statements[k].rhs) & tensors for k in statements)
