@@ -421,3 +421,21 @@ def test_tuner_searches_the_mixed_mapping():
     base = tc.MappingOptions.default_for(fn, "cuda")
     seen = {space.sample(random.Random(s), base).mixed_rows for s in range(12)}
     assert seen == {"fused", "kernels"}
+
+
+def test_fixed_sizes_bound_the_schedule_constants():
+    # CENTER at 600 x 1024 kept isl's scheduler busy for minutes with unbounded constant terms
+    # (the GPU tests at 600 x 4096 ran past their limit); a fixed-size scop bounds them
+    from tcmlir.poly.scheduler import FIXED_SIZE_MAX_CONSTANT, compute_schedule
+    from tcmlir.poly.state import CompileState
+
+    fn = tc.define(CENTER).ir
+    fixed = CompileState.initial(fn, {"N": 600, "D": 4096})
+    schedule = compute_schedule(fixed.scop, fixed.deps, "max")
+    assert fixed.scop.ctx.get_schedule_max_constant_term() == FIXED_SIZE_MAX_CONSTANT
+    assert schedule.get_domain().is_equal(fixed.scop.domain)
+    param = CompileState.initial(fn, None)
+    compute_schedule(param.scop, param.deps, "max")
+    assert param.scop.ctx.get_schedule_max_constant_term() == -1
+    kernel, ptx = _ptx(CENTER, 600, 4096)
+    assert ptx.count(".entry") >= 1 and "rows threads=" in kernel.schedule
