@@ -30,6 +30,7 @@ compile worker asked to compile it.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import math
 import multiprocessing as mp
@@ -169,6 +170,7 @@ def _worker_main(conn: Any, device: int, source: str, entry: str, inputs_path: s
                  config: TunerConfig, target: str = "cuda",
                  reference_path: str | None = None) -> None:  # pragma: no cover - child
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the tuner's to handle
+    faulthandler.enable()  # a native crash prints where it happened (on the tuner's stderr)
     os.environ["CUDA_VISIBLE_DEVICES"] = str(device)
     try:
         import tcmlir
@@ -237,6 +239,7 @@ def _compile_main(conn: Any, source: str, entry: str, arch: str, signature_json:
                   sizes: dict[str, int]) -> None:  # pragma: no cover - child
     """A compile worker: cuda candidates in (options JSON), packed kernels out."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    faulthandler.enable()
     os.environ["CUDA_VISIBLE_DEVICES"] = ""  # compiling needs no GPU and must not take one
     try:
         import tcmlir
@@ -289,7 +292,8 @@ class _Worker:
         try:
             kind, payload = self.parent.recv()
         except (EOFError, OSError):
-            kind, payload = "fatal", f"it exited with code {self.proc.exitcode}"
+            self.proc.join(5)
+            kind, payload = "fatal", f"it {_exit_text(self.proc.exitcode)} while starting"
         if kind != "ready":
             self.kill()
             raise TCError(f"{self.what} failed to start:\n{payload}")
@@ -301,15 +305,28 @@ class _Worker:
             if self.parent.poll(0):
                 return self.parent.recv()
         except (EOFError, OSError):
-            return ("crash", "worker died")
+            self.proc.join(5)
+            return ("crash", f"worker {_exit_text(self.proc.exitcode)}")
         if not self.proc.is_alive():
-            return ("crash", f"worker exited with code {self.proc.exitcode}")
+            return ("crash", f"worker {_exit_text(self.proc.exitcode)}")
         return None
 
     def kill(self) -> None:
         if self.proc.is_alive():
             self.proc.kill()
         self.proc.join(5)
+
+
+def _exit_text(code: int | None) -> str:
+    """How a child ended: "was killed by SIGSEGV", "exited with code 3", "died"."""
+    if code is None:
+        return "died"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
 
 
 def default_compile_workers(config: TunerConfig) -> int:
