@@ -11,11 +11,12 @@ Prints one sha256 over the PTX of every corpus program (first size set) under th
 a 1-D block of 256 threads, the default options of a call (`MappingOptions.default_for`) and the
 contraction options (register tiles, shared/private promotion, cp.async). A change that prints
 the same digest generates the same GPU code, so GPU results measured before it still hold; a
-different digest means the GPU tests must run again. Last GPU-verified digest (2026-12-01, fifth
-session, code at a169062: the H200's run 19 ran memcheck on the corpus, racecheck and
-synccheck on the reductions and the launch-plan, split-K and tuner GPU tests on it; run 18 ran
-every group of `tools/gpu-session.sh tests` on e20d19d, which differs from it only in the copy
-of scattered tile rows, reverted since; `test_mixed_rows.py` ran past its time limit there):
+different digest means the GPU tests must run again. Last GPU-verified digest (2026-12-02,
+seventh session, code at 4192532: the H200's run 25/26 ran every group of
+`tools/gpu-session.sh tests`, memcheck on the corpus, racecheck and synccheck on the
+reductions; the random-program and 600x4096 mixed-rows failures there were a compile error
+and a compile hang, fixed since without changing this digest; first verified in the fifth
+session at a169062):
 d1915ffe2a9561fc289dc05ed5df8ad74fa22550bf149591ae38af7f456f5aab
 """
 

@@ -2,6 +2,13 @@
 
     python tools/tune_gpu.py [--generations 5 --population 20] [--fault] [--json OUT.json]
     python tools/tune_gpu.py --only "matmul 4096" --generations 3 --population 8
+    python tools/tune_gpu.py --only "matmul 1024" --generations 2 --population 8 --gpus 1 \
+        --compile-workers 0      # against the default: the compile workers' speed-up
+
+``--compile-workers N`` sets `TunerConfig.compile_workers` (0: each GPU worker compiles its
+candidates, as before compile workers existed). Every tuning run gets a fresh artifact cache
+(``TCMLIR_CACHE_DIR``), so no candidate comes compiled from an earlier run and the wall
+times compare.
 
 ``--only "matmul 4096"`` tunes matmul 4096³ instead (issue 9's tuned target), whose rows also
 give cuBLAS's time (``torch.matmul``, fp32, TF32 off, CUDA events, same process) and the
@@ -21,6 +28,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 
 
@@ -31,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fault", action="store_true")
     ap.add_argument("--only", default="", help="a kernel-name prefix (matmul, softmax)")
     ap.add_argument("--gpus", default="", help="only these GPU counts, e.g. 2 (default: 1 and 2)")
+    ap.add_argument("--compile-workers", type=int, default=None,
+                    help="TunerConfig.compile_workers (default: one per free core; 0: none)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     if args.fault:
@@ -69,7 +79,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.gpus and str(len(devices)) not in args.gpus.split(","):
                 continue
             config = tc.TunerConfig(generations=args.generations, population=args.population,
-                                    seed=0, devices=tuple(devices), runs=5)
+                                    seed=0, devices=tuple(devices), runs=5,
+                                    compile_workers=args.compile_workers)
+            fresh = tempfile.TemporaryDirectory(prefix="tcmlir-tune-gpu-")
+            os.environ["TCMLIR_CACHE_DIR"] = fresh.name
             start = time.perf_counter()
             result = tune(fn, inputs, config=config, target="cuda", progress=False)
             wall = time.perf_counter() - start
@@ -84,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                    "stats": result.stats, "best_options": best.options.to_json()}
             rows.append(row)
             print(json.dumps(row), flush=True)
+            fresh.cleanup()
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
