@@ -174,6 +174,22 @@ def test_whole_cuda_kernel_comes_from_the_cache(tmp_path, monkeypatch):
     assert _delta(before)["cuda_kernels"] == 0
 
 
+def test_whole_cuda_kernel_key_names_the_exact_text(tmp_path, monkeypatch):
+    # the same definition after a comment: the PTX is shared, the whole kernel (which keeps
+    # source positions for its messages) is not
+    monkeypatch.setenv("TCMLIR_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TCMLIR_ALWAYS_COMPILE", raising=False)
+    a, b = np.ones((64, 32), np.float32), np.ones((32, 48), np.float32)
+    tc.define(MATMUL).compile(a, b, target="cuda", arch="sm_90")
+    before = _snapshot()
+    tc.define("# a comment\n" + MATMUL).compile(a, b, target="cuda", arch="sm_90")
+    d = _delta(before)
+    assert d["cuda_kernels"] == 0 and d["ptx_emits"] == 0 and d["hits"] == 1
+    before = _snapshot()
+    tc.define("# a comment\n" + MATMUL).compile(a, b, target="cuda", arch="sm_90")
+    assert _delta(before)["cuda_kernels"] == 1
+
+
 def test_unreadable_cuda_kernel_payload_is_a_miss(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("TCMLIR_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("TCMLIR_ALWAYS_COMPILE", raising=False)

@@ -185,7 +185,7 @@ def load_cuda_kernel(fn: Any, signature: Any, options: Any, arch: str) -> dict[s
     cache = artifact_cache()
     if cache is None:
         return None
-    blob = _get(cache, kernel_artifact_key(fn, signature, options, arch, "cuda-kernel"))
+    blob = _get(cache, _cuda_kernel_key(fn, signature, options, arch))
     fields = None if blob is None else unpack_cuda_kernel(blob)
     if fields is not None:
         COUNTERS.cuda_kernels += 1
@@ -198,8 +198,19 @@ def store_cuda_kernel(fn: Any, signature: Any, options: Any, arch: str, kernel: 
 
     cache = artifact_cache()
     if cache is not None:
-        _put(cache, kernel_artifact_key(fn, signature, options, arch, "cuda-kernel"),
-             pack_cuda_kernel(kernel), {"entry": fn.entry})
+        _put(cache, _cuda_kernel_key(fn, signature, options, arch), pack_cuda_kernel(kernel),
+             {"entry": fn.entry})
+
+
+def _cuda_kernel_key(fn: Any, signature: Any, options: Any, arch: str) -> dict[str, str]:
+    """A whole kernel also keeps source positions (its gathers' spans, the compiled IR's), so
+    its key names the exact text, not only the canonical definition: a comment added above
+    the definition must not make a bounds-check message quote the wrong line."""
+    import hashlib
+
+    exact = hashlib.sha256(fn.source.text.encode("utf-8")).hexdigest()[:32]
+    return kernel_artifact_key(fn, signature, options, arch, "cuda-kernel",
+                               toolchain=f"source-text-{exact}")
 
 
 def cubin_artifact_key(fn: Any, signature: Any, options: Any, arch: str) -> dict[str, str] | None:
