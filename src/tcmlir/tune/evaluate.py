@@ -125,6 +125,15 @@ def _fault(opts_json: str, stage: str = "") -> str | None:
     return action if have == wanted else None
 
 
+def _obey_fault_hook(opts_json: str, stage: str = "") -> None:  # pragma: no cover - child
+    """In a worker process: die by SIGSEGV or hang when the test hook says so."""
+    fault = _fault(opts_json, stage)
+    if fault == "crash":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    elif fault == "hang":
+        time.sleep(1e6)
+
+
 class HostEvaluator:
     """Compiles candidates on a thread pool, then times them one after another in-process."""
 
@@ -196,11 +205,7 @@ def _worker_main(conn: Any, device: int, source: str, entry: str, inputs_path: s
         if msg is None:
             return
         opts_json, best, payload = msg
-        fault = _fault(opts_json)
-        if fault == "crash":
-            os.kill(os.getpid(), signal.SIGSEGV)
-        elif fault == "hang":
-            time.sleep(1e6)
+        _obey_fault_hook(opts_json)
         try:
             opts = MappingOptions.from_json(opts_json)
             kernel = (_unpacked(fn, opts, bound, payload) if payload is not None
@@ -258,11 +263,7 @@ def _compile_main(conn: Any, source: str, entry: str, arch: str, signature_json:
         opts_json = conn.recv()
         if opts_json is None:
             return
-        fault = _fault(opts_json, "compile")
-        if fault == "crash":
-            os.kill(os.getpid(), signal.SIGSEGV)
-        elif fault == "hang":
-            time.sleep(1e6)
+        _obey_fault_hook(opts_json, "compile")
         try:
             kernel = compiler.compile_kernel(fn, "cuda", MappingOptions.from_json(opts_json),
                                              signature, sizes, arch)
