@@ -86,17 +86,7 @@ def _flat(node: isl.AstNode) -> list[isl.AstNode]:
 
 def _statements(node: isl.AstNode) -> set[int]:
     """The statement numbers (``S<k>`` and ``S<k>_init``) called in ``node``'s subtree."""
-    found: set[int] = set()
-
-    def visit(n: isl.AstNode) -> bool:
-        if n.get_type() == isl.ast_node_type.user:
-            m = _STMT.match(n.user_get_expr().get_op_arg(0).get_id().get_name())
-            if m:
-                found.add(int(m.group(1)))
-        return True
-
-    node.foreach_descendant_top_down(visit)
-    return found
+    return {k for k, _ in _calls(node)}
 
 
 def _calls(node: isl.AstNode) -> set[tuple[int, bool]]:
