@@ -83,6 +83,20 @@ def test_packed_kernel_is_the_kernel_a_direct_compile_makes(tmp_path, monkeypatc
     assert unpack_cuda_kernel(b"\x00junk") is None
 
 
+def test_packed_kernel_is_json_of_known_classes_only():
+    # no pickle (DESIGN.md section 6): the payload is JSON, and reading builds only tcmlir's
+    # own IR and image classes: a payload naming anything else is a miss
+    import json
+    import zlib
+
+    fn, _ = _bound(16, 8, 12)
+    kernel = fn.compile(np.ones((16, 8), np.float32), np.ones((8, 12), np.float32), arch="sm_90")
+    doc = json.loads(zlib.decompress(pack_cuda_kernel(kernel)))
+    assert doc["m"][0] == ["format", FORMAT]
+    doc["m"][1][1]["c"] = "Popen"  # the image, renamed to a class outside the allow-list
+    assert unpack_cuda_kernel(zlib.compress(json.dumps(doc).encode())) is None
+
+
 def test_compile_worker_compiles_and_survives_bad_candidates(monkeypatch):
     # one compile worker: a good candidate, one the compiler refuses, one that crashes the
     # worker (SIGSEGV through the test hook), one that hangs it; a replacement goes on
