@@ -278,6 +278,15 @@ class NvptxTarget(Target):
                 raise CodegenError(f"mark {name!r} outside a kernel")
             walker.row_mark(name, child)
             return
+        if name.startswith("mma "):
+            from ..poly.contraction import parse_mma_mark
+            from .gpu_mma import emit_mma
+
+            mma = parse_mma_mark(name)
+            if mma is None:
+                raise CodegenError(f"bad mma mark {name!r}")
+            emit_mma(walker, mma)  # the statements below are the mark's: not walked
+            return
         red = _reduction_mark(name)
         if red is not None:
             from .gpu_reduce import ReducingWalker

@@ -1,0 +1,226 @@
+"""Which programs are tensor-core contractions, and how their operands lie in memory.
+
+`contraction_plan(fn, sizes)` reads a checked function and returns a `ContractionPlan` or the
+reason it is not one. A contraction here is
+
+* one statement ``T(lhs) +=! X(...) * Y(...)`` with one reduction index ``k``, half-precision
+  (float16 or bfloat16) operands of one type, each read at distinct plain indices, and a float32
+  ``T`` — optionally followed by the one rounding statement ``C(lhs) = T(lhs)`` that
+  `lang/half_accumulate.py` adds for a half output (``T`` then never leaves the chip);
+* every lhs index that only ``X`` reads is a candidate row index ``m``, every one only ``Y``
+  reads a candidate column index ``n`` (the last candidate of each in lhs order; the others,
+  and indices both read or neither reads, are *batch* indices walked outside the tile);
+* each operand is contiguous along ``k`` or along its own row index (``k_major`` or not), its
+  other strides and that extent multiples of 8 elements (16-byte copies).
+
+Any layout and batch form qualifies: ``A(m,k)·B(k,n)``, ``A(m,k)·B(n,k)``, ``A(k,m)·...``,
+``Z(b,n,m) +=! X(b,n,k) * Y(b,m,k)``. Sizes must be fixed (the strides are constants).
+The plan is pure data; `passes/map_mma.py` maps it and `codegen/gpu_mma.py` emits it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .. import ir
+from ..dtypes import DType
+
+__all__ = ["ContractionPlan", "MmaMark", "Operand", "contraction_plan", "mma_tile_choice",
+           "parse_mma_mark"]
+
+_HALF = (DType.FLOAT16, DType.BFLOAT16)
+CHUNK = 8  # halves per 16-byte copy
+
+
+@dataclass(frozen=True)
+class Operand:
+    tensor: str
+    row: str                      # m for the A operand, n for the B operand
+    k_major: bool                 # contiguous along k (else along ``row``)
+    strides: tuple[tuple[str, int], ...]  # (index, elements) for every index it reads
+
+    def stride(self, index: str) -> int:
+        return dict(self.strides).get(index, 0)
+
+
+@dataclass(frozen=True)
+class ContractionPlan:
+    statement: int                # the reduction statement
+    cast: int | None              # the rounding statement C = T, if any
+    acc: str                      # T: the f32 accumulator tensor
+    out: str                      # the tensor the kernel stores (C, or T without a cast)
+    dtype: DType                  # the operands' type
+    a: Operand
+    b: Operand
+    m: str
+    n: str
+    k: str
+    extents: tuple[tuple[str, int], ...]  # every index of the statement
+    batch: tuple[str, ...]        # lhs indices walked outside the tile, outermost first
+    out_strides: tuple[tuple[str, int], ...]
+    lhs: tuple[str, ...]
+
+    def extent(self, index: str) -> int:
+        return dict(self.extents)[index]
+
+    @property
+    def batch_count(self) -> int:
+        return math.prod(self.extent(b) for b in self.batch)
+
+    def out_stride(self, index: str) -> int:
+        return dict(self.out_strides).get(index, 0)
+
+
+def _operand_read(e: ir.Expr) -> ir.Read | None:
+    while isinstance(e, ir.Cast):
+        e = e.operand
+    return e if isinstance(e, ir.Read) else None
+
+
+def _strides(fn: ir.Function, read: ir.Read, sizes: Mapping[str, int]) -> dict[str, int] | None:
+    t = fn.tensor(read.tensor)
+    shape = [s.evaluate(sizes) for s in t.shape]
+    out: dict[str, int] = {}
+    stride = 1
+    for idx, ext in zip(reversed(read.indices), reversed(shape), strict=True):
+        if not isinstance(idx, ir.Index) or idx.name in out:
+            return None
+        out[idx.name] = stride
+        stride *= ext
+    return out
+
+
+def contraction_plan(fn: ir.Function, sizes: Mapping[str, int] | None
+                     ) -> ContractionPlan | str:
+    """The plan of ``fn`` at ``sizes``, or why tensor cores do not apply (a sentence)."""
+    if sizes is None or any(s not in sizes for s in fn.sizes):
+        return "tensor cores need fixed sizes (not a parametric kernel)"
+    sts = fn.statements
+    if not sts or len(sts) > 2:
+        return "not a single contraction statement"
+    st = sts[0]
+    if st.reduction is not ir.Reduction.ADD or not st.init or len(st.reduction_indices) != 1:
+        return "statement 0 is not a `+=!` reduction over one index"
+    if fn.tensor(st.tensor).dtype is not DType.FLOAT32:
+        return "the accumulator is not float32"
+    rhs = st.rhs
+    while isinstance(rhs, ir.Cast) and rhs.dtype is DType.FLOAT32:
+        rhs = rhs.operand
+    if not (isinstance(rhs, ir.Binary) and rhs.op == "*"):
+        return "the right-hand side is not a product of two reads"
+    x, y = _operand_read(rhs.lhs), _operand_read(rhs.rhs)
+    if x is None or y is None:
+        return "the right-hand side is not a product of two reads"
+    dtypes = {fn.tensor(x.tensor).dtype, fn.tensor(y.tensor).dtype}
+    if len(dtypes) != 1 or next(iter(dtypes)) not in _HALF:
+        return "operands are not both float16 or both bfloat16"
+    cast = None
+    out = st.tensor
+    if len(sts) == 2:
+        c = sts[1]
+        rd = _operand_read(c.rhs)
+        if (c.reduction is not None or rd is None or rd.tensor != st.tensor
+                or fn.tensor(st.tensor).role is not ir.Role.TEMP
+                or tuple(getattr(i, "name", None) for i in rd.indices) != st.lhs
+                or c.lhs != st.lhs or fn.tensor(c.tensor).dtype not in (*_HALF, DType.FLOAT32)):
+            return "statement 1 is not the rounding of the accumulator"
+        cast, out = 1, c.tensor
+    elif fn.tensor(st.tensor).role is not ir.Role.OUTPUT:
+        return "the accumulator is not an output"
+    extents: dict[str, int] = {}
+    for r in st.ranges:
+        if r.lo.evaluate(sizes) != 0:
+            return f"index {r.name} does not start at 0"
+        extents[r.name] = r.hi.evaluate(sizes)
+    k = st.reduction_indices[0]
+    xs, ys = _strides(fn, x, sizes), _strides(fn, y, sizes)
+    outs = _strides(fn, ir.Read(out, tuple(ir.Index(i) for i in st.lhs), DType.FLOAT32), sizes)
+    if xs is None or ys is None or outs is None:
+        return "an operand is not read at distinct plain indices"
+    if k not in xs or k not in ys:
+        return "an operand does not read the reduction index"
+    ms = [i for i in st.lhs if i in xs and i not in ys]
+    ns = [i for i in st.lhs if i in ys and i not in xs]
+    if not ms or not ns:
+        return "no row index of its own in each operand (a matrix-vector product)"
+    if ns[-1] != st.lhs[-1] and ms[-1] == st.lhs[-1]:  # the output's contiguous index on n
+        x, y, xs, ys, ms, ns = y, x, ys, xs, ns, ms
+    m, n = ms[-1], ns[-1]
+    batch = tuple(i for i in st.lhs if i not in (m, n))
+    operands = []
+    for read, strides, row in ((x, xs, m), (y, ys, n)):
+        if strides.get(k) == 1:
+            k_major = True
+        elif strides.get(row) == 1:
+            k_major = False
+        else:
+            return f"operand {read.tensor} is contiguous along neither {k} nor {row}"
+        inner = k if k_major else row
+        if extents[inner] % CHUNK or any(s % CHUNK for i, s in strides.items() if i != inner):
+            return (f"operand {read.tensor}: 16-byte copies need its rows to be multiples of "
+                    f"{CHUNK} elements")
+        operands.append(Operand(read.tensor, row, k_major, tuple(strides.items())))
+    return ContractionPlan(0, cast, st.tensor, out, next(iter(dtypes)), operands[0],
+                           operands[1], m, n, k, tuple(extents.items()), batch,
+                           tuple(outs.items()), st.lhs)
+
+
+# ---------------------------------------------------------------- the mark
+
+_MARK = re.compile(r"^mma S(\d+) tile=(\d+),(\d+),(\d+) warps=(\d+),(\d+) stages=(\d+) "
+                   r"grid=(\d+),(\d+),(\d+)$")
+
+
+@dataclass(frozen=True)
+class MmaMark:
+    statement: int
+    tile: tuple[int, int, int]
+    warps: tuple[int, int]
+    stages: int
+    grid: tuple[int, int, int]
+
+    @property
+    def name(self) -> str:
+        t, w, g = self.tile, self.warps, self.grid
+        return (f"mma S{self.statement} tile={t[0]},{t[1]},{t[2]} warps={w[0]},{w[1]} "
+                f"stages={self.stages} grid={g[0]},{g[1]},{g[2]}")
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps[0] * self.warps[1]
+
+
+def parse_mma_mark(name: str) -> MmaMark | None:
+    m = _MARK.match(name.strip())
+    if m is None:
+        return None
+    v = [int(x) for x in m.groups()]
+    return MmaMark(v[0], (v[1], v[2], v[3]), (v[4], v[5]), v[6], (v[7], v[8], v[9]))
+
+
+
+# ---------------------------------------------------------------- tile choice
+
+SM_COUNT = 132            # H200 (the defaults are chosen without a device; see gpu_defaults)
+# relative throughput of one block per tile shape (shared-memory reads per mma: a 64x64 warp
+# tile loads 4 A and 4 B ldmatrix.x4 for 32 mma, a 32x32 one 2 and 2 for 8)
+_TILES = (((128, 128), (2, 2), 1.0), ((128, 64), (2, 2), 0.85), ((64, 128), (2, 2), 0.85),
+          ((64, 64), (2, 2), 0.7))
+
+
+def mma_tile_choice(plan: ContractionPlan) -> tuple[tuple[int, int, int], tuple[int, int]]:
+    """((BM, BN, BK), (warps along m, warps along n)) minimising a small model: the waves of
+    blocks over the SMs (two blocks per SM) times one block's work over its tile's throughput."""
+    mm, nn, kk = plan.extent(plan.m), plan.extent(plan.n), plan.extent(plan.k)
+    best = None
+    for (bm, bn), warps, eff in _TILES:
+        blocks = math.ceil(mm / bm) * math.ceil(nn / bn) * plan.batch_count
+        waves = math.ceil(blocks / (2 * SM_COUNT))
+        cost = waves * bm * bn * kk / eff
+        if best is None or cost < best[0]:
+            best = (cost, (bm, bn, 32), warps)
+    assert best is not None
+    return best[1], best[2]

@@ -1,0 +1,111 @@
+"""Tensor-core contractions beside cuBLAS (torch) and torch.compile, one run on the GPU.
+
+    python tools/bench_mma.py [--quick]
+
+Prints per case: tcmlir (default options: `MappingOptions.default_for`, tensor cores) ms, torch
+eager ms (cuBLAS), torch.compile ms, the ratio eager/tcmlir (>1: tcmlir faster) and TFLOP/s,
+after checking tcmlir's result against torch's (relative error). Timing: CUDA events around
+`reps` calls after a warm-up, median of 5 such batches, inputs resident on the device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+import torch
+
+import tcmlir as tc
+
+CASES = [
+    # name, source, inputs maker, torch reference
+    ("matmul f16 4096^3", "def mm(float16(M, K) A, float16(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }",
+     lambda: (torch.randn(4096, 4096, dtype=torch.float16), torch.randn(4096, 4096, dtype=torch.float16)),
+     lambda a, b: a @ b),
+    ("matmul bf16 4096^3", "def mm(bfloat16(M, K) A, bfloat16(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }",
+     lambda: (torch.randn(4096, 4096, dtype=torch.bfloat16), torch.randn(4096, 4096, dtype=torch.bfloat16)),
+     lambda a, b: a @ b),
+    ("matmul f16 8192^3", "def mm(float16(M, K) A, float16(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }",
+     lambda: (torch.randn(8192, 8192, dtype=torch.float16), torch.randn(8192, 8192, dtype=torch.float16)),
+     lambda a, b: a @ b),
+    ("matmul f16 A.B^T 4096^3", "def mm(float16(M, K) A, float16(N, K) B) -> (C) { C(m, n) +=! A(m, k) * B(n, k) }",
+     lambda: (torch.randn(4096, 4096, dtype=torch.float16), torch.randn(4096, 4096, dtype=torch.float16)),
+     lambda a, b: a @ b.T),
+    ("matmul f16 3000x2000x1000", "def mm(float16(M, K) A, float16(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }",
+     lambda: (torch.randn(3000, 1000, dtype=torch.float16), torch.randn(1000, 2000, dtype=torch.float16)),
+     lambda a, b: a @ b),
+    ("attention scores f16 512x512x64x512", "def s(float16(Bt, M, K) Q, float16(Bt, N, K) Kt) -> (S) "
+     "{ S(b, m, n) +=! Q(b, m, k) * Kt(b, n, k) }",
+     lambda: (torch.randn(512, 512, 64, dtype=torch.float16), torch.randn(512, 512, 64, dtype=torch.float16)),
+     lambda q, k: torch.bmm(q, k.transpose(1, 2))),
+    ("skinny f16 16x4096x4096", "def mm(float16(M, K) A, float16(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }",
+     lambda: (torch.randn(16, 4096, dtype=torch.float16), torch.randn(4096, 4096, dtype=torch.float16)),
+     lambda a, b: a @ b),
+]
+
+
+def _time(f, reps: int) -> float:
+    f()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(5):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(reps):
+            f()
+        e.record()
+        torch.cuda.synchronize()
+        out.append(s.elapsed_time(e) / reps)
+    return statistics.median(out)
+
+
+def _check_small() -> int:
+    forms = {
+        "nn": ("def f(float16(M, K) A, float16(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }",
+               lambda a, b: a @ b, (200, 40), (40, 136)),
+        "tt": ("def f(bfloat16(K, M) A, bfloat16(N, K) B) -> (C) { C(m, n) +=! A(k, m) * B(n, k) }",
+               lambda a, b: a.T @ b.T, (40, 200), (136, 40)),
+    }
+    bad = 0
+    for name, (src, ref, sa, sb) in forms.items():
+        dt = torch.bfloat16 if "bfloat16" in src else torch.float16
+        a, b = torch.randn(*sa, dtype=dt).cuda(), torch.randn(*sb, dtype=dt).cuda()
+        got, want = tc.define(src, target="cuda")(a, b), ref(a.float(), b.float())
+        err = ((got.float() - want).norm() / want.norm()).item()
+        print(f"{name}: rel err {err:.1e}", "ok" if err < 1e-2 else "WRONG")
+        bad += err >= 1e-2
+    return 1 if bad else 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="the 4096^3 cases only")
+    ap.add_argument("--reps", type=int, default=20, help="calls per timed batch")
+    ap.add_argument("--check-only", action="store_true",
+                    help="small shapes of every layout, results checked, nothing timed (sanitizers)")
+    args = ap.parse_args()
+    if args.check_only:
+        return _check_small()
+    print(f"device: {torch.cuda.get_device_name()}")
+    print(f"{'case':38s} {'tcmlir':>9s} {'eager':>9s} {'compile':>9s} {'eager/tc':>9s} {'TFLOP/s':>8s} err")
+    for name, src, make, ref in CASES:
+        if args.quick and "4096^3" not in name:
+            continue
+        ins = [x.cuda() for x in make()]
+        fn = tc.define(src, target="cuda")
+        got = fn(*ins)
+        want = ref(*ins)
+        err = ((got.float() - want.float()).norm() / want.float().norm()).item()
+        t_tc = _time(lambda: fn(*ins), args.reps)
+        t_eager = _time(lambda: ref(*ins), args.reps)
+        compiled = torch.compile(ref)
+        t_comp = _time(lambda: compiled(*ins), args.reps)
+        flops = 2 * want.numel() * ins[0].shape[-1]
+        print(f"{name:38s} {t_tc:9.4f} {t_eager:9.4f} {t_comp:9.4f} {t_eager / t_tc:9.3f} "
+              f"{flops / t_tc / 1e9:8.1f} {err:.1e}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
