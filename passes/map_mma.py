@@ -63,9 +63,9 @@ class MapMma(Pass):
         if self.stages < 2:
             raise ValueError(f"map-mma: stages must be >= 2, got {self.stages}")
         smem = self.stages * (bm + bn) * bk * 2
-        if smem > 48 * 1024:
+        if smem > 227 * 1024:
             raise ValueError(f"map-mma: {self.stages} stages of {bm}x{bk} and {bn}x{bk} halves "
-                             f"need {smem} bytes of shared memory (48 KB at most)")
+                             f"need {smem} bytes of shared memory (227 KB at most)")
 
     def run(self, state: CompileState) -> CompileState:
         schedule = state.schedule

@@ -78,6 +78,32 @@ def _check_small() -> int:
     return 1 if bad else 0
 
 
+VARIANTS = [((128, 128, 32), (2, 2), 2), ((128, 128, 32), (2, 2), 3), ((128, 128, 32), (2, 2), 4),
+            ((128, 128, 64), (2, 2), 3), ((128, 256, 32), (2, 4), 3), ((256, 128, 32), (4, 2), 3),
+            ((128, 128, 32), (4, 2), 4), ((64, 128, 32), (2, 2), 4), ((128, 64, 32), (2, 2), 4)]
+
+
+def _variants(reps: int) -> int:
+    src = CASES[0][1]
+    for size in (4096, 2048):
+        a = torch.randn(size, size, dtype=torch.float16).cuda()
+        b = torch.randn(size, size, dtype=torch.float16).cuda()
+        t_eager = _time(lambda a=a, b=b: a @ b, reps)
+        fn = tc.define(src, target="cuda")
+        for tile, warps, stages in VARIANTS:
+            opts = tc.MappingOptions.naive().tensor_cores(tile, warps, stages)
+            try:
+                fn(a, b, options=opts)
+                t = _time(lambda o=opts, f=fn, a=a, b=b: f(a, b, options=o), reps)
+            except tc.TCError as e:
+                print(f"{size} {tile} {warps} {stages}: {str(e).splitlines()[0]}")
+                continue
+            print(f"{size} tile={tile} warps={warps} stages={stages}: {t:.4f} ms, "
+                  f"eager {t_eager:.4f} ms, {t_eager / t:.3f}x, {2 * size**3 / t / 1e9:.1f} TFLOP/s",
+                  flush=True)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the 4096^3 cases only")
@@ -85,8 +111,12 @@ def main() -> int:
     ap.add_argument("--check-only", action="store_true",
                     help="small shapes of every layout, results checked, nothing timed (sanitizers)")
     args = ap.parse_args()
+    ap.add_argument("--variants", action="store_true",
+                    help="matmul f16 4096^3 under several tensor-core options (tile, warps, stages)")
     if args.check_only:
         return _check_small()
+    if args.variants:
+        return _variants(args.reps)
     print(f"device: {torch.cuda.get_device_name()}")
     print(f"{'case':38s} {'tcmlir':>9s} {'eager':>9s} {'compile':>9s} {'eager/tc':>9s} {'TFLOP/s':>8s} err")
     for name, src, make, ref in CASES:
@@ -97,10 +127,10 @@ def main() -> int:
         got = fn(*ins)
         want = ref(*ins)
         err = ((got.float() - want.float()).norm() / want.float().norm()).item()
-        t_tc = _time(lambda: fn(*ins), args.reps)
-        t_eager = _time(lambda: ref(*ins), args.reps)
+        t_tc = _time(lambda f=fn, x=ins: f(*x), args.reps)
+        t_eager = _time(lambda r=ref, x=ins: r(*x), args.reps)
         compiled = torch.compile(ref)
-        t_comp = _time(lambda: compiled(*ins), args.reps)
+        t_comp = _time(lambda c=compiled, x=ins: c(*x), args.reps)
         flops = 2 * want.numel() * ins[0].shape[-1]
         print(f"{name:38s} {t_tc:9.4f} {t_eager:9.4f} {t_comp:9.4f} {t_eager / t_tc:9.3f} "
               f"{flops / t_tc / 1e9:8.1f} {err:.1e}", flush=True)

@@ -83,6 +83,7 @@ if has mma; then  # tensor cores: GPU tests, memcheck and racecheck on a small k
       >"$OUT/mma-$tool.log" 2>&1; echo "mma $tool: exit $? $(tail -1 "$OUT/mma-$tool.log")" >>"$OUT/.sum-mma"
   done
   timeout 300 python3 tools/bench_mma.py >"$OUT/mma-bench.log" 2>&1; echo "mma bench: exit $?" >>"$OUT/.sum-mma"
+  timeout 200 python3 tools/bench_mma.py --variants >>"$OUT/mma-bench.log" 2>&1; echo "mma variants: exit $?" >>"$OUT/.sum-mma"
 fi
 if has tune; then
   timeout 500 python3 tools/tune_gpu.py --json "$OUT/tune.json" >"$OUT/tune.log" 2>&1

@@ -39,6 +39,8 @@ __all__ = ["emit_mma"]
 
 I1, I16, I32, I64 = ir.IntType(1), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 F32 = ir.FloatType()
+STATIC_SHARED_BYTES = 48 * 1024   # above: dynamic shared memory, opted in at load
+MAX_SHARED_BYTES = 227 * 1024     # per block on sm_90
 class _V:
     """An unsigned integer LLVM value with Python arithmetic (so the layout functions of
     `mma_layout` build IR): ``//`` and ``%`` by powers of two become shifts and masks."""
@@ -122,6 +124,7 @@ class _Buffer:
     rows: int        # storage rows per tile
     row_len: int     # halves per storage row
     array: ir.Value  # [stages * rows * row_len x i16] addrspace(3)
+    array_type: ir.Type
 
     @property
     def elems(self) -> int:
@@ -132,7 +135,7 @@ class _Buffer:
         chunk = swizzle(srow, self.row_len // CHUNK) ^ (scol // CHUNK)
         index = stage * self.elems + srow * self.row_len + chunk * CHUNK
         return b.gep(self.array, [ir.Constant(I32, 0), index.v], inbounds=True,
-                     source_etype=self.array.value_type)
+                     source_etype=self.array_type)
 
 
 def emit_mma(walker, mark: MmaMark) -> None:
@@ -159,18 +162,33 @@ class _Emitter:
         self.sizes = {i: plan.extent(i) for i in (plan.m, plan.n, plan.k)}
         mod = self.b.module
         fname = walker.llfn.name
+        shapes = [((rows, bk) if op.k_major else (bk, rows)) for op, rows in ((plan.a, bm), (plan.b, bn))]
+        nbytes = sum(r * c for r, c in shapes) * 2 * mark.stages
+        if nbytes > MAX_SHARED_BYTES:
+            raise CodegenError(f"mark {mark.name!r}: {nbytes} bytes of shared memory "
+                               f"({MAX_SHARED_BYTES} at most)")
+        dynamic = nbytes > STATIC_SHARED_BYTES
+        if dynamic:  # one extern array: the launch's dynamic shared memory (`KernelLaunch`)
+            ty = ir.ArrayType(I16, 0)
+            whole = mod.globals.get("tcmlir_dynamic_shared") or ir.GlobalVariable(
+                mod, ty, "tcmlir_dynamic_shared", addrspace=3)
+            whole.align = 128
+            walker.owner.kernel_shared_bytes = nbytes
         self.bufs = []
-        for op, rows in ((plan.a, bm), (plan.b, bn)):
-            srows, row_len = (rows, bk) if op.k_major else (bk, rows)
-            ty = ir.ArrayType(I16, mark.stages * srows * row_len)
-            gv = ir.GlobalVariable(mod, ty, f"{fname}.{op.tensor}_mma", addrspace=3)
-            gv.linkage = "internal"
-            gv.initializer = ir.Constant(ty, ir.Undefined)
-            gv.align = 128
-            self.bufs.append(_Buffer(op, srows, row_len, gv))
-        nbytes = sum(x.elems for x in self.bufs) * 2 * mark.stages
-        if nbytes > 48 * 1024:
-            raise CodegenError(f"mark {mark.name!r}: {nbytes} bytes of shared memory (48 KB at most)")
+        start = 0
+        for (op, _), (srows, row_len) in zip(((plan.a, bm), (plan.b, bn)), shapes, strict=True):
+            elems = mark.stages * srows * row_len
+            ty = ir.ArrayType(I16, elems)
+            if dynamic:
+                gv = self.b.gep(whole, [ir.Constant(I32, 0), ir.Constant(I32, start)], inbounds=True,
+                                source_etype=whole.value_type)
+                start += elems
+            else:
+                gv = ir.GlobalVariable(mod, ty, f"{fname}.{op.tensor}_mma", addrspace=3)
+                gv.linkage = "internal"
+                gv.initializer = ir.Constant(ty, ir.Undefined)
+                gv.align = 128
+            self.bufs.append(_Buffer(op, srows, row_len, gv, ty))
 
     # ---- pieces
 

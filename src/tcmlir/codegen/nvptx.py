@@ -73,6 +73,7 @@ class KernelLaunch:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     has_gathers: bool = False
+    shared_bytes: int = 0  # dynamic shared memory per block (tensor-core rings above 48 KB)
 
 
 @dataclass(frozen=True)
@@ -454,10 +455,12 @@ class _KernelLowerer(Lowerer):
             grid, block = parse_kernel_mark(mark)  # type: ignore[misc]
             name = f"{self.name}_k{k}"
             before = len(self.gathers)
+            self.kernel_shared_bytes = 0  # set by a generator that needs dynamic shared memory
             body = self.kernel_body(name, node, guards)
             self.kernel_entry(name, body)
             self.launch_bounds(name, block, _has_row_mark(node))
-            launches.append(KernelLaunch(name, grid, block, len(self.gathers) > before))
+            launches.append(KernelLaunch(name, grid, block, len(self.gathers) > before,
+                                         self.kernel_shared_bytes))
         return tuple(launches)
 
     def launch_bounds(self, name: str, block: tuple[int, int, int], bandwidth_bound: bool) -> None:
