@@ -167,27 +167,25 @@ class _Emitter:
         if nbytes > MAX_SHARED_BYTES:
             raise CodegenError(f"mark {mark.name!r}: {nbytes} bytes of shared memory "
                                f"({MAX_SHARED_BYTES} at most)")
-        dynamic = nbytes > STATIC_SHARED_BYTES
-        if dynamic:  # one extern array: the launch's dynamic shared memory (`KernelLaunch`)
-            ty = ir.ArrayType(I16, 0)
-            whole = mod.globals.get("tcmlir_dynamic_shared") or ir.GlobalVariable(
-                mod, ty, "tcmlir_dynamic_shared", addrspace=3)
-            whole.align = 128
+        if nbytes > STATIC_SHARED_BYTES:  # the launch's dynamic shared memory (`KernelLaunch`)
+            ring = mod.globals.get("tcmlir_dynamic_shared") or ir.GlobalVariable(
+                mod, ir.ArrayType(I16, 0), "tcmlir_dynamic_shared", addrspace=3)
             walker.owner.kernel_shared_bytes = nbytes
+        else:
+            ring = ir.GlobalVariable(mod, ir.ArrayType(I16, nbytes // 2), f"{fname}.mma_ring",
+                                     addrspace=3)
+            ring.linkage = "internal"
+            ring.initializer = ir.Constant(ring.value_type, ir.Undefined)
+        ring.align = 128
+        self.ring, self.ring_bytes = ring, nbytes
         self.bufs = []
         start = 0
         for (op, _), (srows, row_len) in zip(((plan.a, bm), (plan.b, bn)), shapes, strict=True):
             elems = mark.stages * srows * row_len
             ty = ir.ArrayType(I16, elems)
-            if dynamic:
-                gv = self.b.gep(whole, [ir.Constant(I32, 0), ir.Constant(I32, start)], inbounds=True,
-                                source_etype=whole.value_type)
-                start += elems
-            else:
-                gv = ir.GlobalVariable(mod, ty, f"{fname}.{op.tensor}_mma", addrspace=3)
-                gv.linkage = "internal"
-                gv.initializer = ir.Constant(ty, ir.Undefined)
-                gv.align = 128
+            gv = walker.entry.gep(ring, [ir.Constant(I32, 0), ir.Constant(I32, start)], inbounds=True,
+                                  source_etype=ring.value_type)
+            start += elems
             self.bufs.append(_Buffer(op, srows, row_len, gv, ty))
 
     # ---- pieces
@@ -262,7 +260,11 @@ class _Emitter:
         _loop(b, ir.Constant(I64, 0), ktiles, 1, step, "mma.k")
         b.call(wait, [ir.Constant(I32, 0)])
         b.call(barrier, [])
-        self.epilogue(m0, n0)
+        if self.staged_epilogue():
+            self.epilogue_staged(m0, n0)
+            b.call(barrier, [])  # the next tile's copies overwrite the staged outputs
+        else:
+            self.epilogue(m0, n0)
 
     def slot_acc(self, i: int) -> ir.Value:
         return self.b.gep(self.acc, [ir.Constant(I32, i)], inbounds=True, source_etype=F32)
@@ -363,6 +365,78 @@ class _Emitter:
                     accs[at:at + 4] = [b.extract_value(d, j) for j in range(4)]
         for i, v in enumerate(accs):
             b.store(v, self.slot_acc(i))
+
+    def staged_epilogue(self) -> tuple[int, int] | None:
+        """(row pitch in elements, elements per 16-byte chunk) when the output tile can go
+        through shared memory and leave in 16-byte rows: the output contiguous along n and
+        aligned, every other stride and N whole chunks, the tile within the operand ring."""
+        plan, (bm, bn, _) = self.plan, self.mark.tile
+        out = self.w.fn.tensor(plan.out)
+        size = out.dtype.bits // 8
+        chunk = 16 // size
+        pitch = bn + chunk  # one chunk of padding: the 8 rows a fragment store covers hit 8 slots
+        strides = [plan.out_stride(i) for i in plan.lhs if i != plan.n]
+        if (plan.out_stride(plan.n) != 1 or self.sizes[plan.n] % chunk or any(s % chunk for s in strides)
+                or plan.out not in getattr(self.w.owner, "aligned", ())
+                or bm * pitch * size > self.ring_bytes):
+            return None
+        return pitch, chunk
+
+    def epilogue_staged(self, m0: ir.Value, n0: ir.Value) -> None:
+        """Accumulators (rounded) into a padded ``BM x (BN + chunk)`` tile in the operand ring,
+        a barrier, then every thread moves 16-byte row pieces to global memory: coalesced
+        stores (a fragment's own stores cover 8 rows of 16 bytes each)."""
+        b, mark, plan = self.b, self.mark, self.plan
+        pitch, chunk = self.staged_epilogue()  # type: ignore[misc]
+        bm, bn, _ = mark.tile
+        wm_rows, wn_cols = bm // mark.warps[0], bn // mark.warps[1]
+        warp = self.tid // 32
+        wm, wn = warp // mark.warps[1], warp % mark.warps[1]
+        out = self.w.fn.tensor(plan.out)
+        mty = _store_type(out.dtype)
+        tile = b.bitcast(self.ring, mty.as_pointer(3))
+        for mi in range(self.mi):
+            for ni in range(self.ni):
+                for half in range(2):
+                    regs = (2 * half, 2 * half + 1)
+                    r, c = c_element(self.lane, regs[0])
+                    row = wm * wm_rows + mi * 16 + r
+                    col = wn * wn_cols + ni * 8 + c
+                    vty = ir.VectorType(mty, 2)
+                    vec = ir.Constant(vty, ir.Undefined)
+                    for j, reg in enumerate(regs):
+                        v = _round(b, b.load(self.slot_acc((mi * self.ni + ni) * 4 + reg), typ=F32),
+                                   out.dtype)
+                        vec = b.insert_element(vec, v, ir.Constant(I32, j))
+                    ptr = b.gep(tile, [(row * pitch + col).v], inbounds=True, source_etype=mty)
+                    b.store(vec, b.bitcast(ptr, vty.as_pointer(3)), align=2 * (out.dtype.bits // 8))
+        b.call(self.fn("llvm.nvvm.barrier0", ir.VoidType(), []), [])
+        per_row = bn // chunk
+        total = bm * per_row
+        base = self.w.pointer(plan.out)
+        vty = ir.VectorType(mty, chunk)
+        sm = plan.out_stride(plan.m)
+        big_m, big_n = self.sizes[plan.m], self.sizes[plan.n]
+        for i in range(math.ceil(total / mark.threads)):
+            c = self.tid + i * mark.threads
+            row, col = c // per_row, (c % per_row) * chunk
+
+            def move(row=row, col=col) -> None:
+                src = b.gep(tile, [(row * pitch + col).v], inbounds=True, source_etype=mty)
+                value = b.load(b.bitcast(src, vty.as_pointer(3)), typ=vty, align=16)
+                m = b.add(m0, row.wide().v)
+                n = b.add(n0, col.wide().v)
+                ok = b.and_(b.icmp_unsigned("<", m, ir.Constant(I64, big_m)),
+                            b.icmp_unsigned("<", n, ir.Constant(I64, big_n)))
+                off = b.add(self.offsets[plan.out], b.add(b.mul(m, ir.Constant(I64, sm)), n))
+                dst = b.gep(base, [off], inbounds=True, source_etype=mty)
+                _if(b, ok, lambda: b.store(value, b.bitcast(dst, vty.as_pointer(1)), align=16),
+                    "mma.out")
+
+            if (i + 1) * mark.threads > total:
+                _if(b, b.icmp_unsigned("<", c.v, ir.Constant(I32, total)), move, "mma.outrow")
+            else:
+                move()
 
     def epilogue(self, m0: ir.Value, n0: ir.Value) -> None:
         b, mark, plan = self.b, self.mark, self.plan
