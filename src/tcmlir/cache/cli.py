@@ -231,7 +231,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
         with open(source, "rb"):
             pass
     except OSError as exc:
-        from ..cli import file_error
+        from ..cli_args import file_error
 
         raise file_error(source, exc) from None
     with OptionsCache(args.path) as cache:

@@ -56,7 +56,10 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     if args.ncu and devices is not None:
         raise TCError("--ncu runs the call again through `tcmlir run`, on one device: use "
                       "--ncu without --devices")
-    fn, _sizes, inputs = definition_and_inputs(args, "profile")
+    from ..cli_args import sizes_line
+
+    fn, sizes, inputs = definition_and_inputs(args, "profile")
+    args.sizes = sizes_line(sizes)  # what --ncu's `tcmlir run` gets: the completed sizes
     from ..cli_args import parse_options
 
     options = parse_options(args.options)
