@@ -201,6 +201,9 @@ _REPO_PATH = re.compile(r"`((?:src/tcmlir|passes|tests|tools|docs|examples)/[A-Z
 def test_pages_point_only_inside_the_repository(page):
     text = page.read_text(encoding="utf-8")
     assert "../" not in text, f"{page.name} points outside the repository ('../')"
+    outside = re.search(r"\b[Ii]ssue \d+|DESIGN\.md|\bscratch/", text)
+    assert not outside, (f"{page.name} cites {outside.group(0)!r}, which a reader of the "
+                         "repository cannot open: say what it says instead")
     assert not re.search(r"(?<![\w.])/(work|home|tmp|root)/", text), \
         f"{page.name} names an absolute path of some machine"
     for link in re.findall(r"\]\(([^)#]+)\)", text):
