@@ -46,10 +46,10 @@ from .cli_args import (
 )
 from .errors import TCError
 
-__all__ = ["EXIT_CHECK", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "build_parser",
-           "definition_and_inputs", "file_error", "file_sizes", "gather_index_bounds",
-           "load_definition", "main", "parse_sizes", "positive_int", "random_inputs",
-           "read_source", "read_source_file", "shipped_examples"]
+__all__ = ["build_parser", "complete_sizes", "definition_and_inputs", "file_error", "file_sizes",
+           "gather_index_bounds", "load_definition", "main", "parse_sizes", "positive_int",
+           "random_inputs", "read_source", "read_source_file", "reference_outputs",
+           "shipped_examples"]
 
 #: Statement instances above which `run --check` announces the reference's cost and shows
 #: its progress (the numpy interpreter runs some 10^7 simple instances a second).
