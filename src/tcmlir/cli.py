@@ -52,9 +52,10 @@ __all__ = ["build_parser", "complete_sizes", "definition_and_inputs", "file_erro
            "shipped_examples"]
 
 #: Statement instances above which `run --check` announces the reference's cost and shows
-#: its progress (the numpy interpreter runs some 10^7 simple instances a second).
-CHECK_NOTICE_INSTANCES = 2 * 10**7
-REFERENCE_RATE = 10**7  # instances per second, for the estimate only
+#: its progress: some 10 s of the numpy interpreter, which ran 1-2.5·10^8 instances a second of
+#: matmul and convolution on a 2-core host (`REFERENCE_RATE`, the low end, for the estimate).
+CHECK_NOTICE_INSTANCES = 10**9
+REFERENCE_RATE = 10**8
 _SIZES_LINE = re.compile(r"^\s*#\s*sizes(?:\s+(\w+))?\s*:\s*(\S+)\s*$", re.M)
 
 
