@@ -32,6 +32,7 @@ from .cli_args import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
+    PRESETS,
     CommandParser,
     add_definition_args,
     file_error,
@@ -169,9 +170,8 @@ def _run_options(args: argparse.Namespace, fn: Any, inputs: Sequence[Any]) -> tu
     if args.options is not None:
         options = parse_options(args.options)
         inline = args.options.lstrip().startswith("{")
-        return options, ("given with --options" if inline else
-                         f"the preset {args.options}" if Path(args.options).name == args.options
-                         and not Path(args.options).exists() else f"from {args.options}")
+        return options, ("given with --options" if inline else f"the preset {args.options}"
+                         if args.options in PRESETS else f"from {args.options}")
     if args.from_cache is None:
         return None, "default"
     from .tune.autotune import open_cache
