@@ -1,4 +1,4 @@
-"""Every environment knob of tcmlir, read in one place (documented in the README).
+"""Every environment knob of tcmlir, read in one place (documented in docs/environment.md).
 
 | variable | effect |
 |---|---|

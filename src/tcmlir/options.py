@@ -49,7 +49,7 @@ def _positive_tuple(name: str, values: tuple[int, ...], *, max_len: int | None =
 
 @dataclass(frozen=True)
 class MappingOptions:
-    """Scheduling and mapping choices for one kernel; see the README for each field."""
+    """Scheduling and mapping choices for one kernel; see docs/using.md for each field."""
 
     fusion: str = "preserve3coincident"          # outer schedule fusion strategy
     allow_skewing: bool = False

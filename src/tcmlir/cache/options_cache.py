@@ -418,7 +418,7 @@ class OptionsCache:
 
         if artifacts:
             raise CacheError("compiled artifacts are not exported: native code is only run "
-                             "where it was compiled (see the README's cache trust model); "
+                             "where it was compiled (see the cache trust model in docs/tuning.md); "
                              "export the tuned options and the other machine compiles them")
         return export_tuned(self, path, arch=arch)
 

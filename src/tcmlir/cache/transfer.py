@@ -9,7 +9,7 @@ Import reads such a file (or an SQLite export written by earlier tcmlir versions
 every entry's fields, recomputes its keys and checksum here, and merges: a candidate already
 present keeps the better time, and each key keeps its top-k. Compiled artifacts are never
 imported (an old SQLite export's are counted and ignored): native code is only ever run when
-this machine compiled it (see the README's "Cache trust model"); imported options are
+this machine compiled it (see "Cache trust model" in docs/tuning.md); imported options are
 re-verified against the reference on first use like any cached options (`tcmlir.tune.verify`).
 """
 

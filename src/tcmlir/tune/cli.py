@@ -23,18 +23,25 @@ __all__ = ["add_commands"]
 
 def add_commands(sub: Any) -> None:
     """Register ``tune`` and ``cache`` on the ``tcmlir`` subparsers ``sub``."""
-    from ..cli import positive_int
+    from ..cli_args import add_definition_args, positive_int
 
-    tune = sub.add_parser("tune", help="autotune a TC definition's mapping options")
-    tune.add_argument("file")
-    tune.add_argument("--name", default=None, help="the def to tune (optional with one def)")
-    tune.add_argument("--sizes", required=True, help="size values, e.g. M=512,N=512,K=512")
-    tune.add_argument("--target", default="auto", choices=["auto", "cuda", "cpu"])
-    tune.add_argument("--generations", type=positive_int, default=None)
-    tune.add_argument("--population", type=positive_int, default=None)
-    tune.add_argument("--seed", type=int, default=None)
-    tune.add_argument("--devices", default=None, help="GPU ordinals, e.g. 0,1 (cuda only)")
-    tune.add_argument("--cache", default=None,
+    tune = sub.add_parser("tune", help="autotune a TC definition's mapping options",
+                          description="Search the mapping options of a TC definition with the "
+                                      "genetic tuner (every candidate checked against the "
+                                      "reference), store the best in the cache and print it "
+                                      "as JSON.")
+    add_definition_args(tune, targets=("auto", "cuda", "cpu"), sizes_required=True, what="tune",
+                        sizes_help="the value of every size (required: options are tuned per "
+                                   "size), e.g. M=512,K=512,N=512")
+    tune.add_argument("--generations", type=positive_int, default=None, metavar="G",
+                      help="generations of the genetic search (default: TunerConfig's, 2)")
+    tune.add_argument("--population", type=positive_int, default=None, metavar="P",
+                      help="candidates per generation (default: TunerConfig's, 10)")
+    tune.add_argument("--seed", type=int, default=None, metavar="S",
+                      help="seed of the search (default: TunerConfig's)")
+    tune.add_argument("--devices", default=None, metavar="0,1",
+                      help="GPU ordinals to tune on, one worker each (cuda only)")
+    tune.add_argument("--cache", default=None, metavar="PATH",
                       help="cache database (default: TCMLIR_CACHE_DIR or the user cache dir)")
     tune.add_argument("--no-progress", action="store_true", help="no progress bar")
     tune.set_defaults(func=_cmd_tune)
@@ -56,12 +63,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     if missing:
         raise TCError(f"--sizes: {fn.entry} has the sizes {', '.join(fn.ir.sizes)}; "
                       f"give a value for {', '.join(missing)}")
-    devices = None
-    if args.devices:
-        try:
-            devices = tuple(int(d) for d in args.devices.split(","))
-        except ValueError:
-            raise TCError(f"--devices: expected GPU ordinals like 0,1, got {args.devices!r}") from None
+    from ..cli_args import parse_devices
+
+    devices = parse_devices(args.devices)
     fields = {k: v for k, v in (("generations", args.generations),
                                 ("population", args.population), ("seed", args.seed)) if v is not None}
     config = TunerConfig(**fields, devices=devices)
