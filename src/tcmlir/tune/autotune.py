@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import TCError
+from ..input_spec import host_copies
 from ..options import MappingOptions
 from .config import TunerConfig
 from .evaluate import Evaluation, HostEvaluator, WorkerPoolEvaluator
@@ -33,7 +34,6 @@ from .verify import (
     compute_reference,
     estimated_ops,
     mark_verified,
-    to_host,
     verify_for_call,
 )
 
@@ -93,13 +93,13 @@ def autotune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
     """
     store = open_cache(cache)
     if store is not None and not retune:
-        hit = store.lookup_record(fn, *inputs, exact=True)
+        hit = store.lookup_record(fn, *inputs, exact=True, target=target)
         if hit is None:
             log.info("autotune %s: no tuned options in the cache %s for this signature; "
                      "tuning", fn.entry, store.path)
         else:
             found = MappingOptions.from_json(hit.options_json)
-            wrong = verify_for_call(fn, inputs, found)
+            wrong = verify_for_call(fn, inputs, found, target=target)
             if wrong is None:
                 message = cached_result_message(fn.entry, store.path, hit)
                 log.info("%s", message)
@@ -167,11 +167,11 @@ def tune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
         check_cuda_usable(config.devices)
     store = open_cache(cache)
 
+    # the inputs as a call takes them (device arrays are read in place, not copied)
+    spec = fn.input_spec(inputs, target)
+    sizes = spec.sizes
     # seeded with naive and with what a call without options would use: the best found is at
     # least as fast as either (both are measured)
-    from ..binding import bind_host_inputs
-
-    sizes = bind_host_inputs(fn.ir, [to_host(x) for x in inputs]).sizes
     start = [MappingOptions.naive()]
     default = MappingOptions.default_for(fn.ir, target, sizes)
     if default != start[0]:
@@ -184,8 +184,12 @@ def tune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
         from .space import cuda_limits
 
         space = space_for(fn.ir, target, cuda_limits((config.devices or (0,))[0]))
-        reference = compute_reference(fn, inputs, target) if fits else None
-        evaluator: Any = WorkerPoolEvaluator(fn, inputs, config, target="cuda",
+        # the reference and the worker processes read host data: device inputs are copied
+        # once here (logged); the caller's arrays stay where they are
+        host = host_copies(fn.ir, inputs, "the reference check of the candidates and the "
+                           "tuning workers")
+        reference = compute_reference(fn, host, target) if fits else None
+        evaluator: Any = WorkerPoolEvaluator(fn, host, config, target="cuda",
                                              reference=reference)
         reference_kind = reference.source if reference else "default kernel (in each worker)"
     else:
@@ -237,7 +241,7 @@ def tune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
                 else "compiled and ran")
         raise TuneError(f"autotune: no candidate for {fn.entry} {what}; errors: "
                         + "; ".join(sorted(errors)[:5]))
-    signature = fn.signature(*[to_host(x) for x in inputs]).to_json()
+    signature = spec.signature.to_json()
     for ev in result.evaluated.values():
         if ev.ok:  # checked on these inputs: a cache hit in this process needs no re-check
             mark_verified(fn, target, signature, ev.options)
@@ -247,7 +251,8 @@ def tune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
     if store is not None:
         ranked = sorted((e for e in result.evaluated.values() if e.ok), key=lambda e: e.time_s)
         # a cache that cannot be written (disk full) warns; the tuned result is still returned
-        store.save_tuned(fn, inputs, [(ev.options, ev.time_s, ev.runs) for ev in ranked[:TOP_K]])
+        store.save_tuned(fn, inputs, [(ev.options, ev.time_s, ev.runs) for ev in ranked[:TOP_K]],
+                         target=target)
     return result
 
 
