@@ -11,7 +11,6 @@ shape; where the reference check needs host data it copies once and the log says
 from __future__ import annotations
 
 import logging
-import math
 from typing import ClassVar
 
 import numpy as np
@@ -181,9 +180,10 @@ class _RecordingEvaluator:
 
     seen: ClassVar[list] = []
 
-    def __init__(self, fn, inputs, config, target="cuda", reference=None):
-        _RecordingEvaluator.seen.append((list(inputs), reference))
+    def __init__(self, fn, inputs, config, target="cuda", reference=None, input_kind=None):
+        _RecordingEvaluator.seen.append((list(inputs), reference, input_kind))
         self.compiles = self.restarts = 0
+        self.remeasured = []
 
     def evaluate(self, candidates, best):
         from tcmlir.tune.evaluate import Evaluation
@@ -191,7 +191,11 @@ class _RecordingEvaluator:
         return [Evaluation(c, 1e-3 / (1 + c.unroll_factor), 3) for c in candidates]
 
     def remeasure(self, candidates):
-        return self.evaluate(candidates, math.inf)
+        _RecordingEvaluator.seen.append(("remeasure", list(candidates)))
+        from tcmlir.tune.evaluate import Evaluation
+
+        return [Evaluation(c, 1e-3 / (1 + c.unroll_factor), 15, spread_s=1e-6)
+                for c in candidates]
 
     def close(self):
         pass
@@ -212,7 +216,10 @@ def test_tuning_on_device_arrays_copies_once_and_caches_by_their_signature(
     with caplog.at_level(logging.INFO, logger="tcmlir.tune"):
         best = fn.autotune(da, db, generations=1, population=4, cache=tmp_path / "c.db",
                            progress=False)
-    (given, reference), = _RecordingEvaluator.seen
+    (given, reference, kind), (_, finalists) = _RecordingEvaluator.seen
+    assert kind is None  # not torch or CuPy: the workers time on their own device arrays
+    default = MappingOptions.default_for(fn.ir, "cuda", {"M": 24, "K": 16, "N": 40})
+    assert default in finalists and best in finalists
     assert all(isinstance(x, np.ndarray) for x in given)  # host copies for the workers
     np.testing.assert_array_equal(given[0], a)
     np.testing.assert_allclose(reference.expected[0], a @ b, rtol=1e-4, atol=1e-5)
@@ -221,6 +228,7 @@ def test_tuning_on_device_arrays_copies_once_and_caches_by_their_signature(
     assert "copied 2 device input(s) to the host once" in caplog.text
     with tc.OptionsCache(tmp_path / "c.db") as cache:
         assert cache.lookup(fn, a, b) == best == cache.lookup(fn, da, db)
+        assert cache.lookup_record(fn, da, db).spread_s == 1e-6  # the side-by-side figures
 
 
 def test_profile_and_plan_take_device_arrays(faked, inputs, tmp_path, monkeypatch):
