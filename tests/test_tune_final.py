@@ -93,3 +93,24 @@ def test_side_by_side_measures_real_kernels_in_turn(problem):
 def test_spread_is_half_the_interquartile_range():
     assert spread_of([1.0]) == 0.0
     assert spread_of([1.0, 2.0, 3.0, 4.0, 5.0]) == pytest.approx(1.0)
+
+
+def test_options_tuned_at_the_nearest_sizes_seed_the_first_generation(problem, tmp_path,
+                                                                       caplog, monkeypatch):
+    fn, (a, b), _ = problem
+    _fake_times(monkeypatch, search=lambda o: 1e-3, side_by_side=lambda o: 1e-3)
+    near, far = MappingOptions.naive().tile(4, 4).unroll(2), MappingOptions.naive().tile(2, 2)
+    with tc.OptionsCache(tmp_path / "c.db") as cache:
+        cache.record(fn, np.ones((12, 9), np.float32), np.ones((9, 10), np.float32),
+                     options=near, time_s=1e-3, runs=3)
+        cache.record(fn, np.ones((500, 8), np.float32), np.ones((8, 400), np.float32),
+                     options=far, time_s=1e-4, runs=3)
+        seeds = cache.nearest_records(fn, a, b, count=3)
+        assert [MappingOptions.from_json(r.options_json) for r in seeds] == [near, far]
+        assert cache.nearest_records(fn, a, b, count=1)[0].sizes == {"K": 9, "M": 12, "N": 10}
+    with caplog.at_level(logging.INFO, logger="tcmlir.tune"):
+        result = tune(fn, (a, b), config=TunerConfig(generations=1, population=4, seed=0),
+                      cache=tmp_path / "c.db", progress=False)
+    first = result.order[:4]
+    assert near.to_json() in first and far.to_json() in first
+    assert "seeded with 2 option(s) tuned at the nearest sizes" in caplog.text

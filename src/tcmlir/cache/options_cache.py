@@ -414,6 +414,31 @@ class OptionsCache:
                         json.loads(row.sizes), distance)
         return row.record()
 
+    def nearest_records(self, fn: Any, *inputs: Any, count: int = 3,
+                        target: str | None = None) -> list[TunedRecord]:
+        """Up to ``count`` stored candidates of ``fn`` tuned at *other* sizes of these inputs'
+        ranks and dtypes, nearest sizes first (`log_size_distance`, then time), one per
+        options: seeds for a tuning at these sizes. Rows this tcmlir cannot read are dropped."""
+        spec = fn.input_spec(inputs, target)
+        arch = fn.default_arch(target)
+        ranks = ranks_dtypes_json(spec.signature)
+        family = tuned_family_hash(fn.canonical_source, fn.entry, arch, ranks)
+        own = signature_json(spec.signature)
+        wanted = json.loads(_sizes_json(spec.sizes, spec.signature))
+        rows = [r for r in self._read_rows("family_hash = ?", (family,), _parses_as_options)
+                if (r.source, r.entry, r.arch, r.ranks_dtypes) == (fn.canonical_source,
+                                                                   fn.entry, arch, ranks)
+                and r.signature != own]
+        scored = sorted(((log_size_distance(wanted, json.loads(r.sizes)), r.time_s, r.id, r)
+                         for r in rows), key=lambda s: s[:3])
+        out: list[TunedRecord] = []
+        seen: set[str] = set()
+        for distance, _, _, r in scored:
+            if math.isfinite(distance) and r.options not in seen and len(out) < count:
+                seen.add(r.options)
+                out.append(r.record())
+        return out
+
     def lookup_options(self, source_text: str, entry: str, signature: Signature | str,
                        arch: str, exact: bool = True,
                        sizes: Mapping[str, int] | None = None) -> tuple[str, float] | None:

@@ -48,6 +48,7 @@ __all__ = ["FINALISTS", "TOP_K", "autotune", "cached_result_message", "check_cud
 log = logging.getLogger("tcmlir.tune")
 TOP_K = 3
 FINALISTS = 3  # the fastest candidates re-measured beside the default before one is chosen
+SEEDS_FROM_CACHE = 3  # options tuned at the nearest other sizes that seed the first generation
 
 
 def open_cache(cache: bool | str | Any) -> Any:
@@ -176,14 +177,16 @@ def tune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
     # the inputs as a call takes them (device arrays are read in place, not copied)
     spec = fn.input_spec(inputs, target)
     sizes = spec.sizes
-    # seeded with naive and with what a call without options would use: the best found is at
-    # least as fast as either (both are measured)
+    # seeded with naive, with what a call without options would use (the best found is at
+    # least as fast as either: both are measured) and with options tuned at the nearest
+    # other sizes in the cache
     start = [MappingOptions.naive()]
     default = MappingOptions.default_for(fn.ir, target, sizes)
     if default != start[0]:
         start.append(default)
     if options is not None:
         start.insert(0, options)
+    start += _seeds_from_cache(store, fn, inputs, target, start)
     # the reference: once per run, by the interpreter unless the domain is too large for it
     fits = estimated_ops(fn.ir, sizes) <= REFERENCE_MAX_OPS
     if target == "cuda":
@@ -295,6 +298,28 @@ def choose_final(evaluator: Any, result: TuningResult, default: MappingOptions,
              _ms(chosen), "" if beside is None else
              f", the default {_ms(beside)} ms"
              + (" (the default itself)" if chosen.options == default else ""))
+
+
+def _seeds_from_cache(store: Any, fn: Any, inputs: Sequence[Any], target: str,
+                      taken: Sequence[MappingOptions]) -> list[MappingOptions]:
+    """Options tuned at the nearest other sizes in the cache (`SEEDS_FROM_CACHE` at most), for
+    the first generation; logged."""
+    if store is None:
+        return []
+    from ..cache.store import CacheError
+
+    try:
+        records = store.nearest_records(fn, *inputs, count=SEEDS_FROM_CACHE, target=target)
+    except CacheError as exc:  # an unreadable cache costs the seeds only
+        log.warning("autotune %s: no seeds from the cache (%s)", fn.entry, exc)
+        return []
+    seeds = [o for o in (MappingOptions.from_json(r.options_json) for r in records)
+             if o not in taken]
+    if seeds:
+        log.info("autotune %s: seeded with %d option(s) tuned at the nearest sizes in %s (%s)",
+                 fn.entry, len(seeds), store.path,
+                 "; ".join(",".join(f"{k}={v}" for k, v in r.sizes.items()) for r in records))
+    return seeds
 
 
 def _ms(ev: Evaluation) -> str:
