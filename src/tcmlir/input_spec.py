@@ -86,10 +86,13 @@ def host_copy(x: Any, what: str = "input") -> Any:
 
 
 def _device_to_host(view: Any) -> np.ndarray:
+    from .runtime import cuda_launch
     from .runtime.cuda_memory import check, driver
 
     out = np.empty(view.shape, view.dtype.numpy)
     if out.nbytes:
+        # the device's context current on this thread (the runtime the launch path uses)
+        cuda_launch.get_runtime().context(view.device_ordinal)
         check(driver.cuMemcpyDtoH(out.ctypes.data, view.ptr, out.nbytes),
               f"cuMemcpyDtoH({out.nbytes} bytes)", context="a host copy of a tuning input")
     return out

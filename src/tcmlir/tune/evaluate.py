@@ -23,7 +23,9 @@ times the best so far is not timed further. Before the winner is chosen, the fin
 default options are re-measured side by side in one worker (`measure_side_by_side`): the same
 resident inputs, `FINAL_ROUNDS` rounds each timing every contender once in turn, so drift
 (clocks, temperature, other work on the machine) reaches all of them alike; the medians over
-those rounds decide (`tune.autotune.tune`).
+those rounds decide (`tune.autotune.choose_final`). With 15 samples the true median lies between
+the 4th and the 12th smallest with 96% confidence, whatever the distribution (a binomial
+count); the spread stored beside the time is half the interquartile range.
 
 Candidates are compiled without entering the function's in-memory kernel table (a tuning run
 would otherwise keep every candidate's JIT engine or CUDA module alive). On cuda they are
