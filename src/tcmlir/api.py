@@ -27,6 +27,7 @@ from .benchmark import BenchmarkResult
 from .binding import allocate_outputs, bind_host_inputs, check_outputs
 from .config import get_config, hot_path_token
 from .errors import CallError, Source, TCError
+from .input_spec import InputSpec, bind_input_spec
 from .lang import check, parse
 from .lang.printer import format_def
 from .log import setup_logging
@@ -188,13 +189,20 @@ class TCFunction:
 
     # ------------------------------------------------------------ signatures
 
+    def input_spec(self, inputs: Sequence[Any], target: str | None = None) -> InputSpec:
+        """The signature and size values a call on ``target`` (default: the function's) binds
+        ``inputs`` to: numpy, torch (CPU and CUDA), CuPy, ``__cuda_array_interface__`` and
+        DLPack arrays, read without copying device data (`tcmlir.input_spec`)."""
+        _check_target(target)
+        return bind_input_spec(self.ir, inputs, resolve_target(target or self.target))
+
     def signature(self, *inputs: Any) -> Signature:
-        """The signature (shapes, dtypes, strides) these inputs bind to."""
-        return bind_host_inputs(self.ir, inputs).signature
+        """The signature (shapes, dtypes, strides, alignment) these inputs bind to in a call."""
+        return self.input_spec(inputs).signature
 
     def size_values(self, *inputs: Any) -> dict[str, int]:
         """The value of each size parameter for these inputs."""
-        return bind_host_inputs(self.ir, inputs).sizes
+        return self.input_spec(inputs).sizes
 
     def default_arch(self, target: str | None = None) -> str:
         """The arch a compile for ``target`` uses by default (the GPU's ``sm_XX``, or the

@@ -5,7 +5,8 @@
     tcmlir cache ls|show KEY|stats|export FILE|import FILE|prune|clear [--path P]  (`cache.cli`)
 
 ``tune`` prints the best options' JSON, and on stderr their median time against the default
-options' (what a call without options uses) and the naive options'. ``--target cuda`` fails at
+options' (what a call without options uses, re-measured beside the finalists: the best is never
+slower than it) and the naive options'. ``--target cuda`` fails at
 once when no GPU is usable.
 Mistakes raise `TCError`, which `tcmlir.cli.main` prints and turns into exit status 2.
 """
@@ -81,14 +82,19 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     default, naive = MappingOptions.default_for(fn.ir, target, sizes), MappingOptions.naive()
     compared = ([("default options", default), ("naive", naive)] if default != naive
                 else [("default (naive) options", default)])
+    # the side-by-side re-measurement of the finalists and the default decided: its figures
+    final = {e.options.to_json(): e for e in result.final if e.ok}
     for what, opts in compared:
-        ev = result.evaluated.get(opts.to_json())
+        ev = final.get(opts.to_json()) or result.evaluated.get(opts.to_json())
         if ev is None:
             line += f", {what} not measured"
         elif not ev.ok:
             line += f", {what} failed ({ev.error})"
         else:
             line += f", {what} {ev.time_s * 1e3:.4f} ms ({ev.time_s / best.time_s:.2f}x)"
+    if final:
+        line += (f"; the finalists and the default re-measured side by side ({best.runs} "
+                 f"samples each, best's spread {(best.spread_s or 0) * 1e3:.4f} ms)")
     line += (f"; {len(result.evaluated)} candidates in {result.generations_run} generation(s)"
              f"{' (interrupted)' if result.interrupted else ''}, checked against the "
              f"{result.reference}, {result.stats.get('wrong', 0)} rejected as wrong; "
