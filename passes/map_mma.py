@@ -49,6 +49,7 @@ class MapMma(Pass):
     tile: tuple[int, ...] = (128, 128, 32)
     warps: tuple[int, ...] = (2, 2)
     stages: int = 3
+    wgmma: bool = False
 
     def __post_init__(self):
         if len(self.tile) != 3 or len(self.warps) != 2:
@@ -98,7 +99,14 @@ class MapMma(Pass):
             pieces.append(f"S{plan.cast}[{', '.join(st.lhs)}] : {cond}")
         text = f"[{', '.join(params)}] -> {{ {'; '.join(pieces)} }}"
         filt = isl.UnionSet.read_from_str(state.ctx, text).intersect(domain)
-        mark = MmaMark(plan.statement, (bm, bn, bk), (self.warps[0], self.warps[1]), self.stages, grid)
+        mark = MmaMark(plan.statement, (bm, bn, bk), (self.warps[0], self.warps[1]), self.stages, grid,
+                       self.wgmma)
+        if self.wgmma:
+            from ..codegen.gpu_wgmma import wgmma_problem
+
+            why = wgmma_problem(plan, mark.tile, mark.warps)
+            if why is not None:
+                raise PipelineError(f"map-mma: {why}")
         kernel = KernelMark(grid, (mark.threads, 1, 1))
         node = schedule.get_root().child(0)
         node = node.insert_mark(isl.Id(mark.name, context=state.ctx))

@@ -184,3 +184,40 @@ def test_tensor_core_options_on_gpu(tile, warps, stages, rng):
     got = fn(a, b, options=tc.MappingOptions.naive().tensor_cores(tile, warps, stages))
     want = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-2, atol=2e-2)
+
+
+# ---------------------------------------------------------------- wgmma (sm_90a)
+
+WGMMA = tc.MappingOptions.naive().tensor_cores((128, 128, 64), (8, 1), 3, wgmma=True)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("form", ["nt", "batched"])
+def test_wgmma_ptx(form, tmp_path, rng):
+    fn = tc.define(FORMS[form][0], target="cuda")
+    kernel = _compile(fn, _sizes(fn, 264, 136, 72), rng, WGMMA)
+    assert ".target sm_90a" in kernel.ptx
+    assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16" in kernel.ptx
+    assert "fence.proxy.async.shared::cta" in kernel.ptx
+    info = ptxas_verbose(tmp_path, kernel.ptx, form, arch="sm_90a")
+    assert " 0 bytes spill stores" in info
+    assert kernel.runner.image.kernels[0].shared_bytes == 3 * 2 * 128 * 64 * 2
+
+
+def test_wgmma_needs_k_major_operands(rng):
+    fn = tc.define(FORMS["nn"][0], target="cuda")
+    with pytest.raises(PipelineError, match="contiguous along the reduction"):
+        _compile(fn, _sizes(fn, 128, 128, 64), rng, WGMMA)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("form", ["nt", "batched"])
+@pytest.mark.parametrize("shape", [(264, 136, 72), (128, 128, 64), (1000, 520, 200)])
+@pytest.mark.parametrize("tile, warps, stages", [((128, 128, 64), (8, 1), 3), ((64, 256, 64), (4, 1), 4)])
+def test_wgmma_results_on_gpu(form, shape, tile, warps, stages, rng):
+    src = FORMS[form][0]
+    fn = tc.define(src, target="cuda")
+    arrays = _inputs(fn, _sizes(fn, *shape), rng)
+    got = fn(*arrays, options=tc.MappingOptions.naive().tensor_cores(tile, warps, stages, wgmma=True))
+    want = tc.define(src, target="numpy")(*arrays)
+    np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), rtol=1e-2)

@@ -89,25 +89,35 @@ def _check_small() -> int:
 
 VARIANTS = [((128, 128, 32), (2, 2), 2), ((128, 128, 32), (2, 2), 3), ((128, 128, 32), (2, 2), 4),
             ((128, 128, 64), (2, 2), 3), ((128, 256, 32), (2, 4), 3), ((256, 128, 32), (4, 2), 3),
-            ((128, 128, 32), (4, 2), 4), ((64, 128, 32), (2, 2), 4), ((128, 64, 32), (2, 2), 4)]
+            ((128, 128, 32), (4, 2), 4), ((64, 128, 32), (2, 2), 4), ((128, 64, 32), (2, 2), 4),
+            ((128, 128, 64), (8, 1), 3, True), ((128, 128, 64), (8, 1), 4, True),
+            ((128, 256, 64), (8, 1), 3, True), ((64, 128, 64), (4, 1), 4, True),
+            ((64, 256, 64), (4, 1), 4, True)]
 
 
 def _variants(reps: int) -> int:
-    src = CASES[0][1]
+    nn = CASES[0][1]
+    nt = "def mm(float16(M, K) A, float16(N, K) B) -> (C) { C(m, n) +=! A(m, k) * B(n, k) }"
     for size in (4096, 2048):
         a = torch.randn(size, size, dtype=torch.float16).cuda()
         b = torch.randn(size, size, dtype=torch.float16).cuda()
         t_eager = _time(lambda a=a, b=b: a @ b, reps)
-        fn = tc.define(src, target="cuda")
-        for tile, warps, stages in VARIANTS:
-            opts = tc.MappingOptions.naive().tensor_cores(tile, warps, stages)
+        for tile, warps, stages, *wg in VARIANTS:
+            fn = tc.define(nt if wg else nn, target="cuda")  # wgmma: operands contiguous along k
+            opts = tc.MappingOptions.naive().tensor_cores(tile, warps, stages, wgmma=bool(wg))
+            if wg:
+                got = fn(a, b, options=opts)
+                err = ((got.float() - (a @ b.T).float()).norm() / (a @ b.T).float().norm()).item()
+                if err > 1e-2:
+                    print(f"{size} {tile} {warps} {stages} wgmma: WRONG, rel err {err:.2e}")
+                    continue
             try:
                 fn(a, b, options=opts)
                 t = _time(lambda o=opts, f=fn, a=a, b=b: f(a, b, options=o), reps)
             except tc.TCError as e:
                 print(f"{size} {tile} {warps} {stages}: {str(e).splitlines()[0]}")
                 continue
-            print(f"{size} tile={tile} warps={warps} stages={stages}: {t:.4f} ms, "
+            print(f"{size} tile={tile} warps={warps} stages={stages}{' wgmma' if wg else ''}: {t:.4f} ms, "
                   f"eager {t_eager:.4f} ms, {t_eager / t:.3f}x, {2 * size**3 / t / 1e9:.1f} TFLOP/s",
                   flush=True)
     return 0

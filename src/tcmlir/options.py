@@ -98,6 +98,8 @@ class MappingOptions:
                                                  # (): tensor cores off
     mma_warps: tuple[int, ...] = ()              # cuda, with mma_tile: warps along m and n
     mma_stages: int = 0                          # cuda, with mma_tile: operand tiles in flight
+    mma_wgmma: bool = False                      # cuda, with mma_tile: warpgroup wgmma (sm_90)
+                                                 # instead of mma.sync
 
     def __post_init__(self) -> None:
         if self.fusion not in FUSION_STRATEGIES:
@@ -425,14 +427,16 @@ class MappingOptions:
         return self._with(vector_bytes=int(nbytes))
 
     def tensor_cores(self, tile: tuple[int, int, int] = (128, 128, 32),
-                     warps: tuple[int, int] = (2, 2), stages: int = 3) -> MappingOptions:
+                     warps: tuple[int, int] = (2, 2), stages: int = 3,
+                     wgmma: bool = False) -> MappingOptions:
         """A half-precision contraction as one tensor-core kernel (`passes/map_mma.py`):
         ``tile`` = output rows, columns and reduction steps per block, ``warps`` along rows and
         columns (32 threads each), ``stages`` operand tiles in flight (cp.async ring); the other
         mapping fields do not apply to it. ``tile=()`` turns tensor cores off."""
         if not tile:
-            return self._with(mma_tile=(), mma_warps=(), mma_stages=0)
-        return self._with(mma_tile=tuple(tile), mma_warps=tuple(warps), mma_stages=int(stages))
+            return self._with(mma_tile=(), mma_warps=(), mma_stages=0, mma_wgmma=False)
+        return self._with(mma_tile=tuple(tile), mma_warps=tuple(warps), mma_stages=int(stages),
+                          mma_wgmma=bool(wgmma))
 
     def on_devices(self, *devices: int) -> MappingOptions:
         """Split each call across these CUDA devices (`tcmlir.multi`; ``on_devices(0, 0)``: two
@@ -449,7 +453,7 @@ class MappingOptions:
             value = getattr(self, f.name)
             if f.name in ("devices", "vector_bytes", "mixed_rows", "register_interleave",
                           "copy_bytes", "copy_transposed", "mma_tile", "mma_warps",
-                          "mma_stages") and not value:
+                          "mma_stages", "mma_wgmma") and not value:
                 continue  # one device, scalar access, no mixed mapping: kept out so cache keys
                 # stay those of before
             if f.name == "split_k" and value == 1:
@@ -523,7 +527,7 @@ class MappingOptions:
                 raise OptionsError("tensor cores (mma_tile) need fixed sizes and do not combine "
                                    "with split_k or row_block")
             steps.append(f"map-mma{{tile={ints(self.mma_tile)},warps={ints(self.mma_warps)},"
-                         f"stages={self.mma_stages}}}")
+                         f"stages={self.mma_stages}" + (",wgmma=true}" if self.mma_wgmma else "}"))
             return ",".join(steps)
         if self.split_k > 1:
             if self.parametric:

@@ -143,7 +143,12 @@ def emit_mma(walker, mark: MmaMark) -> None:
     plan = contraction_plan(walker.fn, walker.owner.sizes)
     if isinstance(plan, str):
         raise CodegenError(f"mark {mark.name!r}: {plan}")
-    _Emitter(walker, plan, mark).run()
+    if mark.wgmma and walker.owner.target_arch_number() >= 90:
+        from .gpu_wgmma import WgmmaEmitter
+
+        WgmmaEmitter(walker, plan, mark).run()
+    else:  # (wgmma exists from sm_90 on: elsewhere the same tiles run on mma.sync)
+        _Emitter(walker, plan, mark).run()
     local = getattr(walker, "local_seen", None)
     if local is not None and plan.cast is not None:
         local.add(plan.acc)  # the float32 accumulator stays in registers
@@ -189,6 +194,9 @@ class _Emitter:
             self.bufs.append(_Buffer(op, srows, row_len, gv, ty))
 
     # ---- pieces
+
+    def before_barrier(self) -> None:
+        """Hook: what the waited-for copies need before the barrier that publishes them."""
 
     def fn(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
         return declare(self.b.module, name, ir.FunctionType(ret, args))
@@ -249,6 +257,7 @@ class _Emitter:
 
         def step(kt: ir.Value) -> None:
             b.call(wait, [ir.Constant(I32, stages - 2)])
+            self.before_barrier()
             b.call(barrier, [])
             nk = b.add(kt, ir.Constant(I64, stages - 1))
             _if(b, b.icmp_unsigned("<", nk, ir.Constant(I64, ktiles)),

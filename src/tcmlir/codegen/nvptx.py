@@ -135,7 +135,9 @@ class NvptxTarget(Target):
         # cp.async (sm_80+) for double-buffered shared copies; before that, plain copies
         # (the barriers stay, so the kernel is the same program, only without the overlap)
         digits = re.sub(r"\D", "", arch)
-        self.async_copies = bool(digits) and int(digits) >= 80
+        self.arch = arch
+        self.arch_number = int(digits) if digits else 0
+        self.async_copies = self.arch_number >= 80
     intrinsics = MappingProxyType({
         "sqrt": "sqrt", "fabs": "fabs", "floor": "floor", "ceil": "ceil", "trunc": "trunc",
         "fma": "fma", "copysign": "copysign", "fmin": "minnum", "fmax": "maxnum",
@@ -444,6 +446,11 @@ def check_parameter_space(fn: tc.Function) -> None:
 class _KernelLowerer(Lowerer):
     """The shared `Lowerer`, emitting one ``ptx_kernel`` per kernel mark instead of groups."""
 
+    needs_sm90a = False  # a generator used sm_90a-only instructions (wgmma)
+
+    def target_arch_number(self) -> int:
+        return self.target.arch_number
+
     def kernels(self, ast: isl.AstNode) -> tuple[KernelLaunch, ...]:
         if not _has_kernel_mark(ast):
             if _has_statement(ast):
@@ -646,7 +653,8 @@ def compile_cuda_from_ast(fn: tc.Function, ast: isl.AstNode, sizes: Mapping[str,
     if cached is not None:
         text, ptx = str(lowerer.module), cached
     else:
-        text, ptx = emit_ptx(lowerer.module, arch)
+        # wgmma exists only on sm_90a: its PTX runs on sm_90 devices alone
+        text, ptx = emit_ptx(lowerer.module, "sm_90a" if lowerer.needs_sm90a and arch == "sm_90" else arch)
         if ptx_cache is not None:
             ptx_cache.store(ptx)
     return CudaKernelImage(fn.name, arch, ptx, text, launches, tuple(t.name for t in fn.tensors),

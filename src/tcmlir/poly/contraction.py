@@ -171,7 +171,7 @@ def contraction_plan(fn: ir.Function, sizes: Mapping[str, int] | None
 # ---------------------------------------------------------------- the mark
 
 _MARK = re.compile(r"^mma S(\d+) tile=(\d+),(\d+),(\d+) warps=(\d+),(\d+) stages=(\d+) "
-                   r"grid=(\d+),(\d+),(\d+)$")
+                   r"grid=(\d+),(\d+),(\d+)( wgmma)?$")
 
 
 @dataclass(frozen=True)
@@ -181,12 +181,13 @@ class MmaMark:
     warps: tuple[int, int]
     stages: int
     grid: tuple[int, int, int]
+    wgmma: bool = False  # warpgroup instructions (sm_90a), else mma.sync
 
     @property
     def name(self) -> str:
         t, w, g = self.tile, self.warps, self.grid
         return (f"mma S{self.statement} tile={t[0]},{t[1]},{t[2]} warps={w[0]},{w[1]} "
-                f"stages={self.stages} grid={g[0]},{g[1]},{g[2]}")
+                f"stages={self.stages} grid={g[0]},{g[1]},{g[2]}" + (" wgmma" if self.wgmma else ""))
 
     @property
     def threads(self) -> int:
@@ -197,8 +198,9 @@ def parse_mma_mark(name: str) -> MmaMark | None:
     m = _MARK.match(name.strip())
     if m is None:
         return None
-    v = [int(x) for x in m.groups()]
-    return MmaMark(v[0], (v[1], v[2], v[3]), (v[4], v[5]), v[6], (v[7], v[8], v[9]))
+    v = [int(x) for x in m.groups()[:10]]
+    return MmaMark(v[0], (v[1], v[2], v[3]), (v[4], v[5]), v[6], (v[7], v[8], v[9]),
+                   m.group(11) is not None)
 
 
 

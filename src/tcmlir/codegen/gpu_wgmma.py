@@ -1,0 +1,106 @@
+"""Hopper tensor cores: the ``wgmma`` form of an ``mma ... wgmma`` mark (sm_90a).
+
+The block, its tiles, the ``cp.async`` ring and the epilogue are those of `codegen/gpu_mma.py`;
+what changes is the inner step. Each warpgroup (4 warps, 128 threads) owns 64 output rows of the
+``BM x BN`` tile and issues, per 16 reduction steps, one asynchronous
+``wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.{f16,bf16}`` whose operands stay in shared memory,
+described by 64-bit matrix descriptors (start address, stride between 8-row core-matrix groups
+1024 bytes, 128-byte swizzle). The ring stores both operands k-major with 64 halves (128 bytes)
+per row, swizzled so that chunk ``c`` of row ``r`` sits at ``c ^ (r % 8)`` — the hardware's
+128-byte pattern (`mma_layout.swizzle`), which needs the ring 1024-byte aligned.
+
+Per reduction tile: the ``cp.async`` copies of this tile are waited for, made visible to the
+async proxy (``fence.proxy.async.shared::cta``) and to every thread (a barrier); the copies of a
+later tile are issued; then ``wgmma.fence``, ``BK / 16`` wgmma, ``commit_group`` and
+``wait_group 0`` (the ring slot the next copies overwrite is no longer read). The accumulator
+of ``m64nNk16`` gives warp ``w`` of a warpgroup rows ``16 w ..``, and within the warp the
+``mma.sync`` C layout per 8 columns — so with ``warps = (BM / 16, 1)`` the accumulator array and
+the epilogue of `gpu_mma` apply unchanged.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ..dtypes import DType
+from ..errors import CodegenError
+from .gpu_mma import _V, F32, I32, I64, _Emitter
+from .target import declare
+
+__all__ = ["WgmmaEmitter", "wgmma_problem"]
+
+ROW_HALVES = 64  # BK: one 128-byte swizzled row per operand row
+
+
+def wgmma_problem(plan, tile: tuple[int, int, int], warps: tuple[int, int]) -> str | None:
+    """Why this plan and tile cannot use wgmma (None: they can)."""
+    bm, bn, bk = tile
+    if not (plan.a.k_major and plan.b.k_major):
+        return "wgmma here needs both operands contiguous along the reduction index"
+    if bk != ROW_HALVES:
+        return f"wgmma needs BK = {ROW_HALVES}"
+    if bm % 64 or warps != (bm // 16, 1):
+        return f"wgmma needs BM a multiple of 64 and warps = (BM/16, 1), got {tile}, {warps}"
+    if bn not in (64, 128, 256):
+        return f"wgmma needs BN of 64, 128 or 256, got {bn}"
+    return None
+
+
+class WgmmaEmitter(_Emitter):
+    """`_Emitter` with the warpgroup step (see the module docstring)."""
+
+    def __init__(self, walker, plan, mark):
+        why = wgmma_problem(plan, mark.tile, mark.warps)
+        if why is not None:
+            raise CodegenError(f"mark {mark.name!r}: {why}")
+        super().__init__(walker, plan, mark)
+        self.ring.align = 1024
+        walker.owner.needs_sm90a = True
+
+    def asm(self, text: str, ret: ir.Type, args: list[ir.Value], constraints: str) -> ir.Value:
+        fnty = ir.FunctionType(ret, [a.type for a in args])
+        return self.b.asm(fnty, text, constraints, args, side_effect=True)
+
+    def before_barrier(self) -> None:
+        """The waited-for cp.async writes, visible to wgmma's (async proxy) reads."""
+        self.asm("fence.proxy.async.shared::cta;", ir.VoidType(), [], "~{memory}")
+
+    def descriptor(self, buf, stage: _V, row: ir.Value, kk: int) -> ir.Value:
+        """The matrix descriptor of ``buf``'s tile in ring slot ``stage`` from storage row
+        ``row`` (a multiple of 8: unswizzled), reduction steps ``16 kk ..`` (32 bytes each;
+        the hardware applies the swizzle to the address)."""
+        b = self.b
+        ptr = buf.slot(b, stage, _V(b, row), _V(b, ir.Constant(I32, 0)))
+        addr = b.add(b.ptrtoint(ptr, I64), ir.Constant(I64, kk * 32))
+        start = b.and_(b.lshr(addr, ir.Constant(I64, 4)), ir.Constant(I64, 0x3FFF))
+        fixed = (1 << 16) | ((1024 >> 4) << 32) | (1 << 62)  # LBO 1 (unused), SBO 1024, 128B
+        return b.or_(start, ir.Constant(I64, fixed))
+
+    def compute(self, stage: _V) -> None:
+        b, mark, plan = self.b, self.mark, self.plan
+        _, bn, bk = mark.tile
+        n_acc = self.mi * self.ni * 4  # = bn / 2 per thread
+        accs = [b.load(self.slot_acc(i), typ=F32) for i in range(n_acc)]
+        group = self.tid // 128
+        abuf, bbuf = self.bufs
+        kind = "bf16" if plan.dtype is DType.BFLOAT16 else "f16"
+        outs = ",".join(f"${i}" for i in range(n_acc))
+        text = ("{ .reg .pred p; setp.ne.b32 p, 1, 0; "
+                f"wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.{kind}.{kind} "
+                f"{{{outs}}}, ${n_acc * 2}, ${n_acc * 2 + 1}, p, 1, 1, 0, 0; }}")
+        constraints = ",".join(["=f"] * n_acc + [str(i) for i in range(n_acc)] + ["l", "l"])
+        ret = ir.LiteralStructType([F32] * n_acc)
+        void = ir.FunctionType(ir.VoidType(), [])
+        b.call(declare(b.module, "llvm.nvvm.wgmma.fence.sync.aligned", void), [])
+        for kk in range(bk // 16):
+            # this warpgroup's 64 rows of A: a row offset inside the slot (multiple of 8 rows)
+            a_row = b.mul(group.v, ir.Constant(I32, 64))
+            da = self.descriptor(abuf, stage, a_row, kk)
+            db = self.descriptor(bbuf, stage, ir.Constant(I32, 0), kk)
+            d = self.asm(text, ret, [*accs, da, db], constraints)
+            accs = [b.extract_value(d, i) for i in range(n_acc)]
+        b.call(declare(b.module, "llvm.nvvm.wgmma.commit_group.sync.aligned", void), [])
+        b.call(declare(b.module, "llvm.nvvm.wgmma.wait_group.sync.aligned",
+                       ir.FunctionType(ir.VoidType(), [I64])), [ir.Constant(I64, 0)])
+        for i, v in enumerate(accs):
+            b.store(v, self.slot_acc(i))
