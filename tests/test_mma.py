@@ -192,26 +192,27 @@ WGMMA = tc.MappingOptions.naive().tensor_cores((128, 128, 64), (8, 1), 3, wgmma=
 
 
 @needs_ptxas
-@pytest.mark.parametrize("form", ["nt", "batched"])
+@pytest.mark.parametrize("form", ["nt", "batched", "nn", "tn", "tt", "bf16-f32out"])
 def test_wgmma_ptx(form, tmp_path, rng):
     fn = tc.define(FORMS[form][0], target="cuda")
     kernel = _compile(fn, _sizes(fn, 264, 136, 72), rng, WGMMA)
     assert ".target sm_90a" in kernel.ptx
-    assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16" in kernel.ptx
+    assert re.search(r"wgmma.mma_async.sync.aligned.m64n128k16.f32.b?f16.b?f16", kernel.ptx)
     assert "fence.proxy.async.shared::cta" in kernel.ptx
     info = ptxas_verbose(tmp_path, kernel.ptx, form, arch="sm_90a")
     assert " 0 bytes spill stores" in info
     assert kernel.runner.image.kernels[0].shared_bytes == 3 * 2 * 128 * 64 * 2
 
 
-def test_wgmma_needs_k_major_operands(rng):
+def test_wgmma_needs_a_k_tile_of_64(rng):
     fn = tc.define(FORMS["nn"][0], target="cuda")
-    with pytest.raises(PipelineError, match="contiguous along the reduction"):
-        _compile(fn, _sizes(fn, 128, 128, 64), rng, WGMMA)
+    with pytest.raises(PipelineError, match="BK = 64"):
+        _compile(fn, _sizes(fn, 128, 128, 64), rng, tc.MappingOptions.naive().tensor_cores(
+            (128, 128, 32), (8, 1), 3, wgmma=True))
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("form", ["nt", "batched"])
+@pytest.mark.parametrize("form", ["nt", "batched", "nn", "tn", "tt", "bf16-f32out"])
 @pytest.mark.parametrize("shape", [(264, 136, 72), (128, 128, 64), (1000, 520, 200)])
 @pytest.mark.parametrize("tile, warps, stages", [((128, 128, 64), (8, 1), 3), ((64, 256, 64), (4, 1), 4)])
 def test_wgmma_results_on_gpu(form, shape, tile, warps, stages, rng):

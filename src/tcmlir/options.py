@@ -210,8 +210,8 @@ class MappingOptions:
 
             plan = contraction_plan(ir_fn, sizes)
             if not isinstance(plan, str):  # half-precision contraction: tensor cores
-                tile, warps = mma_tile_choice(plan)
-                return cls(fusion="preserve3coincident").tensor_cores(tile, warps, 3)
+                tile, warps, stages, wgmma = mma_tile_choice(plan)
+                return cls(fusion="preserve3coincident").tensor_cores(tile, warps, stages, wgmma)
 
             rows = reduction_defaults(ir_fn, sizes) or mixed_defaults(ir_fn)
             if rows is not None:

@@ -125,6 +125,8 @@ class _Buffer:
     row_len: int     # halves per storage row
     array: ir.Value  # [stages * rows * row_len x i16] addrspace(3)
     array_type: ir.Type
+    atom: int = 0    # > 0: rows stored in blocks of this many columns, one block after the
+    #                  other (wgmma's MN-major 128-byte atoms: 64 halves x the tile's rows)
 
     @property
     def elems(self) -> int:
@@ -132,8 +134,14 @@ class _Buffer:
 
     def slot(self, b: ir.IRBuilder, stage: _V, srow: _V, scol: _V) -> ir.Value:
         """Pointer to storage (srow, scol) of tile ``stage`` (``scol`` a multiple of 8)."""
-        chunk = swizzle(srow, self.row_len // CHUNK) ^ (scol // CHUNK)
-        index = stage * self.elems + srow * self.row_len + chunk * CHUNK
+        if self.atom:
+            block, inner = scol // self.atom, scol % self.atom
+            chunk = swizzle(srow, self.atom // CHUNK) ^ (inner // CHUNK)
+            index = (stage * self.elems + block * (self.rows * self.atom) + srow * self.atom
+                     + chunk * CHUNK)
+        else:
+            chunk = swizzle(srow, self.row_len // CHUNK) ^ (scol // CHUNK)
+            index = stage * self.elems + srow * self.row_len + chunk * CHUNK
         return b.gep(self.array, [ir.Constant(I32, 0), index.v], inbounds=True,
                      source_etype=self.array_type)
 

@@ -5,9 +5,11 @@ what changes is the inner step. Each warpgroup (4 warps, 128 threads) owns 64 ou
 ``BM x BN`` tile and issues, per 16 reduction steps, one asynchronous
 ``wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.{f16,bf16}`` whose operands stay in shared memory,
 described by 64-bit matrix descriptors (start address, stride between 8-row core-matrix groups
-1024 bytes, 128-byte swizzle). The ring stores both operands k-major with 64 halves (128 bytes)
-per row, swizzled so that chunk ``c`` of row ``r`` sits at ``c ^ (r % 8)`` — the hardware's
-128-byte pattern (`mma_layout.swizzle`), which needs the ring 1024-byte aligned.
+1024 bytes, 128-byte swizzle). An operand contiguous along k is stored k-major, 64 halves (128 bytes)
+per row; one contiguous along its rows (``B(k, n)``, ``A(k, m)``) MN-major, in atoms of 64 rows
+x ``BK`` steps, each step a 128-byte row (``imm-trans`` set). Either way chunk ``c`` of storage
+row ``r`` sits at ``c ^ (r % 8)`` — the hardware's 128-byte swizzle (`mma_layout.swizzle`),
+which needs the ring 1024-byte aligned.
 
 Per reduction tile: the ``cp.async`` copies of this tile are waited for, made visible to the
 async proxy (``fence.proxy.async.shared::cta``) and to every thread (a barrier); the copies of a
@@ -35,8 +37,6 @@ ROW_HALVES = 64  # BK: one 128-byte swizzled row per operand row
 def wgmma_problem(plan, tile: tuple[int, int, int], warps: tuple[int, int]) -> str | None:
     """Why this plan and tile cannot use wgmma (None: they can)."""
     bm, bn, bk = tile
-    if not (plan.a.k_major and plan.b.k_major):
-        return "wgmma here needs both operands contiguous along the reduction index"
     if bk != ROW_HALVES:
         return f"wgmma needs BK = {ROW_HALVES}"
     if bm % 64 or warps != (bm // 16, 1):
@@ -55,6 +55,9 @@ class WgmmaEmitter(_Emitter):
             raise CodegenError(f"mark {mark.name!r}: {why}")
         super().__init__(walker, plan, mark)
         self.ring.align = 1024
+        for buf in self.bufs:  # an operand contiguous along its rows: MN-major atoms
+            if not buf.operand.k_major:
+                buf.atom = ROW_HALVES
         walker.owner.needs_sm90a = True
 
     def asm(self, text: str, ret: ir.Type, args: list[ir.Value], constraints: str) -> ir.Value:
@@ -66,14 +69,24 @@ class WgmmaEmitter(_Emitter):
         self.asm("fence.proxy.async.shared::cta;", ir.VoidType(), [], "~{memory}")
 
     def descriptor(self, buf, stage: _V, row: ir.Value, kk: int) -> ir.Value:
-        """The matrix descriptor of ``buf``'s tile in ring slot ``stage`` from storage row
-        ``row`` (a multiple of 8: unswizzled), reduction steps ``16 kk ..`` (32 bytes each;
-        the hardware applies the swizzle to the address)."""
+        """The matrix descriptor of ``buf``'s tile in ring slot ``stage``: operand rows from
+        ``row`` (a multiple of 8, or of 64 for MN-major atoms), reduction steps ``16 kk ..``.
+        K-major: storage rows are operand rows, 16 steps are 32 bytes along a row (the
+        hardware applies the swizzle to the address), 8-row groups 1024 bytes apart (SBO).
+        MN-major: storage rows are steps, 16 of them 2048 bytes; 64-row atoms LBO apart,
+        8-step groups 1024 bytes apart (SBO)."""
         b = self.b
-        ptr = buf.slot(b, stage, _V(b, row), _V(b, ir.Constant(I32, 0)))
-        addr = b.add(b.ptrtoint(ptr, I64), ir.Constant(I64, kk * 32))
+        zero = _V(b, ir.Constant(I32, 0))
+        if buf.operand.k_major:
+            ptr = buf.slot(b, stage, _V(b, row), zero)
+            addr = b.add(b.ptrtoint(ptr, I64), ir.Constant(I64, kk * 32))
+            lbo = 16
+        else:
+            ptr = buf.slot(b, stage, _V(b, ir.Constant(I32, 16 * kk)), _V(b, row))
+            addr = b.ptrtoint(ptr, I64)
+            lbo = buf.rows * buf.atom * 2  # bytes from one 64-row atom column to the next
         start = b.and_(b.lshr(addr, ir.Constant(I64, 4)), ir.Constant(I64, 0x3FFF))
-        fixed = (1 << 16) | ((1024 >> 4) << 32) | (1 << 62)  # LBO 1 (unused), SBO 1024, 128B
+        fixed = ((lbo >> 4) << 16) | ((1024 >> 4) << 32) | (1 << 62)  # SBO 1024, 128B swizzle
         return b.or_(start, ir.Constant(I64, fixed))
 
     def compute(self, stage: _V) -> None:
@@ -87,7 +100,8 @@ class WgmmaEmitter(_Emitter):
         outs = ",".join(f"${i}" for i in range(n_acc))
         text = ("{ .reg .pred p; setp.ne.b32 p, 1, 0; "
                 f"wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.{kind}.{kind} "
-                f"{{{outs}}}, ${n_acc * 2}, ${n_acc * 2 + 1}, p, 1, 1, 0, 0; }}")
+                f"{{{outs}}}, ${n_acc * 2}, ${n_acc * 2 + 1}, p, 1, 1, "
+                f"{int(not abuf.operand.k_major)}, {int(not bbuf.operand.k_major)}; }}")
         constraints = ",".join(["=f"] * n_acc + [str(i) for i in range(n_acc)] + ["l", "l"])
         ret = ir.LiteralStructType([F32] * n_acc)
         void = ir.FunctionType(ir.VoidType(), [])

@@ -207,22 +207,27 @@ def parse_mma_mark(name: str) -> MmaMark | None:
 # ---------------------------------------------------------------- tile choice
 
 SM_COUNT = 132            # H200 (the defaults are chosen without a device; see gpu_defaults)
-# relative throughput of one block per tile shape (shared-memory reads per mma: a 64x64 warp
-# tile loads 4 A and 4 B ldmatrix.x4 for 32 mma, a 32x32 one 2 and 2 for 8)
-_TILES = (((128, 128), (2, 2), 1.0), ((128, 64), (2, 2), 0.85), ((64, 128), (2, 2), 0.85),
-          ((64, 64), (2, 2), 0.7))
+# (tile BM x BN x BK, warps, stages, wgmma, relative throughput of one SM running such blocks)
+# measured on an H100 (fp16 4096^3, tools/bench_mma.py --variants): wgmma 128x256 526 TFLOP/s,
+# 128x128 (4 stages) 479, 64x128 372; mma.sync 128x128x32 (4 stages) 390, 64x128 317
+_TILES = (((128, 256, 64), (8, 1), 3, True, 1.0), ((128, 128, 64), (8, 1), 4, True, 0.91),
+          ((64, 128, 64), (4, 1), 4, True, 0.71), ((64, 256, 64), (4, 1), 4, True, 0.67),
+          ((128, 128, 32), (2, 2), 4, False, 0.74), ((64, 128, 32), (2, 2), 4, False, 0.60),
+          ((128, 64, 32), (2, 2), 4, False, 0.61), ((64, 64, 32), (2, 2), 4, False, 0.45))
 
 
-def mma_tile_choice(plan: ContractionPlan) -> tuple[tuple[int, int, int], tuple[int, int]]:
-    """((BM, BN, BK), (warps along m, warps along n)) minimising a small model: the waves of
-    blocks over the SMs (two blocks per SM) times one block's work over its tile's throughput."""
+def mma_tile_choice(plan: ContractionPlan
+                    ) -> tuple[tuple[int, int, int], tuple[int, int], int, bool]:
+    """(tile, warps, stages, wgmma) minimising a small model of the kernel's time: the
+    busiest SM runs ``ceil(blocks / SMs)`` blocks, each the whole tile's work (tiles the sizes
+    do not fill are charged for their area) at the tile shape's measured throughput (which
+    includes how many of its blocks share an SM)."""
     mm, nn, kk = plan.extent(plan.m), plan.extent(plan.n), plan.extent(plan.k)
     best = None
-    for (bm, bn), warps, eff in _TILES:
+    for (bm, bn, bk), warps, stages, wgmma, eff in _TILES:
         blocks = math.ceil(mm / bm) * math.ceil(nn / bn) * plan.batch_count
-        waves = math.ceil(blocks / (2 * SM_COUNT))
-        cost = waves * bm * bn * kk / eff
+        cost = math.ceil(blocks / SM_COUNT) * bm * bn * math.ceil(kk / bk) * bk / eff
         if best is None or cost < best[0]:
-            best = (cost, (bm, bn, 32), warps)
+            best = (cost, ((bm, bn, bk), warps, stages, wgmma))
     assert best is not None
-    return best[1], best[2]
+    return best[1]
