@@ -85,18 +85,22 @@ class MapMma(Pass):
         domain = schedule.get_domain()
         params = [domain.get_space().get_dim_name(isl.dim_type.param, i)
                   for i in range(domain.get_space().dim(isl.dim_type.param))]
-        flat, inner = "0", 1
-        for name in reversed(plan.batch):
-            flat = f"{name} * {inner} + {flat}"
-            inner *= plan.extent(name)
-        cond = (f"floor(({plan.n}) / {bn}) mod {grid[0]} = _bx and "
-                f"floor(({plan.m}) / {bm}) mod {grid[1]} = _by and "
-                f"({flat}) mod {grid[2]} = _bz")
+        def cond(names: dict[str, str]) -> str:  # the plan's lhs names -> a statement's
+            batch, inner = "0", 1
+            for name in reversed(plan.batch):
+                batch = f"{names[name]} * {inner} + {batch}"
+                inner *= plan.extent(name)
+            return (f"floor(({names[plan.n]}) / {bn}) mod {grid[0]} = _bx and "
+                    f"floor(({names[plan.m]}) / {bm}) mod {grid[1]} = _by and "
+                    f"({batch}) mod {grid[2]} = _bz")
+
         st = state.fn.statements[plan.statement]
-        pieces = [f"S{plan.statement}[{', '.join(st.index_names)}] : {cond}",
-                  f"S{plan.statement}_init[{', '.join(st.lhs)}] : {cond}"]
-        if plan.cast is not None:
-            pieces.append(f"S{plan.cast}[{', '.join(st.lhs)}] : {cond}")
+        same = {i: i for i in st.lhs}
+        pieces = [f"S{plan.statement}[{', '.join(st.index_names)}] : {cond(same)}",
+                  f"S{plan.statement}_init[{', '.join(st.lhs)}] : {cond(same)}"]
+        for j in ((plan.cast,) if plan.cast is not None else ()) + plan.epilogue:
+            lhs = state.fn.statements[j].lhs
+            pieces.append(f"S{j}[{', '.join(lhs)}] : {cond(dict(zip(st.lhs, lhs, strict=True)))}")
         text = f"[{', '.join(params)}] -> {{ {'; '.join(pieces)} }}"
         filt = isl.UnionSet.read_from_str(state.ctx, text).intersect(domain)
         mark = MmaMark(plan.statement, (bm, bn, bk), (self.warps[0], self.warps[1]), self.stages, grid,

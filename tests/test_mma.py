@@ -222,3 +222,65 @@ def test_wgmma_results_on_gpu(form, shape, tile, warps, stages, rng):
     got = fn(*arrays, options=tc.MappingOptions.naive().tensor_cores(tile, warps, stages, wgmma=True))
     want = tc.define(src, target="numpy")(*arrays)
     np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), rtol=1e-2)
+
+
+# ---------------------------------------------------------------- fused epilogues
+
+LINEAR = """
+def lin(float16(B, K) I, float16(N, K) W, float16(N) bias) -> (O) {
+    O(b, n) +=! I(b, k) * W(n, k)
+    O(b, n) = O(b, n) + bias(n)
+    O(b, n) = fmax(O(b, n), 0)
+}"""
+LINEAR_F32 = """
+def lin(bfloat16(B, K) I, bfloat16(K, N) W, float(N) bias, float(B) scale) -> (float(B, N) O) {
+    O(i, j) +=! I(i, k) * W(k, j)
+    O(i, j) = tanh(O(i, j) * scale(i) + bias(j))
+}"""
+
+
+@pytest.mark.parametrize("src", [LINEAR, LINEAR_F32])
+def test_epilogue_statements_join_the_plan(src):
+    fn = tc.define(src, target="cuda")
+    plan = contraction_plan(fn.ir, {s: 64 for s in fn.ir.sizes})
+    assert not isinstance(plan, str), plan
+    assert plan.epilogue and plan.out == "O"
+
+
+@pytest.mark.parametrize("extra, why", [
+    ("O(b, n) = O(b, n) + I(b, n + 1)", "elsewhere"),
+    ("O(b, n) += bias(r) where r in 0:2", "not a pointwise"),
+])
+def test_epilogues_that_cannot_fuse(extra, why):
+    src = LINEAR.replace("    O(b, n) = fmax(O(b, n), 0)\n", f"    {extra}\n")
+    fn = tc.define(src, target="cuda")
+    plan = contraction_plan(fn.ir, {s: 64 for s in fn.ir.sizes})
+    assert isinstance(plan, str) and why in plan, plan
+
+
+@needs_ptxas
+def test_fused_linear_is_one_kernel(tmp_path, rng):
+    fn = tc.define(LINEAR, target="cuda")
+    kernel = _compile(fn, {"B": 1000, "K": 256, "N": 520}, rng)
+    assert len(kernel.runner.image.kernels) == 1
+    assert "O_acc" in kernel.runner.image.on_chip
+    ptxas_verbose(tmp_path, kernel.ptx, "lin", arch="sm_90a" if "sm_90a" in kernel.ptx else "sm_90")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("src", [LINEAR, LINEAR_F32])
+@pytest.mark.parametrize("sizes", [(1000, 256, 520), (64, 64, 64), (8, 40, 24)])
+@pytest.mark.parametrize("wgmma", [True, False])
+def test_fused_epilogues_on_gpu(src, sizes, wgmma, rng):
+    fn = tc.define(src, target="cuda")
+    b, k, n = sizes
+    arrays = _inputs(fn, {"B": b, "K": k, "N": n}, rng)
+    if src is LINEAR_F32:  # float32 bias and scale
+        arrays[2] = rng.standard_normal(n).astype(np.float32)
+        arrays[3] = rng.standard_normal(b).astype(np.float32) * 0.01
+    opts = (tc.MappingOptions.naive().tensor_cores((128, 128, 64), (8, 1), 3, wgmma=True) if wgmma
+            else tc.MappingOptions.naive().tensor_cores((64, 64, 32), (2, 2), 3))
+    got = fn(*arrays, options=opts)
+    want = tc.define(src, target="numpy")(*arrays)
+    np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64),
+                               rtol=1e-2, atol=1e-2)

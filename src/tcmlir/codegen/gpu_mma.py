@@ -191,6 +191,7 @@ class _Emitter:
             ring.initializer = ir.Constant(ring.value_type, ir.Undefined)
         ring.align = 128
         self.ring, self.ring_bytes = ring, nbytes
+        self.cell: ir.Value | None = None  # the element the epilogue statements work on
         self.bufs = []
         start = 0
         for (op, _), (srows, row_len) in zip(((plan.a, bm), (plan.b, bn)), shapes, strict=True):
@@ -235,10 +236,12 @@ class _Emitter:
     def batch_offsets(self, bflat: ir.Value) -> None:
         b, plan = self.b, self.plan
         self.offsets = {t: ir.Constant(I64, 0) for t in (plan.a.tensor, plan.b.tensor, plan.out)}
+        self.batch_index: dict[str, ir.Value] = {}
         inner = 1
         for name in reversed(plan.batch):
             ext = plan.extent(name)
             idx = b.urem(b.udiv(bflat, ir.Constant(I64, inner)), ir.Constant(I64, ext))
+            self.batch_index[name] = idx
             inner *= ext
             for t, stride in ((plan.a.tensor, plan.a.stride(name)), (plan.b.tensor, plan.b.stride(name)),
                               (plan.out, plan.out_stride(name))):
@@ -422,8 +425,8 @@ class _Emitter:
                     vty = ir.VectorType(mty, 2)
                     vec = ir.Constant(vty, ir.Undefined)
                     for j, reg in enumerate(regs):
-                        v = _round(b, b.load(self.slot_acc((mi * self.ni + ni) * 4 + reg), typ=F32),
-                                   out.dtype)
+                        v = self.finish(b.load(self.slot_acc((mi * self.ni + ni) * 4 + reg), typ=F32),
+                                        b.add(m0, row.wide().v), b.add(n0, (col + j).wide().v))
                         vec = b.insert_element(vec, v, ir.Constant(I32, j))
                     ptr = b.gep(tile, [(row * pitch + col).v], inbounds=True, source_etype=mty)
                     b.store(vec, b.bitcast(ptr, vty.as_pointer(3)), align=2 * (out.dtype.bits // 8))
@@ -455,6 +458,32 @@ class _Emitter:
             else:
                 move()
 
+    def finish(self, acc: ir.Value, m: ir.Value, n: ir.Value) -> ir.Value:
+        """The float32 sum ``acc`` of output element (m, n) of the current batch entry, as
+        stored: rounded to the output's type, then through the epilogue statements, each
+        rounding its result again (as running them one after the other does)."""
+        plan = self.plan
+        out = self.w.fn.tensor(plan.out)
+        value = _round(self.b, acc, out.dtype)
+        if not plan.epilogue:
+            return value
+        from .exprs import ExprEmitter, _emit_on
+
+        b = self.b
+        if self.cell is None:
+            self.cell = self.w.entry.alloca(_store_type(out.dtype), name="mma.cell")
+        b.store(value, self.cell)
+        # indices past the ends (a tile's rest, never stored) read the last element instead
+        values = {plan.m: _clamp(b, m, self.sizes[plan.m]), plan.n: _clamp(b, n, self.sizes[plan.n]),
+                  **self.batch_index}
+        ctx = _CellContext(self.w, plan.out, self.cell)
+        for j in plan.epilogue:
+            st = self.w.fn.statements[j]
+            env = {name: values[p] for name, p in zip(st.lhs, plan.lhs, strict=True)}
+            ctx.lhs = st.lhs
+            _emit_on(ExprEmitter(ctx, env, j), st, j, False, self.cell, out.dtype)
+        return b.load(self.cell, typ=_store_type(out.dtype))
+
     def epilogue(self, m0: ir.Value, n0: ir.Value) -> None:
         b, mark, plan = self.b, self.mark, self.plan
         bm, bn, _ = mark.tile
@@ -474,8 +503,9 @@ class _Emitter:
                     r, c = c_element(self.lane, regs[0])
                     m = b.add(m0, (wm * wm_rows + mi * 16 + r).wide().v)
                     n = b.add(n0, (wn * wn_cols + ni * 8 + c).wide().v)
-                    vals = [_round(b, b.load(self.slot_acc((mi * self.ni + ni) * 4 + j), typ=F32),
-                                   out.dtype) for j in regs]
+                    vals = [self.finish(b.load(self.slot_acc((mi * self.ni + ni) * 4 + reg), typ=F32),
+                                        m, b.add(n, ir.Constant(I64, j)))
+                            for j, reg in enumerate(regs)]
                     off = b.add(self.offsets[plan.out], b.add(b.mul(m, ir.Constant(I64, sm)),
                                                               b.mul(n, ir.Constant(I64, sn))))
                     ok_m = b.icmp_unsigned("<", m, ir.Constant(I64, big_m))
@@ -505,6 +535,30 @@ class _Emitter:
                         store()
                     else:
                         _if(b, cond, store, "mma.row")
+
+
+def _clamp(b: ir.IRBuilder, v: ir.Value, extent: int) -> ir.Value:
+    last = ir.Constant(I64, extent - 1)
+    return b.select(b.icmp_unsigned("<", v, last), v, last)
+
+
+class _CellContext:
+    """The walker, with the output element of an epilogue statement in a register cell: reads
+    of the output at the statement's own indices (and its store) go to the cell."""
+
+    def __init__(self, walker, out: str, cell: ir.Value):
+        self._walker, self._out, self._cell = walker, out, cell
+        self.lhs: tuple[str, ...] = ()
+
+    def __getattr__(self, name: str):
+        return getattr(self._walker, name)
+
+    def redirect(self, key: object) -> ir.Value | None:
+        if key == "lhs":
+            return self._cell
+        if getattr(key, "tensor", None) == self._out:
+            return self._cell  # (plan: the output is read only at the statement's own indices)
+        return None
 
 
 def _half(dt: DType) -> ir.Type:

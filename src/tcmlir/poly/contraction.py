@@ -7,6 +7,9 @@ reason it is not one. A contraction here is
   (float16 or bfloat16) operands of one type, each read at distinct plain indices, and a float32
   ``T`` — optionally followed by the one rounding statement ``C(lhs) = T(lhs)`` that
   `lang/half_accumulate.py` adds for a half output (``T`` then never leaves the chip);
+* then any number of pointwise statements ``C(lhs) = f(C(lhs), B(...), ...)`` on the output
+  (a bias, an activation, a scale: reads of other tensors at lhs indices only), applied to
+  each element in registers before it is stored (the *epilogue*);
 * every lhs index that only ``X`` reads is a candidate row index ``m``, every one only ``Y``
   reads a candidate column index ``n`` (the last candidate of each in lhs order; the others,
   and indices both read or neither reads, are *batch* indices walked outside the tile);
@@ -62,6 +65,7 @@ class ContractionPlan:
     batch: tuple[str, ...]        # lhs indices walked outside the tile, outermost first
     out_strides: tuple[tuple[str, int], ...]
     lhs: tuple[str, ...]
+    epilogue: tuple[int, ...] = ()  # pointwise statements on the output, fused into the store
 
     def extent(self, index: str) -> int:
         return dict(self.extents)[index]
@@ -99,7 +103,7 @@ def contraction_plan(fn: ir.Function, sizes: Mapping[str, int] | None
     if sizes is None or any(s not in sizes for s in fn.sizes):
         return "tensor cores need fixed sizes (not a parametric kernel)"
     sts = fn.statements
-    if not sts or len(sts) > 2:
+    if not sts:
         return "not a single contraction statement"
     st = sts[0]
     if st.reduction is not ir.Reduction.ADD or not st.init or len(st.reduction_indices) != 1:
@@ -119,17 +123,16 @@ def contraction_plan(fn: ir.Function, sizes: Mapping[str, int] | None
         return "operands are not both float16 or both bfloat16"
     cast = None
     out = st.tensor
-    if len(sts) == 2:
-        c = sts[1]
-        rd = _operand_read(c.rhs)
-        if (c.reduction is not None or rd is None or rd.tensor != st.tensor
-                or fn.tensor(st.tensor).role is not ir.Role.TEMP
-                or tuple(getattr(i, "name", None) for i in rd.indices) != st.lhs
-                or c.lhs != st.lhs or fn.tensor(c.tensor).dtype not in (*_HALF, DType.FLOAT32)):
-            return "statement 1 is not the rounding of the accumulator"
-        cast, out = 1, c.tensor
-    elif fn.tensor(st.tensor).role is not ir.Role.OUTPUT:
-        return "the accumulator is not an output"
+    rest = list(range(1, len(sts)))
+    if rest and _is_rounding(fn, sts[1], st):
+        cast, out = 1, sts[1].tensor
+        rest = rest[1:]
+    if fn.tensor(out).role is not ir.Role.OUTPUT:
+        return "the contraction's result is not an output"
+    for j in rest:
+        why = _epilogue_problem(fn, sts[j], out, st.tensor if cast is not None else None, len(st.lhs))
+        if why is not None:
+            return f"statement {j} {why}"
     extents: dict[str, int] = {}
     for r in st.ranges:
         if r.lo.evaluate(sizes) != 0:
@@ -165,7 +168,35 @@ def contraction_plan(fn: ir.Function, sizes: Mapping[str, int] | None
         operands.append(Operand(read.tensor, row, k_major, tuple(strides.items())))
     return ContractionPlan(0, cast, st.tensor, out, next(iter(dtypes)), operands[0],
                            operands[1], m, n, k, tuple(extents.items()), batch,
-                           tuple(outs.items()), st.lhs)
+                           tuple(outs.items()), st.lhs, tuple(rest))
+
+
+def _is_rounding(fn: ir.Function, c: ir.Statement, st: ir.Statement) -> bool:
+    """``c`` is ``C(lhs) = T(lhs)`` for the float32 temporary ``T`` of ``st``."""
+    rd = _operand_read(c.rhs)
+    return (c.reduction is None and rd is not None and rd.tensor == st.tensor
+            and fn.tensor(st.tensor).role is ir.Role.TEMP
+            and tuple(getattr(i, "name", None) for i in rd.indices) == st.lhs
+            and c.lhs == st.lhs and c.tensor != st.tensor
+            and fn.tensor(c.tensor).dtype in (*_HALF, DType.FLOAT32))
+
+
+def _epilogue_problem(fn: ir.Function, c: ir.Statement, out: str, acc: str | None,
+                      rank: int) -> str | None:
+    """Why ``c`` is not a pointwise statement on ``out`` (None: it is)."""
+    if c.reduction is not None or c.tensor != out or len(c.lhs) != rank:
+        return "is not a pointwise statement on the output"
+    if set(c.index_names) != set(c.lhs):
+        return "has indices beyond its left-hand side"
+    for rd in (x for x in ir.walk(c.rhs) if isinstance(x, ir.Read)):
+        names = [getattr(i, "name", None) for i in rd.indices]
+        if rd.tensor == acc or None in names or not set(names) <= set(c.lhs):
+            return f"reads {rd.tensor} elsewhere than at its own indices"
+        if rd.tensor == out and tuple(names) != c.lhs:
+            return f"reads {out} at other elements"
+        if rd.tensor != out and fn.tensor(rd.tensor).role is not ir.Role.INPUT:
+            return f"reads {rd.tensor}, which the program writes"
+    return None
 
 
 # ---------------------------------------------------------------- the mark
