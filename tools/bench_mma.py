@@ -39,6 +39,11 @@ CASES = [
      "{ S(b, m, n) +=! Q(b, m, k) * Kt(b, n, k) }",
      lambda: (torch.randn(512, 512, 64, dtype=torch.float16), torch.randn(512, 512, 64, dtype=torch.float16)),
      lambda q, k: torch.bmm(q, k.transpose(1, 2))),
+    ("linear+bias+relu f16 4096x4096->4096", "def lin(float16(B, K) I, float16(N, K) W, float16(N) bias) -> (O) "
+     "{ O(b, n) +=! I(b, k) * W(n, k)\n O(b, n) = O(b, n) + bias(n)\n O(b, n) = fmax(O(b, n), 0) }",
+     lambda: (torch.randn(4096, 4096, dtype=torch.float16), torch.randn(4096, 4096, dtype=torch.float16) * 0.02,
+              torch.randn(4096, dtype=torch.float16)),
+     lambda x, w, b: torch.relu(torch.nn.functional.linear(x, w, b))),
     ("skinny f16 16x4096x4096", "def mm(float16(M, K) A, float16(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }",
      lambda: (torch.randn(16, 4096, dtype=torch.float16), torch.randn(4096, 4096, dtype=torch.float16)),
      lambda a, b: a @ b),
@@ -152,7 +157,7 @@ def main() -> int:
         t_eager = _time(lambda r=ref, x=ins: r(*x), args.reps)
         compiled = torch.compile(ref)
         t_comp = _time(lambda c=compiled, x=ins: c(*x), args.reps)
-        flops = 2 * want.numel() * ins[0].shape[-1]
+        flops = 2 * want.numel() * ins[0].shape[-1]  # (K is the first input's last extent)
         print(f"{name:38s} {t_tc:9.4f} {t_eager:9.4f} {t_comp:9.4f} {t_eager / t_tc:9.3f} "
               f"{flops / t_tc / 1e9:8.1f} {err:.1e}", flush=True)
     return 0
