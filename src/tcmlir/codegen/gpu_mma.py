@@ -207,6 +207,14 @@ class _Emitter:
     def before_barrier(self) -> None:
         """Hook: what the waited-for copies need before the barrier that publishes them."""
 
+    def prefetch_distance(self) -> int:
+        """Steps whose copies are in flight ahead of the one computing: the ring's other
+        slots (each slot is free again once the barrier after its step is passed)."""
+        return self.mark.stages - 1
+
+    def drain(self) -> None:
+        """Hook: wait for asynchronous tensor-core work before the epilogue."""
+
     def fn(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
         return declare(self.b.module, name, ir.FunctionType(ret, args))
 
@@ -261,16 +269,17 @@ class _Emitter:
         commit = self.fn("llvm.nvvm.cp.async.commit.group", ir.VoidType(), [])
         wait = self.fn("llvm.nvvm.cp.async.wait.group", ir.VoidType(), [I32])
         barrier = self.fn("llvm.nvvm.barrier0", ir.VoidType(), [])
-        for s in range(stages - 1):
+        ahead = self.prefetch_distance()
+        for s in range(ahead):
             if s < ktiles:
                 self.load_stage(s, ir.Constant(I64, s), m0, n0)
             b.call(commit, [])
 
         def step(kt: ir.Value) -> None:
-            b.call(wait, [ir.Constant(I32, stages - 2)])
+            b.call(wait, [ir.Constant(I32, ahead - 1)])  # step kt's copies have landed
             self.before_barrier()
             b.call(barrier, [])
-            nk = b.add(kt, ir.Constant(I64, stages - 1))
+            nk = b.add(kt, ir.Constant(I64, ahead))
             _if(b, b.icmp_unsigned("<", nk, ir.Constant(I64, ktiles)),
                 lambda: self.load_stage(b.trunc(b.urem(nk, ir.Constant(I64, stages)), I32), nk, m0, n0),
                 "mma.next")
@@ -278,6 +287,7 @@ class _Emitter:
             self.compute(self.v32(b.trunc(b.urem(kt, ir.Constant(I64, stages)), I32)))
 
         _loop(b, ir.Constant(I64, 0), ktiles, 1, step, "mma.k")
+        self.drain()
         b.call(wait, [ir.Constant(I32, 0)])
         b.call(barrier, [])
         if self.staged_epilogue():

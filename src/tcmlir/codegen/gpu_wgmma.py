@@ -68,6 +68,24 @@ class WgmmaEmitter(_Emitter):
         """The waited-for cp.async writes, visible to wgmma's (async proxy) reads."""
         self.asm("fence.proxy.async.shared::cta;", ir.VoidType(), [], "~{memory}")
 
+    @property
+    def overlap(self) -> bool:
+        """Keep one step's wgmma in flight while the next is issued (3 stages or more)."""
+        return self.mark.stages >= 3
+
+    def prefetch_distance(self) -> int:
+        # with a step's wgmma still reading its slot, copies may refill only the slot of
+        # the step before it: one slot fewer ahead
+        return self.mark.stages - 2 if self.overlap else self.mark.stages - 1
+
+    def wgmma_wait(self, pending: int) -> None:
+        b = self.b
+        b.call(declare(b.module, "llvm.nvvm.wgmma.wait_group.sync.aligned",
+                       ir.FunctionType(ir.VoidType(), [I64])), [ir.Constant(I64, pending)])
+
+    def drain(self) -> None:
+        self.wgmma_wait(0)
+
     def descriptor(self, buf, stage: _V, row: ir.Value, kk: int) -> ir.Value:
         """The matrix descriptor of ``buf``'s tile in ring slot ``stage``: operand rows from
         ``row`` (a multiple of 8, or of 64 for MN-major atoms), reduction steps ``16 kk ..``.
@@ -114,7 +132,6 @@ class WgmmaEmitter(_Emitter):
             d = self.asm(text, ret, [*accs, da, db], constraints)
             accs = [b.extract_value(d, i) for i in range(n_acc)]
         b.call(declare(b.module, "llvm.nvvm.wgmma.commit_group.sync.aligned", void), [])
-        b.call(declare(b.module, "llvm.nvvm.wgmma.wait_group.sync.aligned",
-                       ir.FunctionType(ir.VoidType(), [I64])), [ir.Constant(I64, 0)])
+        self.wgmma_wait(1 if self.overlap else 0)
         for i, v in enumerate(accs):
             b.store(v, self.slot_acc(i))
