@@ -34,6 +34,7 @@ from ..binding import bind_sizes
 from ..dtypes import DType
 from ..errors import CallError, TCError
 from ..grad import GradError, GradProgram, derive
+from . import dtensor
 
 __all__ = ["TorchOp", "op", "torch_dtype"]
 
@@ -153,8 +154,10 @@ class TorchOp:
             self.backward_function = self.grad.define(target=fn.target,
                                                       options_factory=fn.options_factory)
         self._custom = _register(_Kernels(fn), name)
+        dtensor.register(self._custom._opoverload, fn.ir)
         if self.backward_function is not None:
             self._backward = _register(_Kernels(self.backward_function), f"{name}_grad")
+            dtensor.register(self._backward._opoverload, self.backward_function.ir)
         has = set(self.grad.wrt) if self.grad is not None else set()
         self._not_differentiable: dict[str, str] = {}  # input -> why it has no gradient
         for t in fn.ir.inputs:
