@@ -10,6 +10,7 @@ placements DTensor chose.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -39,10 +40,19 @@ def _checks(world: int):
     from tcmlir.torch.dtensor import strategies
 
     mesh = init_device_mesh("cpu", (world,))
-    mm = tt.op(tc.define(MM, target="cpu"))
-    rowmax = tt.op(tc.define(ROWMAX, target="cpu"), wrt=())
-    softmax = tt.op(tc.define(SOFTMAX, target="cpu"))
-    stencil = tt.op(tc.define(STENCIL, target="cpu"))
+
+    def lazy(source, **kw):   # made on first use: a job runs only the checks it is given
+        return functools.cache(lambda: tt.op(tc.define(source, target="cpu"), **kw))
+
+    mm_op, rowmax_op = lazy(MM), lazy(ROWMAX, wrt=())
+    softmax_op, stencil_op = lazy(SOFTMAX), lazy(STENCIL)
+
+    def mm(*args):
+        return mm_op()(*args)
+
+    def softmax(*args):
+        return softmax_op()(*args)
+
     gen = torch.Generator().manual_seed(7)   # the same data on every rank
 
     def rand(*shape):
@@ -78,6 +88,7 @@ def _checks(world: int):
 
     def row_max_reduction():      # max=! over a sharded dimension: Partial(max)
         X = rand(6, 11)
+        rowmax = rowmax_op()
         dm = rowmax(distribute_tensor(X, mesh, [Shard(1)]))
         assert dm.placements == (Partial("max"),), dm.placements
         close(dm, rowmax(X), "m")
@@ -97,7 +108,7 @@ def _checks(world: int):
 
     def softmax_columns():        # the reduced dimension is not local: DTensor gathers it
         X = rand(5, 12)
-        refused = [s for s in strategies(softmax.function.ir, [(5, 12)], world)
+        refused = [s for s in strategies(softmax_op().function.ir, [(5, 12)], world)
                    if s.inputs == ("Shard(1)",)]
         assert refused and refused[0].reason is not None, refused
         dY = softmax(distribute_tensor(X, mesh, [Shard(1)]))
@@ -105,6 +116,7 @@ def _checks(world: int):
         close(dY, softmax(X), "Y")
 
     def stencil_redistributed():  # O(i) = A(i) + A(i+1) reads a neighbour's chunk
+        stencil = stencil_op()
         A = rand(13).requires_grad_()
         out = stencil(A)
         out.sum().backward()
@@ -123,6 +135,7 @@ def _checks(world: int):
 
 def _rank(rank: int, world: int, port: int, out: str, names: list[str]) -> None:
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    torch.set_num_threads(1)   # several ranks share the machine's cores
     t0 = time.perf_counter()
     dist.init_process_group("gloo", rank=rank, world_size=world)
     t1 = time.perf_counter()

@@ -111,7 +111,8 @@ def test_two_ranks(tmp_path):
 
 
 def test_four_ranks(tmp_path):
-    # the reduction dimension sharded (its backward shards it as a parallel one) and a
-    # stencil DTensor must gather; the other checks run at 2 ranks (process start dominates)
-    lines = run_job(4, tmp_path, "matmul_reduction", "stencil_redistributed")
-    assert len(lines) == 3
+    # a parallel and the reduction dimension sharded (uneven chunks: 10 rows, 7 = 2+2+2+1),
+    # forward and backward, and a stencil DTensor must gather; the other checks run at 2
+    # ranks (starting the processes dominates the time)
+    lines = run_job(4, tmp_path, "matmul_rows", "matmul_reduction", "stencil_redistributed")
+    assert len(lines) == 4
