@@ -131,3 +131,21 @@ def test_cli_tune_on_ray(ray_cluster, tmp_path, capsys):
     fn = tc.define(MATMUL, target="cpu")
     args = inputs(12, 8, 10)
     assert tc.OptionsCache(db).lookup(fn, *args) == best
+
+
+def test_cuda_candidates_compile_on_ray_cpu_tasks(ray_cluster):
+    """The cuda path's compile step (no GPU needed): a Ray task compiles a candidate to the
+    packed kernel a GPU measurer loads."""
+    from tcmlir.cache.kernel_image import unpack_cuda_kernel
+    from tcmlir.runtime.arrays import bind_device_inputs
+    from tcmlir.tune.ray_backend import compile_cuda
+
+    fn = tc.define(MATMUL, target="cuda")
+    bound = bind_device_inputs(fn.ir, list(inputs(16, 8, 12)))
+    task = ray_cluster.remote(compile_cuda).options(num_cpus=1, num_gpus=0, max_retries=0)
+    ref = task.remote(MATMUL, "mm", "sm_90", bound.signature.to_json(), dict(bound.sizes),
+                      MappingOptions.naive().to_json())
+    kind, payload = ray_cluster.get(ref, timeout=120)
+    assert kind == "ok"
+    fields = unpack_cuda_kernel(payload)
+    assert fields is not None and ".entry" in fields["image"].ptx

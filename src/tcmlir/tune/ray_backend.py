@@ -183,6 +183,12 @@ class RayEvaluator:
             for k in range(self._slots):
                 self.workers[k] = self._new_actor()
             idents = ray.get([w.identity.remote() for w in self.workers.values()], timeout=300)
+        except (ray.exceptions.RayError, TimeoutError) as exc:
+            self.close()
+            raise TCError(f"autotune on Ray: the {self._slots} measuring actor(s) did not "
+                          f"start ({type(exc).__name__}: {_first_line(exc)}); check the "
+                          "cluster's resources (ray status) and that tcmlir is installed on "
+                          "its nodes") from None
         except BaseException:
             self.close()
             raise
