@@ -170,7 +170,7 @@ def tune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
     if devices is not None:
         overrides["devices"] = tuple(devices)
     config = dataclasses.replace(config, **overrides)
-    if target == "cuda":
+    if target == "cuda" and config.backend == "local":
         check_cuda_usable(config.devices)
     store = open_cache(cache)
 
@@ -189,7 +189,17 @@ def tune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
     start += _seeds_from_cache(store, fn, inputs, target, start)
     # the reference: once per run, by the interpreter unless the domain is too large for it
     fits = estimated_ops(fn.ir, sizes) <= REFERENCE_MAX_OPS
-    if target == "cuda":
+    if config.backend == "ray":
+        from .ray_backend import RayEvaluator, import_ray
+
+        import_ray()  # before any work: without Ray the error says what to install
+        # the GPUs are the cluster's: the default limits, and a reference computed on the host
+        space = space_for(fn.ir, target)
+        host = host_copies(fn.ir, inputs, "the reference check and the Ray workers")
+        reference = compute_reference(fn, host, "cpu")
+        evaluator: Any = RayEvaluator(fn, host, config, target, reference)
+        reference_kind = reference.source
+    elif target == "cuda":
         from .space import cuda_limits
 
         space = space_for(fn.ir, target, cuda_limits((config.devices or (0,))[0]))
@@ -198,7 +208,7 @@ def tune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
         host = host_copies(fn.ir, inputs, "the reference check of the candidates and the "
                            "tuning workers")
         reference = compute_reference(fn, host, target) if fits else None
-        evaluator: Any = WorkerPoolEvaluator(fn, host, config, target="cuda",
+        evaluator = WorkerPoolEvaluator(fn, host, config, target="cuda",
                                              reference=reference,
                                              input_kind=_input_kind(fn, inputs))
         reference_kind = reference.source if reference else "default kernel (in each worker)"

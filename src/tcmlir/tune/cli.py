@@ -2,6 +2,7 @@
 
     tcmlir tune FILE --name E --sizes M=..,N=.. [--target cpu|cuda] [--generations G]
                 [--population P] [--seed S] [--devices 0,1] [--cache PATH] [--no-progress]
+                [--backend local|ray] [--ray-address ADDRESS]
     tcmlir cache ls|show KEY|stats|export FILE|import FILE|prune|clear [--path P]  (`cache.cli`)
 
 ``tune`` prints the best options' JSON, and on stderr their median time against the default
@@ -45,6 +46,11 @@ def add_commands(sub: Any) -> None:
     tune.add_argument("--cache", default=None, metavar="PATH",
                       help="cache database (default: TCMLIR_CACHE_DIR or the user cache dir)")
     tune.add_argument("--no-progress", action="store_true", help="no progress bar")
+    tune.add_argument("--backend", default="local", choices=["local", "ray"],
+                      help="where candidates run: this machine's worker processes, or a Ray "
+                           "cluster (pip install 'tcmlir[ray]')")
+    tune.add_argument("--ray-address", default=None,
+                      help="the Ray cluster to join (default: RAY_ADDRESS, else a local one)")
     tune.set_defaults(func=_cmd_tune)
 
     from ..cache.cli import add_cache_command
@@ -69,7 +75,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     devices = parse_devices(args.devices)
     fields = {k: v for k, v in (("generations", args.generations),
                                 ("population", args.population), ("seed", args.seed)) if v is not None}
-    config = TunerConfig(**fields, devices=devices)
+    config = TunerConfig(**fields, devices=devices, backend=args.backend,
+                         address=args.ray_address)
     inputs = random_inputs(fn.ir, sizes)
     target = api.resolve_target(args.target)
     store = open_cache(args.cache if args.cache else True)
