@@ -57,14 +57,16 @@ def rel_error(out: Any, ref: Any) -> float:
         raise AssertionError(f"{len(outs)} outputs, the reference has {len(refs)}")
     worst = 0.0
     for o, r in zip(outs, refs, strict=True):
-        o = torch.as_tensor(o).detach().double().cpu()
-        r = torch.as_tensor(r).detach().double().cpu()
+        r = torch.as_tensor(r).detach().double()   # on the reference's device
+        o = torch.as_tensor(o).detach().to(r.device).double()
         if o.numel() == r.numel() and o.shape != r.shape and o.numel() == 1:
             o = o.reshape(r.shape)  # a scalar output beside a 0-d or (1,) reference
         if o.shape != r.shape:
             raise AssertionError(f"output shape {tuple(o.shape)}, the reference has {tuple(r.shape)}")
-        scale = float(r.abs().max()) if r.numel() else 0.0
-        err = float((o - r).abs().max()) if r.numel() else 0.0
+        if not r.numel():
+            continue
+        scale = float(r.abs().max())
+        err = float((o - r).abs().max())
         if math.isnan(err):
             return math.inf
         worst = max(worst, err / max(scale, 1e-30))
@@ -92,8 +94,8 @@ def calls(w: zw.Workload, target: str, inputs: Sequence[Any]) -> tuple[Callable[
     op = tt.op(fn, name=f"zoo_{w.name}_{target}")
     params = [x.detach().requires_grad_(True) for x in inputs]
     with torch.no_grad():
-        shape = as_tuple(w.ref(*inputs))[0]
-    seed = torch.randn(shape.shape, generator=torch.Generator().manual_seed(1)).to(shape)
+        like = as_tuple(w.ref(*inputs))[0]
+    seed = torch.randn(like.shape, generator=torch.Generator().manual_seed(1)).to(like)
 
     def fwd_bwd(f):
         def run():
@@ -182,7 +184,10 @@ def run_workload(w: zw.Workload, size: str, device: str, *, torch_compile: bool 
     row["vs_eager"] = row["eager_ms"] / row["tcmlir_ms"]
     if torch_compile:
         try:
-            compiled = torch.compile(w.ref)
+            # a fresh dynamo state per workload: the wrappers share one code object, whose
+            # recompile limit would otherwise send later workloads to eager without a word
+            torch.compiler.reset()
+            compiled = torch.compile(lambda *args: w.ref(*args))
             _, cref = calls(dataclasses.replace(w, ref=compiled), target, inputs)
             t0 = time.perf_counter()
             cref()

@@ -67,7 +67,7 @@ class Workload:
     def make(self, size: str, device: str = "cpu", seed: int = 0) -> tuple[torch.Tensor, ...]:
         """The inputs at size class ``size`` on ``device`` (fresh random values, fixed seed)."""
         dims = self.dims(size)
-        gen = torch.Generator(device="cpu").manual_seed(seed)
+        gen = torch.Generator(device=device).manual_seed(seed)
         dtype = getattr(torch, self.dtype)
         out = []
         for spec in self.inputs:
@@ -75,12 +75,12 @@ class Workload:
             shape_text, _, hi = rest.partition("<")
             shape = tuple(dims[d] if d in dims else int(d) for d in shape_text.split(",") if d)
             if kind == "idx":
-                t = torch.randint(0, dims[hi], shape, generator=gen, dtype=torch.int32)
+                t = torch.randint(0, dims[hi], shape, generator=gen, device=device, dtype=torch.int32)
             elif kind == "pos":
-                t = (torch.rand(shape, generator=gen) + 0.5).to(dtype)
+                t = (torch.rand(shape, generator=gen, device=device) + 0.5).to(dtype)
             else:
-                t = torch.randn(shape, generator=gen).to(dtype)
-            out.append(t.to(device))
+                t = torch.randn(shape, generator=gen, device=device).to(dtype)
+            out.append(t)
         return tuple(out)
 
 
