@@ -167,3 +167,43 @@ def test_cuda_mode_without_a_gpu_says_so(capsys):
         pytest.skip("a GPU is visible")
     assert zoo.main(["--only", "row_sum"]) == 2
     assert "--device cpu" in capsys.readouterr().err
+
+
+def test_list_names_the_quick_subset(capsys):
+    assert zoo.main(["--list", "--quick"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(zw.QUICK) and all("[quick]" in line for line in lines)
+    assert any(line.startswith("grad_matmul ") and "[grad]" in line for line in lines)
+
+
+class FakeEvent:
+    """torch.cuda.Event on a wall clock: what `zoo.timer`'s cuda path records and reads."""
+
+    def __init__(self, enable_timing=False):
+        self.t = None
+
+    def record(self):
+        import time
+
+        self.t = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, end):
+        return (end.t - self.t) * 1e3
+
+
+def test_cuda_timer_queues_batches_after_a_lead_call(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    import time
+
+    calls = []
+    # a call of ~2 ms: one call per sample (3 warm-ups, the probe, then lead + 1 per sample)
+    t = zoo.timer("cuda", lambda: (calls.append(1), time.sleep(0.002)), runs=4)
+    assert len(calls) == 3 + 1 + 4 * 2 and 0.002 <= t < 0.05
+    calls.clear()
+    # a call of microseconds: batches of 10 after each lead call
+    t = zoo.timer("cuda", lambda: calls.append(1), runs=4)
+    assert len(calls) == 3 + 1 + 4 * 11 and t < 0.001

@@ -2,7 +2,7 @@
 
     python tools/zoo.py [--quick] [--size tiny|small|medium|large] [--only SUBSTR[,SUBSTR]]
                         [--device cuda|cpu] [--no-compile] [--no-half] [--budget SECONDS]
-                        [--json OUT.json]
+                        [--json OUT.json] [--list]
 
 Per workload of `tools/zoo_workloads.py`: inputs on the device, the call users make
 (``tc.define(src, target=...)(*inputs)``, default options; forward + backward through
@@ -268,7 +268,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=None,
                     help="start no new workload after this many seconds")
     ap.add_argument("--json", default=None, help="write the rows and the summary here")
+    ap.add_argument("--list", action="store_true", help="list the chosen workloads and exit")
     args = ap.parse_args(argv)
+    size = args.size or "medium"
+    chosen = zw.select(args.only, quick=args.quick, half=not args.no_half)
+    if args.list:
+        for w in chosen:
+            dims = " ".join(f"{k}={v}" for k, v in w.dims(size).items())
+            flags = "".join(f" [{f}]" for f, on in (("grad", w.grad), ("quick", w.quick)) if on)
+            print(f"{w.name:<22} {w.category:<12} {w.dtype:<9} {dims}{flags}")
+        return 0
     import torch
 
     if args.device == "cuda":
@@ -277,10 +286,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-    size = args.size or "medium"
     if args.quick and args.budget is None:
         args.budget = QUICK_BUDGET_S
-    chosen = zw.select(args.only, quick=args.quick, half=not args.no_half)
     if not chosen:
         print(f"tools/zoo.py: no workload matches {args.only!r}", file=sys.stderr)
         return 2
