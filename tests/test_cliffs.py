@@ -74,7 +74,7 @@ def test_limits_decide_what_counts():
 
 # the worst held-out cases and two that map well, at their medium sizes
 ZOO_SAMPLE = ("full_sum_where", "full_sum_scalar", "kron3_1", "perm4_heads", "mm_square",
-              "softmax_1000")
+              "softmax_1000", "grad_layernorm")
 
 
 def test_report_the_zoo_s_cliffs(capsys):
@@ -82,6 +82,8 @@ def test_report_the_zoo_s_cliffs(capsys):
     for name in ZOO_SAMPLE:
         kernels, cl = cliffs.check_workload(zw.by_name(name), "medium")
         assert kernels and all(k.instances > 0 for k in kernels), name
+        if name.startswith("grad_"):   # the derived gradient program's kernels are checked too
+            assert any(k.name.startswith("grad:") for k in kernels)
         found += cl
     with capsys.disabled():
         print(f"\nzoo cliffs (medium, sm_90) among {', '.join(ZOO_SAMPLE)}:")

@@ -20,13 +20,14 @@ tree, counted with isl as in `tcmlir.profile.counts`). It reports:
   than ``FILLING_THREADS_PER_SM`` threads per SM launched (a split reduction would spread
   them). A matmul's thread that computes a register tile over the whole K is not a cliff.
 
-Nothing here needs a GPU; the check is how a cliff shows before a GPU sees it. Gradients of
-the ``grad`` workloads are not checked (their forward program is).
+Nothing here needs a GPU; the check is how a cliff shows before a GPU sees it. For the
+``grad`` workloads the derived gradient program's kernels are checked too (``grad:<name>``).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -156,13 +157,33 @@ def find_cliffs(name: str, kernels: list[KernelWork], *, sms: int = SM_COUNT,
 
 def check_workload(w: zw.Workload, size: str = "medium", arch: str = "sm_90",
                    **limits: Any) -> tuple[list[KernelWork], list[Cliff]]:
-    """Compile ``w``'s forward program for cuda at ``size`` (default options) and check it."""
+    """Compile ``w``'s program for cuda at ``size`` (default options) and check it; for a
+    ``grad`` workload, its derived gradient program too (kernels named ``grad:<kernel>``)."""
     import tcmlir as tc
 
     fn = tc.define(w.tc, target="cuda")
-    kernel = fn.compile(*w.make(size), target="cuda", arch=arch)
-    kernels = kernel_work(kernel)
+    inputs = w.make(size)
+    kernels = kernel_work(fn.compile(*inputs, target="cuda", arch=arch))
+    if w.grad:
+        grad_fn, grad_inputs = gradient_call(fn, inputs)
+        kernels += [dataclasses.replace(k, name=f"grad:{k.name}") for k in
+                    kernel_work(grad_fn.compile(*grad_inputs, target="cuda", arch=arch))]
     return kernels, find_cliffs(w.name, kernels, **limits)
+
+
+def gradient_call(fn: Any, inputs: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
+    """The derived gradient program of ``fn`` (`tcmlir.grad.derive`) and arguments for it:
+    the forward inputs, then zero seeds shaped like the forward outputs they differentiate."""
+    import numpy as np
+
+    from tcmlir.grad import derive
+
+    program = derive(fn.ir)
+    sizes = fn.size_values(*inputs)
+    outputs = {t.name: t for t in fn.ir.outputs}
+    seeds = tuple(np.zeros(tuple(e.evaluate(sizes) for e in outputs[name].shape),
+                           outputs[name].dtype.numpy) for name in program.outputs)
+    return program.define(target="cuda"), (*inputs, *seeds)
 
 
 def main(argv: list[str] | None = None) -> int:
