@@ -20,9 +20,10 @@ import tcmlir as tc
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 USING = (ROOT / "docs" / "using.md").read_text(encoding="utf-8")
-#: pages whose examples run here (api.md is generated from docstrings; perf.md quotes figures)
+#: pages whose examples run here (api.md is generated from docstrings; perf.md quotes figures;
+#: cluster.md's examples need torchrun and Ray: tests/test_docs_cluster.py runs them)
 PAGES = [ROOT / "README.md", *(p for p in sorted((ROOT / "docs").glob("*.md"))
-                               if p.name not in ("api.md", "perf.md"))]
+                               if p.name not in ("api.md", "perf.md", "cluster.md"))]
 
 
 def _section(title: str, text: str = README) -> str:
@@ -192,7 +193,7 @@ def test_the_opening_block_is_the_main_job_and_the_whole_suite_with_torch():
     assert lines[0].startswith("python -m pip install -e . && python -m tcmlir run ")
     assert "--check" in lines[0]
     install, _, test = lines[1].partition(" && ")
-    assert "'.[test]'" in install and re.search(r"\btorch==\d+\.\d+\.\d+\b", install), \
+    assert "'.[test,ray]'" in install and re.search(r"\btorch==\d+\.\d+\.\d+\b", install), \
         "the test command must install the test extras and a pinned torch (a bare `torch` " \
         "pulls a multi-GB CUDA build)"
     assert test == "python -m pytest"

@@ -20,13 +20,28 @@ def missing_torch_message() -> str | None:
     """None when torch imports; else why the CI run must fail."""
     if importlib.util.find_spec("torch") is None:
         return ("CI is set but torch is not installed: tests/test_torch_op.py would skip. Install "
-                "it as the README's test command does: python -m pip install -e '.[test]' "
+                "it as the README's test command does: python -m pip install -e '.[test,ray]' "
                 "torch==2.13.0")
     try:
         import torch  # noqa: F401
     except Exception as exc:  # noqa: BLE001 - any import failure means the torch tests skip
         return f"CI is set but torch does not import ({exc}): tests/test_torch_op.py would skip"
     return None
+
+
+def missing_ray_message() -> str | None:
+    """None when ray is installed; else why the CI run must fail (tests/test_tune_ray.py)."""
+    if importlib.util.find_spec("ray") is None:
+        return ("CI is set but ray is not installed: tests/test_tune_ray.py would skip. Install "
+                "it as the README's test command does: python -m pip install -e '.[test,ray]'")
+    return None
+
+
+def test_ci_runs_the_ray_tests():
+    if not in_ci():
+        pytest.skip("CI is not set: Ray tests may skip on this machine")
+    problem = missing_ray_message()
+    assert problem is None, problem
 
 
 def test_ci_runs_the_torch_tests():

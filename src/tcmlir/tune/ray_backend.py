@@ -128,6 +128,15 @@ class Measurer:
             return ("error", str(exc).splitlines()[0])
 
 
+    def remeasure(self, opts_jsons: list[str], rounds: int) -> list[Any]:
+        """The candidates timed side by side on this actor (`evaluate.measure_side_by_side`)."""
+        from .evaluate import measure_side_by_side
+
+        candidates = [MappingOptions.from_json(j) for j in opts_jsons]
+        return list(measure_side_by_side(self.fn, self.inputs, candidates, self.target, rounds,
+                                         self.config.timeout_s))
+
+
 def compile_cuda(source: str, entry: str, arch: str, signature_json: str,
                  sizes: dict[str, int], opts_json: str) -> tuple[str, Any]:
     """A compile task (CPU, no GPU): a cuda candidate's packed kernel, or its error."""
@@ -268,9 +277,24 @@ class RayEvaluator:
             self._replace(k, why)
             return Evaluation(opts, math.inf, 0, error=why)
         if kind == "ok":
-            t, n, pruned = value
-            return Evaluation(opts, t, n, pruned=pruned)
+            t, n, pruned, *rest = value  # (median, runs, pruned, spread)
+            return Evaluation(opts, t, n, pruned=pruned, spread_s=rest[0] if rest else None)
         return Evaluation(opts, math.inf, 1 if kind == "wrong" else 0, error=value)
+
+    def remeasure(self, candidates: Sequence[MappingOptions]) -> list[Evaluation]:
+        """The finalists and the default timed side by side on one actor (as the local
+        backend does in one worker); a lost actor fails them all with the reason."""
+        from .evaluate import FINAL_ROUNDS, remeasured
+
+        k = next(iter(self.workers))
+        try:
+            answers = self.ray.get(self.workers[k].remeasure.remote(
+                [c.to_json() for c in candidates], FINAL_ROUNDS))
+        except self.ray.exceptions.RayError as exc:
+            why = f"Ray worker lost: {type(exc).__name__}: {_first_line(exc)}"
+            self._replace(k, why)
+            return [Evaluation(c, math.inf, 0, error=why) for c in candidates]
+        return remeasured(candidates, answers)
 
     def close(self) -> None:
         for w in getattr(self, "workers", {}).values():
