@@ -7,8 +7,8 @@
 #   bench     tools/bench.py (alone on the GPU, after the rest)
 #   smoke     tools/promo_smoke.py (matmul under the memory-hierarchy mappings) and
 #             tools/bench_launch.py (host time per cached call), tools/host_costs.py (its pieces)
-#   mma       tests/test_mma.py on the GPU, compute-sanitizer on a small tensor-core kernel,
-#             tools/bench_mma.py (tensor cores beside cuBLAS)
+#   mma       compute-sanitizer on small tensor-core kernels, tools/bench_mma.py (tensor cores
+#             beside cuBLAS; MMA_VARIANTS=1 adds the ladder of mappings)
 #   tune      tools/tune_gpu.py (autotuning matmul and softmax on 1 and, if present, 2 GPUs)
 # Logs go to $OUT (./gpu-out when unset); a summary line per step is printed at the end.
 # TCMLIR_REQUIRE_GPU=1 is set: GPU tests fail rather than skip when the GPU is unusable, and a
@@ -35,9 +35,10 @@ if has tests; then
           "tests/test_corpus.py tests/test_random_programs.py"
           "tests/test_multi_exec.py tests/test_multi_prepared.py tests/test_split_k.py" "tests/test_mm_smem.py tests/test_conv_regs.py"
           "tests/test_profile.py tests/test_profile_advice.py tests/test_profile_ceilings.py tests/test_torch_op.py tests/test_array_kinds.py tests/test_cache_mgmt.py"
-          "tests/test_profile_split.py tests/test_dump_kernel.py tests/test_dump_target.py tests/test_robust_calls.py tests/test_robust_codegen.py")
+          "tests/test_profile_split.py tests/test_dump_kernel.py tests/test_dump_target.py tests/test_robust_calls.py tests/test_robust_codegen.py"
+          "tests/test_mma.py tests/test_tune_device_inputs.py tests/test_tune_final.py tests/test_tune_workers.py tests/test_tc_programs.py")
   kexprs=("not promo and not contraction and not shared" "promo or contraction" "shared" ""
-          "4097x" "600x4096" "not 4097x and not 600x4096" "" "" "" "" "" "" "")
+          "4097x" "600x4096" "not 4097x and not 600x4096" "" "" "" "" "" "" "" "")
   for i in "${!groups[@]}"; do
     kargs=(); [ -n "${kexprs[$i]}" ] && kargs=(-k "${kexprs[$i]}")
     # shellcheck disable=SC2086
@@ -75,15 +76,16 @@ if has smoke; then
   timeout 120 python3 tools/host_costs.py >"$OUT/host_costs.log" 2>&1
   echo "host_costs: exit $?" >>"$OUT/.sum-smoke"
 fi
-if has mma; then  # tensor cores: GPU tests, memcheck and racecheck on a small kernel, benchmark
-  timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider -rfEs tests/test_mma.py >"$OUT/mma-tests.log" 2>&1
-  echo "mma tests: exit $? $(tail -1 "$OUT/mma-tests.log")" >"$OUT/.sum-mma"
+if has mma; then  # tensor cores: memcheck, racecheck, synccheck on small kernels, benchmark
+  # (their GPU tests are a group of `tests`)
   for tool in memcheck racecheck synccheck; do
     timeout 200 compute-sanitizer --tool $tool --error-exitcode 1 python3 tools/bench_mma.py --check-only \
       >"$OUT/mma-$tool.log" 2>&1; echo "mma $tool: exit $? $(tail -1 "$OUT/mma-$tool.log")" >>"$OUT/.sum-mma"
   done
   timeout 300 python3 tools/bench_mma.py >"$OUT/mma-bench.log" 2>&1; echo "mma bench: exit $?" >>"$OUT/.sum-mma"
-  timeout 200 python3 tools/bench_mma.py --variants >>"$OUT/mma-bench.log" 2>&1; echo "mma variants: exit $?" >>"$OUT/.sum-mma"
+  if [ -n "${MMA_VARIANTS:-}" ]; then
+    timeout 200 python3 tools/bench_mma.py --variants >>"$OUT/mma-bench.log" 2>&1; echo "mma variants: exit $?" >>"$OUT/.sum-mma"
+  fi
 fi
 if has tune; then
   timeout 500 python3 tools/tune_gpu.py --json "$OUT/tune.json" >"$OUT/tune.log" 2>&1
@@ -91,6 +93,6 @@ if has tune; then
 fi
 cat "$OUT"/.sum-* 2>/dev/null; rm -f "$OUT"/.sum-*
 grep -h -E "^(FAILED|ERROR) " "$OUT"/gpu-tests-*.log 2>/dev/null | head -40
-tail -n 40 "$OUT"/mma-bench.log "$OUT"/mma-tests.log "$OUT"/bench.log "$OUT"/smoke.log "$OUT"/launch.log "$OUT"/host_costs.log "$OUT"/tune.log 2>/dev/null
+tail -n 40 "$OUT"/mma-bench.log "$OUT"/bench.log "$OUT"/smoke.log "$OUT"/launch.log "$OUT"/host_costs.log "$OUT"/tune.log 2>/dev/null
 if [ -e "$OUT/.tests-failed" ]; then rm -f "$OUT/.tests-failed"; exit 1; fi
 exit 0
