@@ -19,8 +19,9 @@ the body is a sequence of phases, one per statement. Lowering:
 Barriers must be reached by every thread of the block: `map-rows` proves with isl that every
 ``_tx`` has instances below the mark and below each reduction mark at every row; here each
 barrier additionally checks that no enclosing ``if`` or loop reads a thread index, and each
-phase that it runs only one statement (a `CodegenError` otherwise, never a kernel that hangs or
-races). `on_chip_tensors` names the temporaries
+phase that it runs only one statement, or statements that touch nothing another one writes, or
+statements that thread 0 alone runs (``if (_tx == 0) { S2; S3; }``: program order suffices) (a
+`CodegenError` otherwise, never a kernel that hangs or races). `on_chip_tensors` names the temporaries
 that need no global buffer (local ones, and those no statement touches any more, after
 `inline-temporaries`).
 
@@ -116,6 +117,23 @@ def independent_calls(fn: tc.Function, calls: set[tuple[int, bool]]) -> bool:
         if touched & {t for j, t in writes.items() if j != k}:
             return False
     return True
+
+
+def one_thread(node: isl.AstNode) -> bool:
+    """Whether ``node`` is ``if (_tx == 0) ...`` without an else: one thread runs its
+    statements, in program order, so they need no barrier between them (isl fuses the phases
+    of statements pinned to thread 0 into one such ``if``: moments' ``mean(n) = mean(n) / K``
+    and ``var(n) = var(n) / K - mean(n) * mean(n)``). ``_ty`` and ``_tz`` are pinned to 0 by
+    the kernel's filter."""
+    if node.get_type() != isl.ast_node_type.if_ or node.if_has_else_node():
+        return False
+    cond = node.if_get_cond()
+    if cond.get_type() != isl.ast_expr_type.op or cond.get_op_type() != isl.ast_expr_op_type.eq:
+        return False
+    args = [cond.get_op_arg(i) for i in range(cond.get_op_n_arg())]
+    ids = [a.get_id().get_name() for a in args if a.get_type() == isl.ast_expr_type.id]
+    zeros = [a for a in args if a.get_type() == isl.ast_expr_type.int and a.get_val().to_python() == 0]
+    return ids == ["_tx"] and len(zeros) == 1
 
 
 def _is_reduction_mark(node: isl.AstNode) -> bool:
@@ -230,7 +248,7 @@ class RowWalker(ReducingWalker):
         writes = [{self.fn.statements[k].tensor for k in t} & set(self.local) for t in touched]
         self.local_values = {}
         for i, phase in enumerate(phases):
-            if len(touched[i]) > 1 and not self._independent(phase):
+            if len(touched[i]) > 1 and not self._independent(phase) and not one_thread(phase):
                 # isl split the row loop: dependent statements would share a barrier interval
                 raise CodegenError(f"internal: one phase of a row body runs statements "
                                    f"{sorted(touched[i])}; map-rows gives each its own phase")
