@@ -126,6 +126,36 @@ def test_one_thread_phase_is_recognised():
         assert one_thread(node) is want, guard
 
 
+# ---------------------------------------------------------------- guarded contractions
+
+# TC's docs/source/coding_conventions.rst: a triangular product through a guard
+TRIANGULAR = """def matmul(float(M, K) L, float(K, M) U) -> (LU) {
+    LU(m1, m2) +=! (r_k >= m1 && r_k <= m2) ? L(m1, r_k) * U(r_k, m2) : 0
+}"""
+GUARDED_BATCH = """def f(float(Bt, N, K) X, float(Bt, M, K) Y) -> (Z) {
+    Z(b, n, m) +=! k != b ? (X(b, n, k) * Y(b, m, k)) : -1.0
+}"""
+
+
+@pytest.mark.parametrize(("m", "k"), [(4, 6), (5, 3), (33, 70), (64, 64)], ids=str)
+def test_triangular_product_promotes_what_the_guard_reads(m, k, rng):
+    """The shared tiles hold the footprint of the reads where the guard holds (the scop's
+    reads); the kernel loads L(m1, r_k) only there (the arm of ``?:`` is a branch), so the
+    proof that every access stays in the box counts only those (it used to count every
+    instance and fail: an access of S0 leaves the box)."""
+    inputs = [rng.uniform(-1, 1, (m, k)).astype(np.float32),
+              rng.uniform(-1, 1, (k, m)).astype(np.float32)]
+    kernel = _check(TRIANGULAR, inputs)
+    assert "cpin_L_sh0" in kernel.schedule and "cpin_U_sh0" in kernel.schedule
+
+
+@pytest.mark.parametrize(("bt", "n", "k", "m"), [(4, 4, 1, 1), (3, 5, 2, 7), (2, 33, 3, 40)], ids=str)
+def test_guarded_batched_product(bt, n, k, m, rng):
+    inputs = [rng.uniform(-1, 1, (bt, n, k)).astype(np.float32),
+              rng.uniform(-1, 1, (bt, m, k)).astype(np.float32)]
+    assert "cpin_X_sh0" in _check(GUARDED_BATCH, inputs).schedule
+
+
 # ---------------------------------------------------------------- empty ranges
 
 
@@ -140,6 +170,17 @@ def test_a_program_with_no_instance_has_no_kernel(src, n, rng):
 
 
 # ---------------------------------------------------------------- on the GPU
+
+
+@pytest.mark.gpu
+def test_guarded_contractions_on_gpu(rng):
+    for src, shapes in [(TRIANGULAR, [(4, 6), (6, 4)]), (TRIANGULAR, [(300, 129), (129, 300)]),
+                        (GUARDED_BATCH, [(4, 4, 1), (4, 1, 1)]),
+                        (GUARDED_BATCH, [(7, 65, 9), (7, 33, 9)])]:
+        inputs = [rng.uniform(-1, 1, s).astype(np.float32) for s in shapes]
+        ref = run_program(tc.define(src, target="numpy"), inputs)
+        got = run_program(tc.define(src, target="cuda"), inputs)
+        assert_outputs_close(got, ref, 1e-4, context=f"{shapes}")
 
 
 @pytest.mark.gpu

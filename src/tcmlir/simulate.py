@@ -316,6 +316,8 @@ class _Redirected(_Eval):
         hit = self.redirects.get(e)
         if hit is None:
             return super()._read(e)
+        if self.mask is not None and not np.any(self.mask):  # the untaken arm of `?:`: the
+            return np.zeros((), dtype=self.arrays[e.tensor].dtype)  # kernel does not load it
         return np.asarray(self.thread.read_slot(hit[0], [_expr(x, self.thread.env) for x in hit[1]]))
 
 
