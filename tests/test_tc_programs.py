@@ -169,6 +169,75 @@ def test_a_program_with_no_instance_has_no_kernel(src, n, rng):
     assert ".entry" not in kernel.ptx
 
 
+# ---------------------------------------------------------------- range inference
+
+# TC's test/test_inference.cc: ambiguous (TCC, TCD, TCE), and programs it infers
+AMBIGUOUS = {
+    "TCC": ("def fun(float(I_0, I_1, I_2) I) -> (O) {\n  O(i) +=! I(i, i + j, j)\n}",
+            "i, j", "I(i, i + j, j)", "where j in 0:I_2"),
+    "TCD": ("def fun(float(I_0, I_1, I_2, I_3, I_4) I) -> (O) {\n"
+            "  O(i) +=! I(i, j, i, k, 2 * i + j)\n}", "i, j", "2 * i + j", "where j in 0:I_1"),
+    "TCE": ("def fun(float(I_0, I_1, I_2, I_3, I_4) I) -> (O) {\n"
+            "  O(i) +=! I(j, j + 1, i, i + 3, 2 * i + j + 0)\n}", "i, j", "2 * i + j + 0",
+            "where i in lo:hi"),
+}
+INFERRED = [
+    "def fun(float(I_0, I_1, I_2) I) -> (O) { O(i) +=! I(j, i + j, k) }",  # TCA
+    """def fun(float(A_0, A_1, A_2) A, float(B_0, B_1, B_2) B, float(C_0, C_1, C_2) C) -> (O2, O3) {
+      O2(j, k, l) +=! B(j, k, l) + A(i, j, k)
+      O3(k, l, m) +=! C(k, l, m) + O2(j, k, l)
+    }""",  # TCF
+    """def convolution(float(N,C,H,W) I, float(M,C,KH,KW) W1, float(M) B) -> (pad, tmp) {
+        pad(n, c, h, w)  = I(n, c, h - 2 - 3, w - 3 - 4)
+        tmp(n, m, h, w) +=! pad(n, c, 2 * h + kh, 3 * w + kw) * W1(m, c, kh, kw)
+    }""",  # PaddedConv
+    """def fun(float(B,IP,H,W) input, float(OP,IP,KH,KW) weight) -> (output) {
+      output(b, op, h, w) +=! input(b, ip, 2 * h + 3 * w + kh, 2 * w + kw) * weight(op, ip, kh, kw)
+    }""",  # WeirdConv
+    """def convolutionGrad(float(N,C,H,W) I, float(M,C,KH,KW) W1, float(N,M,OH,OW) d_O)
+    -> (d_I, d_W1, d_B) {
+        d_I(n, c, h, w) +=! d_O(n, m, h - kh, w - kw) * W1(m, c, kh, kw)
+        d_W1(m, c, kh, kw) +=! d_O(n, m, h - kh, w - kw) * I(n, c, h, w)
+        d_B(m) +=! d_O(n, m, h, w)
+    }""",  # ConvGrad
+]
+
+
+@pytest.mark.parametrize("name", list(AMBIGUOUS))
+def test_ambiguous_ranges_are_a_located_error(name):
+    """More than one maximal rectangle keeps the access in bounds (TC refuses these)."""
+    src, indices, culprit, fix = AMBIGUOUS[name]
+    with pytest.raises(tc.InferenceError) as info:
+        tc.define(src)
+    text = str(info.value)
+    assert text.startswith("<string>:2:12: error: the ranges of " + indices + " are ambiguous")
+    assert culprit in text and "more than one maximal rectangle" in text
+    assert "fix: give " in text and fix in text
+
+
+@pytest.mark.parametrize("name", ["TCC", "TCD"])
+def test_the_suggested_where_settles_the_ranges(name, rng):
+    src, _, _, fix = AMBIGUOUS[name]
+    fixed = src.replace("\n}", f" {fix}\n}}")
+    shape = (3, 7, 4) if name == "TCC" else (4, 3, 5, 2, 9)
+    x = rng.uniform(-1, 1, shape).astype(np.float32)
+    ref = run_program(tc.define(fixed, target="numpy"), [x])
+    assert_outputs_close(run_program(tc.define(fixed, target="cpu"), [x]), ref, 1e-5)
+
+
+@pytest.mark.parametrize("src", INFERRED, ids=["TCA", "TCF", "PaddedConv", "WeirdConv", "ConvGrad"])
+def test_tc_inference_programs_still_infer(src):
+    tc.define(src)
+
+
+def test_combining_another_tensor_stays_a_precondition():
+    """inference.rst's ``B(i) * C(i + j) * D(j)``: C must be large enough (a warning)."""
+    with pytest.warns(tc.PreconditionWarning, match="C\\(i \\+ j\\)"):
+        fn = tc.define("def f(float(N) B, float(M) C, float(K) D) -> (A) {\n"
+                       "  A(i, j) = B(i) * C(i + j) * D(j)\n}")
+    assert fn.ir.preconditions == ("K <= 1 - N + M",)
+
+
 # ---------------------------------------------------------------- on the GPU
 
 
