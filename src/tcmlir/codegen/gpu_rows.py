@@ -46,7 +46,8 @@ from .gpu_partials import RowPartials
 from .gpu_reduce import ReducingWalker, ReductionScope, _atomic_fold, _barrier, _if, _shared, enter
 from .lower import _STMT, _id_names
 
-__all__ = ["RowWalker", "on_chip_tensors", "parse_rows_mark"]
+__all__ = ["RowWalker", "barrier_after", "flat_phases", "is_reduction_mark", "on_chip_tensors",
+           "one_thread", "parse_rows_mark", "phase_statements"]
 
 _THREADS = {"_tx", "_ty", "_tz"}
 
@@ -76,16 +77,16 @@ def on_chip_tensors(fn: tc.Function, local: set[str]) -> tuple[str, ...]:
     return tuple(t.name for t in fn.temporaries if t.name in local or t.name not in touched)
 
 
-def _flat(node: isl.AstNode) -> list[isl.AstNode]:
+def flat_phases(node: isl.AstNode) -> list[isl.AstNode]:
     """The nodes of ``node`` with nested blocks expanded (isl groups a sequence's children
     into blocks of blocks as it likes; the phases are the leaves of that nesting)."""
     if node.get_type() != isl.ast_node_type.block:
         return [node]
     kids = node.block_get_children()
-    return [x for i in range(kids.n_ast_node()) for x in _flat(kids.get_at(i))]
+    return [x for i in range(kids.n_ast_node()) for x in flat_phases(kids.get_at(i))]
 
 
-def _statements(node: isl.AstNode) -> set[int]:
+def phase_statements(node: isl.AstNode) -> set[int]:
     """The statement numbers (``S<k>`` and ``S<k>_init``) called in ``node``'s subtree."""
     return {k for k, _ in _calls(node)}
 
@@ -119,6 +120,16 @@ def independent_calls(fn: tc.Function, calls: set[tuple[int, bool]]) -> bool:
     return True
 
 
+def barrier_after(phases: list[isl.AstNode], touched: list[set[int]], i: int) -> bool:
+    """Whether the row body puts a block barrier after ``phases[i]`` (``touched``: the
+    statements of each phase): not after a reduction mark, whose combine ends with one, nor
+    between the pieces of one statement's phase (its init, then its combine; or unrolled
+    copies): map-rows proved its instances in a row independent (other than through its
+    reduction, whose fold thread 0 does after its own init). The simulator follows it."""
+    same_next = i + 1 < len(phases) and touched[i + 1] == touched[i]
+    return not is_reduction_mark(phases[i]) and not same_next
+
+
 def one_thread(node: isl.AstNode) -> bool:
     """Whether ``node`` is ``if (_tx == 0) ...`` without an else: one thread runs its
     statements, in program order, so they need no barrier between them (isl fuses the phases
@@ -136,7 +147,7 @@ def one_thread(node: isl.AstNode) -> bool:
     return ids == ["_tx"] and len(zeros) == 1
 
 
-def _is_reduction_mark(node: isl.AstNode) -> bool:
+def is_reduction_mark(node: isl.AstNode) -> bool:
     return (node.get_type() == isl.ast_node_type.mark
             and node.mark_get_id().get_name().startswith("reduction "))
 
@@ -243,8 +254,8 @@ class RowWalker(ReducingWalker):
         self.row_body(node)
 
     def row_body(self, node: isl.AstNode) -> None:
-        phases = _flat(node)
-        touched = [_statements(p) for p in phases]
+        phases = flat_phases(node)
+        touched = [phase_statements(p) for p in phases]
         writes = [{self.fn.statements[k].tensor for k in t} & set(self.local) for t in touched]
         self.local_values = {}
         for i, phase in enumerate(phases):
@@ -255,11 +266,8 @@ class RowWalker(ReducingWalker):
             for t in writes[i]:
                 self.local_values.pop(t, None)
             self.node(phase)
-            # pieces of one statement's phase (its init, then its combine; or unrolled copies)
-            # need no barrier between them: map-rows proved its instances in a row independent
-            # (other than through its reduction, whose fold thread 0 does after its own init)
             same_next = i + 1 < len(phases) and touched[i + 1] == touched[i]
-            if not _is_reduction_mark(phase) and not same_next:
+            if barrier_after(phases, touched, i):
                 self.barrier()
             if not same_next and any(self._reads_any(touched[j], writes[i])
                                      for j in range(i + 1, len(phases))):
