@@ -382,9 +382,11 @@ def _split_init(rband: isl.ScheduleNode, k: int, ctx: isl.Context) -> isl.Schedu
 
 
 def _full_participation(rband: isl.ScheduleNode, b: int) -> bool:
-    """Every ``_tx`` in [0, b) has an instance under ``rband`` at every outer iteration."""
+    """Every ``_tx`` in [0, b) has an instance under ``rband`` at every outer iteration. The
+    instances are those reaching the leaves below, through the filters there: a phase
+    pinned to ``_tx = 0`` below a row sequence counts for thread 0 only."""
     prefix = rband.get_prefix_schedule_union_map()
-    outer = prefix.intersect_domain(rband.get_domain()).range()
+    outer = prefix.intersect_domain(_leaf_domain(rband)).range()
     for s in sets_of(outer):
         pos = s.find_dim_by_name(isl.dim_type.param, "_tx")
         if pos < 0:
@@ -397,3 +399,17 @@ def _full_participation(rband: isl.ScheduleNode, b: int) -> bool:
         if not anyone.is_subset(bounded):
             return False
     return True
+
+
+def _leaf_domain(node: isl.ScheduleNode) -> isl.UnionSet:
+    """The statement instances that reach the leaves below ``node`` (its domain, restricted by
+    the filters below it)."""
+    found = [node.get_domain().empty(node.get_domain().get_space())]
+
+    def visit(n: isl.ScheduleNode) -> bool:
+        if n.get_type() == isl.schedule_node_type.leaf:
+            found[0] = found[0].union(n.get_domain())
+        return True
+
+    node.foreach_descendant_top_down(visit)
+    return found[0]

@@ -41,7 +41,8 @@ below each ``reduction`` mark at every row (so every thread reaches every barrie
 B = 1 the row runs on one thread. A reduction whose values the combine cannot shuffle (bool,
 8/16-bit integers) runs on thread 0 of the block. ``G`` is ``grid`` capped by the number of rows when sizes are
 fixed and by the blocks of B threads the SMs hold at once (`gpu_defaults.SM_COUNT` ×
-min(32, 2048 / B)). Requires a schedule (it is replaced); run it instead of tile/map-to-blocks/
+min(32, 2048 / B)). A program with no statement instance (an empty range such as
+``i in N:N``) becomes one kernel of one thread that runs nothing. Requires a schedule (it is replaced); run it instead of tile/map-to-blocks/
 map-to-threads/map-reduction.
 """
 
@@ -178,6 +179,10 @@ class MapRows(Pass):
     def run(self, state: CompileState) -> CompileState:
         domain = with_params(isl.Schedule.from_domain(state.scop.domain),
                              BLOCK_PARAMS + THREAD_PARAMS).get_domain()
+        if domain.is_empty():  # no statement instance at these sizes (or at any)
+            assert state.schedule is not None
+            return dataclasses.replace(state, schedule=single_thread(
+                with_params(state.schedule, BLOCK_PARAMS + THREAD_PARAMS)))
         if row_rank(state.fn) == 0 and full_reduction_problem(state.fn) is None:
             schedule = build_full_reduction(state, domain, self.threads, self.grid,
                                             self.vector_bytes)

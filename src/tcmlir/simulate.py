@@ -155,9 +155,24 @@ class _Thread:
                 return
         yield from self.run(node)
 
-    def run(self, node: isl.AstNode) -> Iterator[None]:
+    def run(self, node: isl.AstNode, rows: bool = False) -> Iterator[None]:
+        """Run ``node``; with ``rows``, it lies below a ``rows`` mark and above its row body
+        (the row loop, a uniform guard): the first other node is the body."""
         kind = node.get_type()
-        if kind == _NODE.block:
+        if rows and kind not in (_NODE.for_, _NODE.if_):
+            yield from self.row_body(node)
+        elif rows and kind == _NODE.for_:
+            name = node.for_get_iterator().get_id().get_name()
+            self.env[name] = _expr(node.for_get_init(), self.env)
+            while _expr(node.for_get_cond(), self.env):
+                yield from self.run(node.for_get_body(), rows)
+                self.env[name] += _expr(node.for_get_inc(), self.env)
+        elif rows:
+            if _expr(node.if_get_cond(), self.env):
+                yield from self.run(node.if_get_then_node(), rows)
+            elif node.if_has_else_node():
+                yield from self.run(node.if_get_else_node(), rows)
+        elif kind == _NODE.block:
             kids = node.block_get_children()
             for i in range(kids.n_ast_node()):
                 yield from self.run(kids.get_at(i))
@@ -176,7 +191,7 @@ class _Thread:
             name = node.mark_get_id().get_name()
             red = _REDUCTION_MARK.match(name)
             if red is None:
-                yield from self.run(node.mark_get_node())
+                yield from self.run(node.mark_get_node(), name.startswith("rows threads="))
                 return
             if self.reduction is not None:
                 raise SimulationError(f"reduction mark {name!r} inside another one")
@@ -203,6 +218,17 @@ class _Thread:
                 self.statement(name, args, payload or {})
         else:
             raise NotImplementedError(f"isl AST node {kind}")
+
+    def row_body(self, node: isl.AstNode) -> Iterator[None]:
+        """A row body's phases with the block barriers `codegen.gpu_rows` puts between them."""
+        from .codegen.gpu_rows import barrier_after, flat_phases, phase_statements
+
+        phases = flat_phases(node)
+        touched = [phase_statements(p) for p in phases]
+        for i, phase in enumerate(phases):
+            yield from self.run(phase)
+            if barrier_after(phases, touched, i):
+                yield None
 
     # ---- buffers
 
@@ -316,6 +342,8 @@ class _Redirected(_Eval):
         hit = self.redirects.get(e)
         if hit is None:
             return super()._read(e)
+        if self.mask is not None and not np.any(self.mask):  # the untaken arm of `?:`: the
+            return np.zeros((), dtype=self.arrays[e.tensor].dtype)  # kernel does not load it
         return np.asarray(self.thread.read_slot(hit[0], [_expr(x, self.thread.env) for x in hit[1]]))
 
 

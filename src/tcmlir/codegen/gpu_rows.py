@@ -19,8 +19,9 @@ the body is a sequence of phases, one per statement. Lowering:
 Barriers must be reached by every thread of the block: `map-rows` proves with isl that every
 ``_tx`` has instances below the mark and below each reduction mark at every row; here each
 barrier additionally checks that no enclosing ``if`` or loop reads a thread index, and each
-phase that it runs only one statement (a `CodegenError` otherwise, never a kernel that hangs or
-races). `on_chip_tensors` names the temporaries
+phase that it runs only one statement, or statements that touch nothing another one writes, or
+statements that thread 0 alone runs (``if (_tx == 0) { S2; S3; }``: program order suffices) (a
+`CodegenError` otherwise, never a kernel that hangs or races). `on_chip_tensors` names the temporaries
 that need no global buffer (local ones, and those no statement touches any more, after
 `inline-temporaries`).
 
@@ -45,7 +46,8 @@ from .gpu_partials import RowPartials
 from .gpu_reduce import ReducingWalker, ReductionScope, _atomic_fold, _barrier, _if, _shared, enter
 from .lower import _STMT, _id_names
 
-__all__ = ["RowWalker", "on_chip_tensors", "parse_rows_mark"]
+__all__ = ["RowWalker", "barrier_after", "flat_phases", "is_reduction_mark", "on_chip_tensors",
+           "one_thread", "parse_rows_mark", "phase_statements"]
 
 _THREADS = {"_tx", "_ty", "_tz"}
 
@@ -75,16 +77,16 @@ def on_chip_tensors(fn: tc.Function, local: set[str]) -> tuple[str, ...]:
     return tuple(t.name for t in fn.temporaries if t.name in local or t.name not in touched)
 
 
-def _flat(node: isl.AstNode) -> list[isl.AstNode]:
+def flat_phases(node: isl.AstNode) -> list[isl.AstNode]:
     """The nodes of ``node`` with nested blocks expanded (isl groups a sequence's children
     into blocks of blocks as it likes; the phases are the leaves of that nesting)."""
     if node.get_type() != isl.ast_node_type.block:
         return [node]
     kids = node.block_get_children()
-    return [x for i in range(kids.n_ast_node()) for x in _flat(kids.get_at(i))]
+    return [x for i in range(kids.n_ast_node()) for x in flat_phases(kids.get_at(i))]
 
 
-def _statements(node: isl.AstNode) -> set[int]:
+def phase_statements(node: isl.AstNode) -> set[int]:
     """The statement numbers (``S<k>`` and ``S<k>_init``) called in ``node``'s subtree."""
     return {k for k, _ in _calls(node)}
 
@@ -118,7 +120,34 @@ def independent_calls(fn: tc.Function, calls: set[tuple[int, bool]]) -> bool:
     return True
 
 
-def _is_reduction_mark(node: isl.AstNode) -> bool:
+def barrier_after(phases: list[isl.AstNode], touched: list[set[int]], i: int) -> bool:
+    """Whether the row body puts a block barrier after ``phases[i]`` (``touched``: the
+    statements of each phase): not after a reduction mark, whose combine ends with one, nor
+    between the pieces of one statement's phase (its init, then its combine; or unrolled
+    copies): map-rows proved its instances in a row independent (other than through its
+    reduction, whose fold thread 0 does after its own init). The simulator follows it."""
+    same_next = i + 1 < len(phases) and touched[i + 1] == touched[i]
+    return not is_reduction_mark(phases[i]) and not same_next
+
+
+def one_thread(node: isl.AstNode) -> bool:
+    """Whether ``node`` is ``if (_tx == 0) ...`` without an else: one thread runs its
+    statements, in program order, so they need no barrier between them (isl fuses the phases
+    of statements pinned to thread 0 into one such ``if``: moments' ``mean(n) = mean(n) / K``
+    and ``var(n) = var(n) / K - mean(n) * mean(n)``). ``_ty`` and ``_tz`` are pinned to 0 by
+    the kernel's filter."""
+    if node.get_type() != isl.ast_node_type.if_ or node.if_has_else_node():
+        return False
+    cond = node.if_get_cond()
+    if cond.get_type() != isl.ast_expr_type.op or cond.get_op_type() != isl.ast_expr_op_type.eq:
+        return False
+    args = [cond.get_op_arg(i) for i in range(cond.get_op_n_arg())]
+    ids = [a.get_id().get_name() for a in args if a.get_type() == isl.ast_expr_type.id]
+    zeros = [a for a in args if a.get_type() == isl.ast_expr_type.int and a.get_val().to_python() == 0]
+    return ids == ["_tx"] and len(zeros) == 1
+
+
+def is_reduction_mark(node: isl.AstNode) -> bool:
     return (node.get_type() == isl.ast_node_type.mark
             and node.mark_get_id().get_name().startswith("reduction "))
 
@@ -225,23 +254,20 @@ class RowWalker(ReducingWalker):
         self.row_body(node)
 
     def row_body(self, node: isl.AstNode) -> None:
-        phases = _flat(node)
-        touched = [_statements(p) for p in phases]
+        phases = flat_phases(node)
+        touched = [phase_statements(p) for p in phases]
         writes = [{self.fn.statements[k].tensor for k in t} & set(self.local) for t in touched]
         self.local_values = {}
         for i, phase in enumerate(phases):
-            if len(touched[i]) > 1 and not self._independent(phase):
+            if len(touched[i]) > 1 and not self._independent(phase) and not one_thread(phase):
                 # isl split the row loop: dependent statements would share a barrier interval
                 raise CodegenError(f"internal: one phase of a row body runs statements "
                                    f"{sorted(touched[i])}; map-rows gives each its own phase")
             for t in writes[i]:
                 self.local_values.pop(t, None)
             self.node(phase)
-            # pieces of one statement's phase (its init, then its combine; or unrolled copies)
-            # need no barrier between them: map-rows proved its instances in a row independent
-            # (other than through its reduction, whose fold thread 0 does after its own init)
             same_next = i + 1 < len(phases) and touched[i + 1] == touched[i]
-            if not _is_reduction_mark(phase) and not same_next:
+            if barrier_after(phases, touched, i):
                 self.barrier()
             if not same_next and any(self._reads_any(touched[j], writes[i])
                                      for j in range(i + 1, len(phases))):

@@ -27,6 +27,7 @@ import islpy as isl
 from .. import ir
 from ..affine import to_isl
 from ..errors import InferenceError, Source, Span
+from .bound_text import affine_text, tc_bound
 
 __all__ = ["SIZE_LIMIT", "Access", "Precondition", "RangeSolver"]
 
@@ -220,7 +221,70 @@ class RangeSolver:
                 raise InferenceError.at(self.source, first_use.get(v),
                                         f"cannot infer the range of index {v}",
                                         f"add `where {v} in 0:{hint}`")
-        return {v: resolved[v] for v in indices}
+        ranges = {v: resolved[v] for v in indices}
+        self.check_unique_rectangle(ranges, set(explicit), accesses, shapes)
+        return ranges
+
+    def check_unique_rectangle(self, ranges: Mapping[str, Bounds], explicit: set[str],
+                               accesses: Sequence[Access],
+                               shapes: Mapping[str, tuple[ir.SizeExpr, ...] | None]) -> None:
+        """TC's rule (inference.rst): the inferred ranges are the maximal rectangle that keeps
+        every access in bounds, and where there is more than one, an error asks for a
+        ``where``. The rounds give each index the range its own accesses allow; an argument
+        of two or more inferred indices resolved in the same round bounds none of them. When
+        the other dimensions of the same access bound each of those indices (TC's
+        test_inference ``TCC`` ``I(i, i + j, j)``: ``i`` and ``j`` from dimensions 0 and 2,
+        ``TCD``, ``TCE``) and the argument leaves its dimension for some sizes, the points
+        where the access is in bounds are no rectangle: several maximal ones trade the range
+        of one index for another's, and a located `InferenceError` names the indices and
+        suggests the ``where`` that settles it. When another tensor combines indices that
+        other accesses bound (inference.rst's ``B(i) * C(i + j) * D(j)``), the doc leaves "the
+        requirement that C is large enough": a precondition (`check_bounds`)."""
+        names = list(ranges)
+        live = self._nonempty(names, ranges)
+        for acc in accesses:
+            shape = shapes.get(acc.tensor)
+            if shape is None:
+                continue
+            for d, (arg, extent) in enumerate(zip(acc.args, shape, strict=True)):
+                text = to_isl(arg)
+                used = _index_names(arg)
+                inferred = [v for v in used if v not in explicit]
+                if text is None or len(inferred) < 2:
+                    continue
+                others = [_index_names(a) for k, a in enumerate(acc.args) if k != d]
+                if not all(any(v in o for o in others) for v in inferred):
+                    continue  # another tensor combines them: a precondition on its size
+                dims = names if acc.guard is not None else used
+                bad = self._outside(dims, ranges, dims, text, self.pw_aff(extent), acc.guard)
+                if (bad.params() & live).is_empty():
+                    continue
+                box = ", ".join(f"{v} in [{tc_bound(ranges[v][0], self.context)}, "
+                                f"{tc_bound(ranges[v][1], self.context)})" for v in inferred)
+                raise InferenceError.at(
+                    self.source, acc.span,
+                    f"the ranges of {', '.join(inferred)} are ambiguous: {acc.text} stays in "
+                    f"{acc.tensor}'s dimension {d} (extent {extent}) only for some of "
+                    f"{box}, and more than one maximal rectangle of {', '.join(inferred)} "
+                    "keeps it there", self._unique_fix(inferred, ranges))
+
+    def _unique_fix(self, inferred: Sequence[str], ranges: Mapping[str, Bounds]) -> str:
+        """Give all but one of ``inferred`` a range (the last is then inferred given them):
+        the inferred ranges where TC can write them (a ``where`` bound is affine)."""
+        texts = {v: (affine_text(ranges[v][0]), affine_text(ranges[v][1])) for v in inferred}
+        writable = [v for v in inferred if None not in texts[v]]
+        if len(writable) >= len(inferred) - 1:
+            last = next((v for v in reversed(inferred) if v not in writable), inferred[0])
+            given = [v for v in inferred if v != last]
+            clause = ", ".join(f"{v} in {texts[v][0]}:{texts[v][1]}" for v in given)
+        else:
+            last = inferred[-1]
+            given = list(inferred[:-1])
+            clause = ", ".join(f"{v} in lo:hi" for v in given)
+        return (f"give {', '.join(given)} the range{'s' if len(given) > 1 else ''} you mean with a where "
+                f"clause, e.g. "
+                f"`where {clause}`; the range of {last} is then inferred given "
+                f"{'it' if len(given) == 1 else 'them'}")
 
     def _extend(self, v: str, lo: isl.PwAff, hi: isl.PwAff, span: Span | None,
                 vacuous: isl.Set | None = None) -> Bounds:

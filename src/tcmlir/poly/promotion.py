@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import islpy as isl
 
 from .. import ir
-from ..affine import to_isl
+from ..affine import guarded_reads, to_isl
 from ..dtypes import DType
 from .gpu_mapping import THREAD_PARAMS
 from .scop import maps_of, sets_of
@@ -417,9 +417,12 @@ def graft(node: isl.ScheduleNode, extension: isl.UnionMap, parts: list[tuple[isl
 
 def prove_in_box(buf: Buffer, fn: ir.Function) -> None:
     """Prove with isl that every access of the original statements in ``buf.scope`` to the
-    promoted tensor lands inside the buffer: each local coordinate in ``[0, extent)`` (the
-    stage coordinate of a double-buffered buffer in ``[0, stages)``). An AssertionError names
-    the statement and the coordinate otherwise."""
+    promoted tensor lands inside the buffer where the code makes it: each local coordinate in
+    ``[0, extent)`` (the stage coordinate of a double-buffered buffer in ``[0, stages)``). A
+    read in an arm of ``?:`` counts only where that arm is taken (TC's triangular
+    ``(r_k >= m1 && r_k <= m2) ? L(m1, r_k) * U(r_k, m2) : 0``: the footprint, from the scop's
+    guarded reads, holds only those elements). An AssertionError names the statement and the
+    coordinate otherwise."""
     params = buf.scope.get_space().params()
     for inst in sets_of(buf.scope):
         name = inst.get_tuple_name()
@@ -428,13 +431,18 @@ def prove_in_box(buf: Buffer, fn: ir.Function) -> None:
         pre = prefix_pma(buf.prefix, name)
         st = fn.statements[int(_STMT.match(name).group(1))]
         dims = st.lhs if name.endswith("_init") else st.index_names
-        for _key, tensor, indices in statement_accesses(fn, name):
+        for tensor, indices, guard in _evaluated_accesses(fn, name):
             if tensor != buf.tensor:
                 continue
             amap = access_map(name, tuple(dims), tensor, tuple(indices), params)
             if amap is None:
                 raise AssertionError(f"buffer {buf.name}: {name} reads {tensor} through a gather")
             amap = amap.intersect_domain(inst.align_params(amap.get_space().params()))
+            if guard is not None:  # a read in an arm of `?:`: only where that arm is taken
+                where = isl.Set.read_from_str(
+                    amap.get_ctx(), f"[{', '.join(_param_names(params))}] -> "
+                                    f"{{ {name}[{', '.join(dims)}] : {guard} }}")
+                amap = amap.intersect_domain(where.align_params(amap.get_space().params()))
             local = isl.Map.from_pw_multi_aff(local_index(buf, isl.PwMultiAff.from_map(amap), pre))
             rng = local.range()
             bounds = ([buf.stages] if buf.stages > 1 else []) + list(buf.box.extent)
@@ -445,6 +453,26 @@ def prove_in_box(buf: Buffer, fn: ir.Function) -> None:
                 if not rng.subtract(inside).is_empty():
                     raise AssertionError(f"buffer {buf.name}: an access of {name} leaves the box "
                                          f"{bounds} along coordinate {d}: {rng.subtract(inside)}")
+
+
+def _param_names(params: isl.Space) -> list[str]:
+    return [params.get_dim_name(isl.dim_type.param, i) for i in range(params.dim(isl.dim_type.param))]
+
+
+def _evaluated_accesses(fn: ir.Function, stmt_name: str
+                        ) -> list[tuple[str, tuple[ir.Expr, ...], str | None]]:
+    """(tensor, indices, guard) of every access of an isl statement: the written element, and
+    each read with the isl condition under which the code evaluates it (None: always). The
+    code generators evaluate only the taken arm of ``?:`` (`codegen.exprs` branches), and the
+    scop's reads (hence the footprints) carry the same conditions (`affine.guarded_reads`)."""
+    m = _STMT.match(stmt_name)
+    assert m, stmt_name
+    st = fn.statements[int(m.group(1))]
+    out: list[tuple[str, tuple[ir.Expr, ...], str | None]] = [
+        (st.tensor, tuple(ir.Index(n, DType.INT32) for n in st.lhs), None)]
+    if m.group(2) is None:
+        out.extend((r.tensor, r.indices, guard) for r, guard in guarded_reads(st.rhs))
+    return out
 
 
 def prove_copy_mapping(copy_set: isl.Set, mapped: isl.Set, params: tuple[str, ...]) -> None:
