@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .keys import artifact_key
+from .keys import artifact_key, text_bytes
 
 __all__ = ["COUNTERS", "ArtifactCounters", "artifact_cache", "compile_cuda_cached",
            "compile_host_cached", "kernel_artifact_key", "load_cuda_kernel", "set_artifact_cache",
@@ -208,7 +208,7 @@ def _cuda_kernel_key(fn: Any, signature: Any, options: Any, arch: str) -> dict[s
     the definition must not make a bounds-check message quote the wrong line."""
     import hashlib
 
-    exact = hashlib.sha256(fn.source.text.encode("utf-8")).hexdigest()[:32]
+    exact = hashlib.sha256(text_bytes(fn.source.text)).hexdigest()[:32]
     return kernel_artifact_key(fn, signature, options, arch, "cuda-kernel",
                                toolchain=f"source-text-{exact}")
 
