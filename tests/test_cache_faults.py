@@ -171,3 +171,135 @@ def test_only_unparseable_options_is_a_miss_everywhere(tmp_path: Path) -> None:
         warnings.simplefilter("error", CacheWriteWarning)
         best = fn.autotune(a, generations=1, population=2, cache=str(db), progress=False)
     assert OptionsCache(db).lookup(fn, a) == best  # tuned again and stored
+
+
+# -- issue 36: a cache that cannot be used is said once, with why and what to do ---------------
+
+def _zero_header(db: Path) -> None:
+    with open(db, "r+b") as f:
+        f.write(b"\0" * 100)
+
+
+def test_a_damaged_header_is_said_once_and_clear_starts_afresh(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    from tcmlir.cache import CacheUnusableWarning
+    from tcmlir.cache.artifacts import COUNTERS
+    from tcmlir.cli import main
+
+    monkeypatch.setenv("TCMLIR_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TCMLIR_ALWAYS_COMPILE", raising=False)
+    a = np.arange(5, dtype=np.float32)
+    np.testing.assert_array_equal(tc.define(SOURCE, target="cpu")(a), a + 1)
+    db = tmp_path / "cache.sqlite3"
+    _zero_header(db)
+    alias = tmp_path.parent / f"{tmp_path.name}-alias"  # a path this process has not opened
+    alias.symlink_to(tmp_path)
+    monkeypatch.setenv("TCMLIR_CACHE_DIR", str(alias))
+    with pytest.warns(CacheUnusableWarning) as said:
+        for n in (5, 6, 7):  # three compiles, one warning
+            x = np.arange(n, dtype=np.float32)
+            np.testing.assert_array_equal(tc.define(SOURCE, target="cpu")(x), x + 1)
+    assert len(said) == 1
+    text = str(said[0].message)
+    assert str(alias / db.name) in text and "not an SQLite database" in text and "header" in text
+    assert "tcmlir cache clear" in text and "calls run correctly" in text
+    with pytest.raises(CacheError, match=r"header was damaged.*`tcmlir cache clear` moves it "
+                                         r"aside"):
+        tc.define(SOURCE, target="cpu").autotune(a, generations=1, population=2, progress=False)
+    assert main(["cache", "clear", "--path", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "could not be read (damaged); moved it to" in out
+    assert {p.name.split("-")[0] for p in tmp_path.iterdir()} == {"cache.sqlite3.unusable"}
+    alias = tmp_path.parent / f"{tmp_path.name}-alias2"
+    alias.symlink_to(tmp_path)
+    monkeypatch.setenv("TCMLIR_CACHE_DIR", str(alias))
+    writes = COUNTERS.writes
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tc.define(SOURCE, target="cpu")(a)
+    assert COUNTERS.writes > writes and db.is_file()  # a new cache, in use
+
+
+def test_clear_never_moves_another_programs_file(tmp_path: Path) -> None:
+    from tcmlir.cli import main
+
+    other = tmp_path / "notes.sqlite3"
+    other.write_bytes(b"my notes, not a database")
+    assert main(["cache", "clear", "--path", str(other)]) == 2
+    assert other.read_bytes() == b"my notes, not a database"
+
+
+class _Usage:
+    total, used, free = 10 << 30, 10 << 30, 4096
+
+
+@pytest.fixture
+def no_space(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A cache at ``tmp_path`` whose creation the full disk interrupted (SQLite's header, not
+    yet tcmlir's id nor tables), then a full file system: no free bytes, and SQLite says only
+    "disk I/O error" when it opens a database (it cannot make its -shm file), as on a real
+    full disk."""
+    import shutil
+
+    conn = sqlite3.connect(tmp_path / "cache.sqlite3")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("CREATE TABLE t (x)")  # (a header on disk) ...
+    conn.execute("DROP TABLE t")  # ... and no table left
+    conn.close()
+    (tmp_path / "cache.sqlite3").chmod(0o600)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: _Usage)
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(sqlite3, "connect", failing)
+    return tmp_path / "cache.sqlite3"
+
+
+def test_autotune_on_a_full_disk_names_the_full_disk_not_a_lock(
+        no_space: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    monkeypatch.setenv("TCMLIR_CACHE_DIR", str(no_space.parent))
+    fn = tc.define(SOURCE, target="cpu")
+    a = np.arange(6, dtype=np.float32)
+    start = time.monotonic()
+    with pytest.raises(CacheError) as info, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the calls' own warning, tested below)
+        fn.autotune(a, generations=1, population=2, cache=str(no_space), progress=False)
+    text = str(info.value)
+    assert "no space left on device" in text and "4096 bytes free" in text
+    assert "locked" not in text and "free some space" in text
+    assert time.monotonic() - start < 8  # no 10 s of retrying a lock nobody holds
+
+
+def test_calls_when_the_cache_cannot_even_open_on_a_full_disk(
+        no_space: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tcmlir.cache import CacheUnusableWarning
+
+    monkeypatch.setenv("TCMLIR_CACHE_DIR", str(no_space.parent))
+    monkeypatch.delenv("TCMLIR_ALWAYS_COMPILE", raising=False)
+    a = np.arange(4, dtype=np.float32)
+    with pytest.warns(CacheUnusableWarning) as said:
+        np.testing.assert_array_equal(tc.define(SOURCE, target="cpu")(a), a + 1)
+        np.testing.assert_array_equal(tc.define(SOURCE, target="cpu")(a[:3]), a[:3] + 1)
+    assert len(said) == 1
+    text = str(said[0].message)
+    assert str(no_space) in text and "no space left on device" in text
+    assert "free some space" in text and "calls run correctly" in text
+
+
+def test_calls_on_a_full_disk_say_so_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         full_disk: None) -> None:
+    import shutil
+
+    monkeypatch.setenv("TCMLIR_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TCMLIR_ALWAYS_COMPILE", raising=False)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: _Usage)
+    with pytest.warns(CacheWriteWarning) as said:
+        for n in (3, 4, 5):
+            x = np.arange(n, dtype=np.float32)
+            np.testing.assert_array_equal(tc.define(SOURCE, target="cpu")(x), x + 1)
+    assert len(said) == 1
+    text = str(said[0].message)
+    assert str(tmp_path) in text and "no space left on device" in text

@@ -47,6 +47,7 @@ from .errors import (
     describe_failure,
     is_corruption,
     is_locked,
+    no_space_left,
 )
 from .paths import resolve_cache_path
 from .trust import (
@@ -221,6 +222,12 @@ class CacheStore:
                 self._quarantine(f"it cannot be read ({exc})")
                 self._conn = self._connect_retrying()
         except sqlite3.OperationalError as exc:
+            full = no_space_left(self.path)
+            if full:
+                raise CacheError(
+                    f"cannot open the tcmlir cache at {self.path}: {full} ({exc}); free some "
+                    "space (`tcmlir cache prune` removes compiled artifacts), or set "
+                    "TCMLIR_CACHE_DIR to a disk with room") from exc
             if is_locked(exc):
                 raise CacheError(
                     f"cannot open the tcmlir cache at {self.path}: it stayed locked by another "
@@ -246,7 +253,7 @@ class CacheStore:
                 return self._connect_and_check(wait)
             except sqlite3.OperationalError as exc:
                 left = deadline - time.monotonic()
-                if not is_locked(exc) or left <= 0:
+                if not is_locked(exc) or left <= 0 or no_space_left(self.path):
                     raise
                 self.open_retries += 1
                 logger.debug("tcmlir cache %s is locked while opening (%s); retrying",
@@ -381,7 +388,7 @@ class CacheStore:
                     with self._transaction(write=True) as conn:
                         create_schema(conn)
                     return on_corrupt
-                if is_locked(exc):
+                if is_locked(exc) and not no_space_left(self.path):
                     raise CacheError(
                         f"tcmlir cache {self.path} stayed locked for {self.busy_timeout_s:g} s "
                         "by another process; retry, or give this process its own cache "

@@ -29,7 +29,7 @@ import stat
 from pathlib import Path
 from typing import Literal
 
-from .errors import CacheError
+from .errors import CacheError, no_space_left
 
 __all__ = [
     "APPLICATION_ID",
@@ -168,6 +168,8 @@ def classify(path: Path) -> Identity:
         if (name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "not a database" in text
                 or "malformed" in text):
             return "unrecognised"
+        if no_space_left(path):  # not a lock: retrying would wait in vain and then blame one
+            raise
         # locked, busy, or a WAL file being set up by another process that is creating the
         # database right now: the opener retries (bounded), as for any locked database
         raise sqlite3.OperationalError(f"database is locked ({exc})") from exc
@@ -181,11 +183,14 @@ def refuse_foreign(path: Path, identity: Identity) -> None:
     hint = ("tcmlir never overwrites or moves a file it did not create: give the cache a path "
             "of its own (a directory, or a new file name), or set TCMLIR_CACHE_DIR")
     if identity == "not-sqlite":
-        raise CacheError(f"{path} is not a tcmlir cache (it is not an SQLite database); {hint}")
+        raise CacheError(
+            f"{path} is not a usable tcmlir cache: it is not an SQLite database (a tcmlir "
+            "cache whose header was damaged, or another file); if it is a tcmlir cache, "
+            f"`tcmlir cache clear` moves it aside and starts a new one; {hint}")
     if identity == "foreign":
         raise CacheError(f"{path} is an SQLite database of another program, not a tcmlir "
                          f"cache; {hint}")
     if identity == "unrecognised":
         raise CacheError(f"{path} cannot be read and cannot be recognised as a tcmlir cache "
-                         f"(it may be damaged); {hint}; if it is an old tcmlir cache, delete "
-                         "it and tcmlir starts a new one")
+                         f"(it may be damaged); {hint}; if it is a tcmlir cache, `tcmlir cache "
+                         "clear` moves it aside and starts a new one")
