@@ -28,6 +28,7 @@ from .binding import allocate_outputs, bind_host_inputs, check_outputs
 from .call_args import as_mapping_options, order_inputs
 from .config import get_config, hot_path_token
 from .errors import CallError, Source, TCError
+from .interrupt import stop_on_interrupt
 from .lang import check, parse
 from .lang.printer import format_def
 from .log import setup_logging
@@ -348,13 +349,14 @@ class TCFunction:
         for this exact signature is returned without tuning unless ``retune=True``. Inputs go
         by position or by TC name, as in a call; ``options`` takes what `compile`'s does.
         """
-        from .tune.autotune import autotune
+        with stop_on_interrupt():  # from the first instant: Ctrl-C stops it, even in an import
+            from .tune.autotune import autotune
 
-        inputs = order_inputs(self.ir, inputs, named)
-        options = as_mapping_options(options)
-        return autotune(self, inputs, generations=generations, population=population,
-                        cache=cache, devices=devices, config=config, options=options,
-                        target=target, progress=progress, retune=retune)
+            inputs = order_inputs(self.ir, inputs, named)
+            options = as_mapping_options(options)
+            return autotune(self, inputs, generations=generations, population=population,
+                            cache=cache, devices=devices, config=config, options=options,
+                            target=target, progress=progress, retune=retune)
 
     # ------------------------------------------------------------ launching
 
