@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +43,8 @@ __all__ = ["TARGETS", "Kernel", "TCFunction", "define"]
 
 TARGETS = ("auto", "cuda", "cpu", "numpy")
 OptionsFactory = Callable[["TCFunction", Sequence[Any]], MappingOptions]
+# what ``options=`` takes (`call_args.as_mapping_options`): options, a preset name, JSON, a dict
+OptionsArg = MappingOptions | str | Mapping[str, Any] | None
 
 
 def define(source: str, name: str | None = None, *, target: str = "auto",
@@ -212,7 +214,7 @@ class TCFunction:
 
     # ------------------------------------------------------------ calling
 
-    def __call__(self, *inputs: Any, options: MappingOptions | None = None,
+    def __call__(self, *inputs: Any, options: OptionsArg = None,
                  outputs: Sequence[Any] | None = None, stream: Any = None,
                  devices: Sequence[int] | None = None, **named: Any) -> Any:
         """Run on ``inputs``, given in the definition's order, or by their TC names
@@ -268,7 +270,7 @@ class TCFunction:
             if check is not None:
                 check()
 
-    def compile(self, *inputs: Any, options: MappingOptions | None = None,
+    def compile(self, *inputs: Any, options: OptionsArg = None,
                 target: str | None = None, arch: str | None = None,
                 devices: Sequence[int] | None = None, **named: Any) -> Any:
         """Compile for these inputs' signature without launching (no GPU needed for a named arch).
@@ -336,7 +338,7 @@ class TCFunction:
     def autotune(self, *inputs: Any, generations: int | None = None,
                  population: int | None = None, cache: bool | str | Any = True,
                  devices: Sequence[int] | None = None, config: TunerConfig | None = None,
-                 options: MappingOptions | None = None, target: str | None = None,
+                 options: OptionsArg = None, target: str | None = None,
                  progress: bool = True, retune: bool = False, **named: Any) -> MappingOptions:
         """Search mapping options for these inputs with the genetic tuner (`tcmlir.tune`) and
         return the best found (the cache keeps the best few).
@@ -348,6 +350,8 @@ class TCFunction:
         progress bar (and a line on stderr when a cached result is returned). A result cached
         for this exact signature is returned without tuning unless ``retune=True``. Inputs go
         by position or by TC name, as in a call; ``options`` takes what `compile`'s does.
+        Ctrl-C ends the tuning after the current generation with the best found so far (the
+        first generation's when none is measured yet); a second Ctrl-C aborts at once.
         """
         with stop_on_interrupt():  # from the first instant: Ctrl-C stops it, even in an import
             from .tune.autotune import autotune
@@ -439,7 +443,7 @@ class TCFunction:
             times.append(time.perf_counter() - start)
         return times
 
-    def profile(self, *inputs: Any, options: MappingOptions | None = None, runs: int = 20,
+    def profile(self, *inputs: Any, options: OptionsArg = None, runs: int = 20,
                 ceilings: Any = None, devices: Sequence[int] | None = None,
                 **named: Any) -> Any:
         """Profile a call on ``inputs``: a `tcmlir.profile.Profile` with the median time of
