@@ -303,3 +303,24 @@ def test_calls_on_a_full_disk_say_so_once(tmp_path: Path, monkeypatch: pytest.Mo
     assert len(said) == 1
     text = str(said[0].message)
     assert str(tmp_path) in text and "no space left on device" in text
+
+
+def test_text_that_is_no_longer_utf8_is_a_damaged_row(tmp_path: Path) -> None:
+    """A damaged page can leave bytes that are not UTF-8 in a TEXT column (SQLite's structure
+    checks pass): every read of the row raised, so the kernel was compiled uncached on every
+    run. The row now fails its checksum and is dropped; the next store is a hit."""
+    kernels = KernelCache(tmp_path / "c.sqlite3")
+    key = artifact_key(source=SOURCE, entry="f", signature=Signature(()),
+                       options="{}", arch="cpu", kind="host-object")
+    kernels.put(key, b"object")
+    kernels.db._conn.execute("UPDATE artifacts SET entry = CAST(X'66ff' AS TEXT)")
+    assert kernels.get(key) is None and kernels.counters.corrupt_dropped == 1
+    kernels.put(key, b"object")
+    assert kernels.get(key) == (b"object", {})
+    fn = tc.define(SOURCE, target="cpu")
+    a = np.ones(3, np.float32)
+    cache = OptionsCache(store=kernels.db)
+    cache.record(fn, a, options=MappingOptions.naive(), time_s=1e-3, runs=3)
+    kernels.db._conn.execute("UPDATE tuned_options SET sizes = CAST(X'7bff7d' AS TEXT)")
+    assert cache.lookup(fn, a) is None and cache.counters.corrupt_dropped == 2  # (shared)
+    assert cache.stats()["tuned_rows"] == 0

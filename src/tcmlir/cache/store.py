@@ -18,7 +18,9 @@ mean; `options_cache` and `kernel_cache` build on it. Rules it enforces:
   failed ``quick_check``) is moved aside to ``<name>.corrupt-<time>-<pid>`` with a warning and
   a fresh database is created; a file that is not tcmlir's (recognised by the SQLite header's
   ``application_id`` or the schema) is a `CacheError` and is never moved. Rows carry checksums
-  (`row_checksum`) that the cache layers verify.
+  (`row_checksum`) that the cache layers verify; text that is no longer UTF-8 (a damaged page
+  SQLite's structure checks pass) reads as a string that fails its checksum, so the row is
+  dropped like any other damaged row instead of failing every read of it.
 * Faults: an SQLite error other than a lock or corruption (a full disk, a read-only file) is a
   `CacheError` saying what to do; a failed COMMIT is rolled back, so the connection stays usable.
 * No pickle: rows hold text, numbers, JSON text and bytes.
@@ -137,8 +139,8 @@ def row_checksum(*parts: str | bytes | int | float) -> str:
     for part in parts:
         if isinstance(part, bytes | bytearray | memoryview):
             tag, data = b"b", bytes(part)
-        elif isinstance(part, str):
-            tag, data = b"s", part.encode("utf-8")
+        elif isinstance(part, str):  # (surrogates: damaged text, see `_read_text`)
+            tag, data = b"s", part.encode("utf-8", "surrogatepass")
         elif isinstance(part, bool):
             raise TypeError("row_checksum: bool is ambiguous, pass an int")
         elif isinstance(part, int):
@@ -150,6 +152,12 @@ def row_checksum(*parts: str | bytes | int | float) -> str:
         h.update(tag + len(data).to_bytes(8, "little"))
         h.update(data)
     return h.hexdigest()
+
+
+def _read_text(data: bytes) -> str:
+    """A TEXT column as str; bytes that are not UTF-8 (damage) become lone surrogates, which no
+    row checksum matches, instead of an error on every read of the row."""
+    return data.decode("utf-8", "surrogateescape")
 
 
 def create_schema(conn: sqlite3.Connection) -> None:
@@ -273,6 +281,7 @@ class CacheStore:
             refuse_foreign(self.path, self._identity)
         conn = sqlite3.connect(self.path, timeout=open_timeout_s, isolation_level=None,
                                check_same_thread=False)
+        conn.text_factory = _read_text
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(open_timeout_s * 1000)}")
             # takes effect only on a new database (before its first table): freed pages
