@@ -324,3 +324,39 @@ def test_text_that_is_no_longer_utf8_is_a_damaged_row(tmp_path: Path) -> None:
     kernels.db._conn.execute("UPDATE tuned_options SET sizes = CAST(X'7bff7d' AS TEXT)")
     assert cache.lookup(fn, a) is None and cache.counters.corrupt_dropped == 2  # (shared)
     assert cache.stats()["tuned_rows"] == 0
+
+
+def test_a_damaged_application_id_is_still_our_cache(tmp_path: Path) -> None:
+    """Random bytes over the header's application id made a tcmlir cache "another program's"
+    for good; its tables say it is ours, and opening it writes the id again."""
+    db = tmp_path / "c.sqlite3"
+    cache = OptionsCache(db)
+    fn = tc.define(SOURCE, target="cpu")
+    a = np.ones(3, np.float32)
+    cache.record(fn, a, options=MappingOptions.naive(), time_s=1e-3, runs=3)
+    cache.db.close()
+    with open(db, "r+b") as f:
+        f.seek(68)
+        f.write(b"\x13\x37\xbe\xef")
+    again = OptionsCache(db)
+    assert again.lookup(fn, a) == MappingOptions.naive()
+    again.db.close()  # (the last connection: the WAL goes back into the file)
+    with open(db, "rb") as f:
+        f.seek(68)
+        assert f.read(4) == b"TCML"
+
+
+def test_an_unreadable_file_with_another_id_can_be_cleared(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    from tcmlir.cli import main
+
+    OptionsCache(tmp_path).db.close()
+    db = tmp_path / "cache.sqlite3"
+    data = bytearray(db.read_bytes())
+    data[68:72] = b"\x13\x37\xbe\xef"
+    data[100:4096] = b"\xff" * (4096 - 100)  # the schema page too
+    db.write_bytes(bytes(data))
+    with pytest.raises(CacheError, match=r"cannot be read.*`tcmlir cache clear` moves it aside"):
+        OptionsCache(db)
+    assert main(["cache", "clear", "--path", str(tmp_path)]) == 0
+    assert "moved it to" in capsys.readouterr().out and not db.exists()

@@ -296,6 +296,8 @@ class CacheStore:
                 if result != ["ok"]:
                     raise _CorruptFile("quick_check: " + "; ".join(map(str, result[:3])))
             self._ensure_schema(conn)
+            if conn.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
+                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")  # a damaged header
             self._identity = "ours"
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
         except BaseException:

@@ -138,8 +138,9 @@ def create_private_file(path: Path) -> None:
 def classify(path: Path) -> Identity:
     """What the file at ``path`` is, read without changing it (see the module docstring):
     ``ours``, ``empty`` (no bytes, or an SQLite database without tables), ``not-sqlite``,
-    ``foreign`` (another program's SQLite database) or ``unrecognised`` (SQLite's header
-    without tcmlir's id, and no schema that can be read)."""
+    ``foreign`` (another program's SQLite database: its application id, or tables not
+    tcmlir's) or ``unrecognised`` (SQLite's header without tcmlir's id, and no schema that can
+    be read). A file with another id but tcmlir's tables is ours with a damaged header."""
     try:
         with open(path, "rb") as f:
             header = f.read(100)
@@ -149,12 +150,12 @@ def classify(path: Path) -> Identity:
         return "empty"
     if not header.startswith(SQLITE_MAGIC):
         return "not-sqlite"
+    other_id = False
     if len(header) >= 72:
         app_id = int.from_bytes(header[68:72], "big")
         if app_id == APPLICATION_ID:
             return "ours"
-        if app_id != 0:
-            return "foreign"
+        other_id = app_id != 0  # another program's, or our header damaged: the schema says
     try:
         conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         try:
@@ -168,14 +169,16 @@ def classify(path: Path) -> Identity:
         if (name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "not a database" in text
                 or "malformed" in text):
             return "unrecognised"
+        if other_id:  # another program's database, busy: not ours to wait for
+            return "foreign"
         if no_space_left(path):  # not a lock: retrying would wait in vain and then blame one
             raise
         # locked, busy, or a WAL file being set up by another process that is creating the
         # database right now: the opener retries (bounded), as for any locked database
         raise sqlite3.OperationalError(f"database is locked ({exc})") from exc
     if OUR_TABLES <= tables:
-        return "ours"
-    return "foreign" if tables else "empty"
+        return "ours"  # (with a damaged id, which opening it writes again)
+    return "foreign" if tables or other_id else "empty"
 
 
 def refuse_foreign(path: Path, identity: Identity) -> None:
