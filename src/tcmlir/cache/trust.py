@@ -13,7 +13,7 @@ README's "Cache trust model" section):
   (SQLite gives its ``-wal``/``-shm`` files the database's mode).
 * `classify`: whether a file is a tcmlir database, by its SQLite header (``application_id``
   = `APPLICATION_ID`, set on every database tcmlir creates) or, for files written before that
-  id existed, by its schema. Only a tcmlir database is ever moved aside as damaged; a user's
+  id existed or whose id was damaged, by its schema. Only a tcmlir database is ever moved aside as damaged; a user's
   file given as the cache path, or another program's SQLite database, is a `CacheError` and
   is never touched.
 
