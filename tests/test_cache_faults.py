@@ -360,3 +360,20 @@ def test_an_unreadable_file_with_another_id_can_be_cleared(tmp_path: Path,
         OptionsCache(db)
     assert main(["cache", "clear", "--path", str(tmp_path)]) == 0
     assert "moved it to" in capsys.readouterr().out and not db.exists()
+
+
+def test_damaged_format_fields_in_our_header_set_the_file_aside(tmp_path: Path) -> None:
+    """SQLite says "unsupported file format" (not "malformed") for a header whose format
+    fields are damaged: that is damage too, so the cache is moved aside and started again,
+    where it was a CacheError telling the user to give another path, on every open."""
+    from tcmlir.cache import CacheCorruptionWarning
+
+    db = tmp_path / "c.sqlite3"
+    OptionsCache(db).db.close()
+    data = bytearray(db.read_bytes())
+    data[44:48] = b"\x7f\x7f\x7f\x7f"  # the schema format number
+    db.write_bytes(bytes(data))
+    with pytest.warns(CacheCorruptionWarning, match="unsupported file format.*moved it to"):
+        cache = OptionsCache(db)
+    assert cache.stats()["tuned_rows"] == 0
+    assert any(p.name.startswith("c.sqlite3.corrupt-") for p in tmp_path.iterdir())

@@ -81,7 +81,8 @@ def is_corruption(exc: BaseException) -> bool:
     if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
         return True
     text = str(exc).lower()
-    return "not a database" in text or "malformed" in text or isinstance(exc, _CorruptFile)
+    return ("not a database" in text or "malformed" in text or isinstance(exc, _CorruptFile)
+            or "unsupported file format" in text)  # (a damaged header's format fields)
 
 
 def describe_failure(path: Path, write: bool, exc: BaseException) -> str:

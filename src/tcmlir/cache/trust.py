@@ -29,7 +29,7 @@ import stat
 from pathlib import Path
 from typing import Literal
 
-from .errors import CacheError, no_space_left
+from .errors import CacheError, is_corruption, no_space_left
 
 __all__ = [
     "APPLICATION_ID",
@@ -164,10 +164,7 @@ def classify(path: Path) -> Identity:
         finally:
             conn.close()
     except sqlite3.DatabaseError as exc:
-        name = getattr(exc, "sqlite_errorname", "")
-        text = str(exc).lower()
-        if (name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "not a database" in text
-                or "malformed" in text):
+        if is_corruption(exc):
             return "unrecognised"
         if other_id:  # another program's database, busy: not ours to wait for
             return "foreign"
