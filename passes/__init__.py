@@ -49,6 +49,7 @@ from __future__ import annotations
 from . import (  # noqa: F401  (registration)
     inline_temporaries,
     map_mixed,
+    map_mma,
     map_reductions,
     map_rows,
     map_to_blocks,

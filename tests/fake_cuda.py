@@ -352,6 +352,20 @@ def device_array(host: np.ndarray) -> Any:
     return FakeDeviceArray(host)
 
 
+class FakeDLPackCuda:
+    """A numpy array that claims, through DLPack, to live on CUDA device ``dev`` (its capsule
+    points at the array's memory: the fake driver's device memory is host memory)."""
+
+    def __init__(self, array: np.ndarray, dev: int = 0):
+        self.array, self.dev = array, dev
+
+    def __dlpack__(self, stream: Any = None) -> Any:
+        return self.array.__dlpack__()
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (2, self.dev)
+
+
 # ---------------------------------------------------------------- a fake torch (CUDA tensors)
 
 

@@ -157,7 +157,12 @@ class FakeFn:
         (m, k), (_, n) = inputs[0].shape, inputs[1].shape
         return {"M": m, "K": k, "N": n}
 
-    def default_arch(self) -> str:
+    def input_spec(self, inputs, target=None):
+        from tcmlir.input_spec import InputSpec
+
+        return InputSpec(self.signature(*inputs), self.size_values(*inputs))
+
+    def default_arch(self, target=None) -> str:
         return self.arch
 
 

@@ -126,11 +126,11 @@ def test_show_a_tuned_key_and_an_artifact(tmp_path: Path, capsys: pytest.Capture
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["show"], "give the KEY"),
+    (["show"], "tcmlir: error: tcmlir cache show: the following arguments are required: KEY"),
     (["show", "ab"], "at least 4 hex digits"),
     (["show", "ffffffffffff"], "no cache entry has a key starting with"),
-    (["export"], "give the file to export"),
-    (["import"], "give the file to import"),
+    (["export"], "tcmlir cache export: the following arguments are required: FILE"),
+    (["import"], "tcmlir cache import: the following arguments are required: FILE"),
     (["prune", "--max-size", "lots"], "--max-size='lots'"),
     (["prune", "--older-than", "-1"], "--older-than"),
 ])

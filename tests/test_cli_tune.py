@@ -70,7 +70,9 @@ def test_tune_errors_exit_2_without_traceback(tc_file, capsys, argv, message):
 
 def test_cache_errors_exit_2(tmp_path, capsys):
     assert main(["cache", "import", "--path", str(tmp_path / "c.sqlite3")]) == 2
-    assert "give the file" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("tcmlir: error: tcmlir cache import: the following arguments are "
+                          "required: FILE")
     bogus = tmp_path / "not-an-export.sqlite3"
     bogus.write_bytes(b"this is not sqlite")
     assert main(["cache", "import", str(bogus), "--path", str(tmp_path / "c.sqlite3")]) == 2

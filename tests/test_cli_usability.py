@@ -77,7 +77,8 @@ def test_run_with_inline_json_and_a_file_of_options(mm_file, tmp_path, capsys):
 
 def test_run_options_errors(mm_file, tmp_path, capsys):
     code, _, err = _run(capsys, "run", str(mm_file), "--sizes", SIZES, "--options", "{oops")
-    assert code == 2 and err.startswith("--options: mapping options are not valid JSON")
+    assert code == 2 and err.startswith("tcmlir: error: --options: mapping options are not valid "
+                                        "JSON")
     code, _, err = _run(capsys, "run", str(mm_file), "--sizes", SIZES, "--options",
                         str(tmp_path / "none.json"))
     assert code == 2 and err.strip() == f"tcmlir: error: {tmp_path / 'none.json'}: no such file"
@@ -103,7 +104,8 @@ def test_run_from_cache_uses_the_tuned_options(mm_file, tmp_path, capsys):
     code, out, err = _run(capsys, "run", str(mm_file), "--sizes", "M=7,K=5,N=4", "--target",
                           "cpu", "--repeat", "1", "--from-cache", str(db))
     assert code == 0 and "tuned for the nearest size" in out and tuned.to_json() in out
-    code, _, err = _run(capsys, "run", str(mm_file), "--from-cache", str(tmp_path / "no.db"))
+    code, _, err = _run(capsys, "run", str(mm_file), "--sizes", SIZES, "--from-cache",
+                        str(tmp_path / "no.db"))
     assert code == 2 and f"tcmlir: error: {tmp_path / 'no.db'}: no such file" in err
 
 
@@ -132,12 +134,12 @@ def test_ctrl_c_exits_130(mm_file, capsys, monkeypatch):
 def test_ctrl_c_exits_130_in_a_real_process(mm_file):
     """SIGINT while the interpreter runs a large matmul: status 130, no traceback."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tcmlir", "run", str(mm_file), "--sizes", "M=96",
-         "--target", "numpy", "--repeat", "100000"],
+        [sys.executable, "-m", "tcmlir", "run", str(mm_file), "--sizes", "M=96,K=96,N=96",
+         "--target", "numpy", "--repeat", "100000", "--check"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stderr is not None
-        proc.stderr.readline()  # "note: size K not given": the command is under way
+        proc.stderr.readline()  # "note: --check ... nothing to check": the command is under way
         time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)

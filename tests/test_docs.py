@@ -201,12 +201,30 @@ _REPO_PATH = re.compile(r"`((?:src/tcmlir|passes|tests|tools|docs|examples)/[A-Z
 def test_pages_point_only_inside_the_repository(page):
     text = page.read_text(encoding="utf-8")
     assert "../" not in text, f"{page.name} points outside the repository ('../')"
+    outside = re.search(r"\b[Ii]ssue \d+|DESIGN\.md|\bscratch/", text)
+    assert not outside, (f"{page.name} cites {outside.group(0)!r}, which a reader of the "
+                         "repository cannot open: say what it says instead")
     assert not re.search(r"(?<![\w.])/(work|home|tmp|root)/", text), \
         f"{page.name} names an absolute path of some machine"
     for link in re.findall(r"\]\(([^)#]+)\)", text):
         if not re.match(r"[a-z]+://", link):
             assert (page.parent / link).exists(), f"{page.name}: broken link {link}"
+    for link, anchor in re.findall(r"\]\(([^)#:]*)#([^)]+)\)", text):
+        target = page.parent / link if link else page
+        assert anchor in _anchors(target), f"{page.name}: no heading #{anchor} in {target.name}"
     for path in _REPO_PATH.findall(text):
         path = path.rstrip(".")
         assert (ROOT / path).exists() or list(ROOT.glob(path)), \
             f"{page.name} names {path}, which is not in the repository"
+
+
+def _anchors(page: Path) -> set[str]:
+    """GitHub's anchors of a page's headings: lower case, punctuation dropped, spaces to '-'."""
+    heads = re.findall(r"^#+ (.+)$", page.read_text(encoding="utf-8"), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in heads}
+
+
+def test_anchors_follow_githubs_rule(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text("# Title\n## `tcmlir dump`: inspecting every stage\n## Split-K\n")
+    assert _anchors(page) == {"title", "tcmlir-dump-inspecting-every-stage", "split-k"}

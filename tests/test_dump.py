@@ -95,10 +95,10 @@ def test_options_json(tc_file, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--name", "nope"], "no definition named 'nope'"),
-    (["--name", "matmul", "--pipeline", "schedule{fusion=maxx}"], "<pipeline>:1:17: error"),
+    (["--name", "matmul", "--pipeline", "schedule{fusion=maxx}"], "tcmlir: error: <pipeline>:1:17: "),
     (["--name", "matmul", "--pipeline", "tile"], "run `schedule` first"),
     (["--name", "matmul", "--sizes", "Q=3"], "Q is not a size of matmul"),
-    (["--name", "matmul", "--sizes", "M=x"], "<sizes>:1:1: error"),
+    (["--name", "matmul", "--sizes", "M=x"], "tcmlir: error: --sizes: expected NAME=INTEGER"),
     (["--name", "matmul", "--options", "{bad"], "not valid JSON"),
 ])
 def test_user_errors_exit_2_without_traceback(tc_file, capsys, argv, message):

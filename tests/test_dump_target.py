@@ -163,8 +163,8 @@ def test_flow_prints_one_line_that_reparses(tmp_path, capsys):
     (["--stage", "schedule,bogus"], "unknown stage 'bogus'"),
     (["--stage", "llvm", "--target", "cpu", "--arch", "sm_90"], "names a cuda architecture"),
     (["--stage", "ptx", "--target", "cuda", "--arch", "90"], "sm_90"),
-    (["--sizes", "M=4,M=5"], "size M is given twice"),
-    (["--options", "/no/such/options.json"], "not valid JSON"),
+    (["--sizes", "M=4,M=5"], "tcmlir: error: --sizes: M is given twice"),
+    (["--options", "/no/such/options.json"], "tcmlir: error: /no/such/options.json: no such file"),
 ])
 def test_stage_and_target_errors_exit_2(tmp_path, capsys, argv, message):
     path = tmp_path / "mm.tc"

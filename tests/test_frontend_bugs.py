@@ -404,7 +404,7 @@ def test_exact_scalars_convert(target):
     np.testing.assert_array_equal(fn(a, 1, float("inf"), 1, 0), [np.inf, np.inf])
 
 
-# ---------------------------------------------------------------- 20: default_for as the README shows it
+# ---------------------------------------------------------------- 20: default_for as docs/using.md shows it
 
 def test_default_options_for_a_defined_function():
     fn = tc.define("def mm(float(M, K) A, float(K, N) B) -> (C) { C(i, j) +=! A(i, k) * B(k, j) }",

@@ -16,7 +16,7 @@ import tcmlir as tc
 from tcmlir.runtime.cuda_launch import CudaRunner
 
 PARAM_SPACE_BYTES = 4352  # codegen.nvptx.PARAM_SPACE_BYTES: ptxas's 0x1100 at PTX ISA 8.0
-MAX_IDENTIFIER = 256  # lang.lexer.MAX_IDENTIFIER (README "Limits")
+MAX_IDENTIFIER = 256  # lang.lexer.MAX_IDENTIFIER (docs/language.md, "Limits")
 
 needs_ptxas = pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not installed")
 

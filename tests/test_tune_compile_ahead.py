@@ -1,5 +1,5 @@
 """Compile workers of a cuda tuning run: candidates compiled on the CPUs ahead of the GPU
-workers and handed over whole (`tune.evaluate._compile_main`, `cache.kernel_image`).
+workers and handed over whole (`tune.worker_loops.compile_worker_main`, `cache.kernel_image`).
 
 The compile side runs without a GPU: a compile worker's payload must make the very kernel a
 direct compile makes, and a candidate that crashes or hangs its compile worker must fail only
@@ -9,7 +9,6 @@ that candidate. The GPU tests run the whole tuner with them.
 from __future__ import annotations
 
 import math
-import multiprocessing as mp
 import time
 
 import numpy as np
@@ -21,19 +20,14 @@ from tcmlir.compiler import cuda_kernel_from
 from tcmlir.options import MappingOptions
 from tcmlir.runtime.arrays import bind_device_inputs
 from tcmlir.tune import TunerConfig, tune
-from tcmlir.tune.evaluate import (
-    FAULT_ENV,
-    WorkerPoolEvaluator,
-    _compile_main,
-    _fault,
-    _Worker,
-    default_compile_workers,
-)
+from tcmlir.tune.evaluate import FAULT_ENV, WorkerPoolEvaluator, default_compile_workers
+from tcmlir.tune.worker import WorkerProcess
+from tcmlir.tune.worker_loops import fault_action as _fault
 
 MATMUL = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
 
 
-def _answer(worker: _Worker, timeout: float = 120.0):
+def _answer(worker: WorkerProcess, timeout: float = 120.0):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         msg = worker.receive()
@@ -103,9 +97,8 @@ def test_compile_worker_compiles_and_survives_bad_candidates(monkeypatch):
     monkeypatch.setenv("TCMLIR_ALWAYS_COMPILE", "1")
     monkeypatch.setenv(FAULT_ENV, "compile-crash:unroll_factor=8")
     fn, bound = _bound(32, 16, 24)
-    ctx = mp.get_context("spawn")
     args = (fn.source.text, fn.entry, "sm_90", bound.signature.to_json(), dict(bound.sizes))
-    worker = _Worker(ctx, _compile_main, args, "compile worker")
+    worker = WorkerProcess("compile", args, "compile worker")
     try:
         assert worker.wait_ready(120.0) is None
         naive = MappingOptions.naive()
@@ -126,7 +119,7 @@ def test_compile_worker_compiles_and_survives_bad_candidates(monkeypatch):
     finally:
         worker.kill()
     monkeypatch.setenv(FAULT_ENV, "compile-hang:unroll_factor=8")
-    worker = _Worker(ctx, _compile_main, args, "compile worker")
+    worker = WorkerProcess("compile", args, "compile worker")
     try:
         worker.wait_ready(120.0)
         worker.parent.send(MappingOptions.naive().unroll(8).to_json())

@@ -7,6 +7,8 @@
 #   bench     tools/bench.py (alone on the GPU, after the rest)
 #   smoke     tools/promo_smoke.py (matmul under the memory-hierarchy mappings) and
 #             tools/bench_launch.py (host time per cached call), tools/host_costs.py (its pieces)
+#   mma       tests/test_mma.py on the GPU, compute-sanitizer on a small tensor-core kernel,
+#             tools/bench_mma.py (tensor cores beside cuBLAS)
 #   tune      tools/tune_gpu.py (autotuning matmul and softmax on 1 and, if present, 2 GPUs)
 # Logs go to $OUT (./gpu-out when unset); a summary line per step is printed at the end.
 # TCMLIR_REQUIRE_GPU=1 is set: GPU tests fail rather than skip when the GPU is unusable, and a
@@ -73,12 +75,22 @@ if has smoke; then
   timeout 120 python3 tools/host_costs.py >"$OUT/host_costs.log" 2>&1
   echo "host_costs: exit $?" >>"$OUT/.sum-smoke"
 fi
+if has mma; then  # tensor cores: GPU tests, memcheck and racecheck on a small kernel, benchmark
+  timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider -rfEs tests/test_mma.py >"$OUT/mma-tests.log" 2>&1
+  echo "mma tests: exit $? $(tail -1 "$OUT/mma-tests.log")" >"$OUT/.sum-mma"
+  for tool in memcheck racecheck synccheck; do
+    timeout 200 compute-sanitizer --tool $tool --error-exitcode 1 python3 tools/bench_mma.py --check-only \
+      >"$OUT/mma-$tool.log" 2>&1; echo "mma $tool: exit $? $(tail -1 "$OUT/mma-$tool.log")" >>"$OUT/.sum-mma"
+  done
+  timeout 300 python3 tools/bench_mma.py >"$OUT/mma-bench.log" 2>&1; echo "mma bench: exit $?" >>"$OUT/.sum-mma"
+  timeout 200 python3 tools/bench_mma.py --variants >>"$OUT/mma-bench.log" 2>&1; echo "mma variants: exit $?" >>"$OUT/.sum-mma"
+fi
 if has tune; then
   timeout 500 python3 tools/tune_gpu.py --json "$OUT/tune.json" >"$OUT/tune.log" 2>&1
   echo "tune: exit $?" >"$OUT/.sum-tune"
 fi
 cat "$OUT"/.sum-* 2>/dev/null; rm -f "$OUT"/.sum-*
 grep -h -E "^(FAILED|ERROR) " "$OUT"/gpu-tests-*.log 2>/dev/null | head -40
-tail -n 40 "$OUT"/bench.log "$OUT"/smoke.log "$OUT"/launch.log "$OUT"/host_costs.log "$OUT"/tune.log 2>/dev/null
+tail -n 40 "$OUT"/mma-bench.log "$OUT"/mma-tests.log "$OUT"/bench.log "$OUT"/smoke.log "$OUT"/launch.log "$OUT"/host_costs.log "$OUT"/tune.log 2>/dev/null
 if [ -e "$OUT/.tests-failed" ]; then rm -f "$OUT/.tests-failed"; exit 1; fi
 exit 0

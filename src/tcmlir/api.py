@@ -28,6 +28,7 @@ from .binding import allocate_outputs, bind_host_inputs, check_outputs
 from .call_args import as_mapping_options, order_inputs
 from .config import get_config, hot_path_token
 from .errors import CallError, Source, TCError
+from .input_spec import InputSpec, bind_input_spec
 from .interrupt import stop_on_interrupt
 from .lang import check, parse
 from .lang.printer import format_def
@@ -192,13 +193,21 @@ class TCFunction:
 
     # ------------------------------------------------------------ signatures
 
+    def input_spec(self, inputs: Sequence[Any], target: str | None = None) -> InputSpec:
+        """The signature and size values a call on ``target`` (default: the function's) binds
+        ``inputs`` to: numpy, torch (CPU and CUDA), CuPy, ``__cuda_array_interface__`` and
+        DLPack arrays, read without copying device data (`tcmlir.input_spec`)."""
+        _check_target(target)
+        return bind_input_spec(self.ir, inputs, resolve_target(target or self.target))
+
     def signature(self, *inputs: Any, **named: Any) -> Signature:
-        """The signature (shapes, dtypes, strides) these inputs bind to."""
-        return bind_host_inputs(self.ir, order_inputs(self.ir, inputs, named)).signature
+        """The signature (shapes, dtypes, strides, alignment) these inputs bind to in a call
+        (inputs by position or by TC name, as in a call)."""
+        return self.input_spec(order_inputs(self.ir, inputs, named)).signature
 
     def size_values(self, *inputs: Any, **named: Any) -> dict[str, int]:
         """The value of each size parameter for these inputs."""
-        return bind_host_inputs(self.ir, order_inputs(self.ir, inputs, named)).sizes
+        return self.input_spec(order_inputs(self.ir, inputs, named)).sizes
 
     def default_arch(self, target: str | None = None) -> str:
         """The arch a compile for ``target`` uses by default (the GPU's ``sm_XX``, or the
@@ -278,8 +287,9 @@ class TCFunction:
         preset name (``"naive"``, ``"pointwise"``, ``"mlp"``, ``"convolution"``,
         ``"group_convolution"``), the JSON text of ``opts.to_json()`` or the dict of
         ``opts.to_dict()`` (anything else is an `OptionsError`); None: the function's options
-        factory, else the defaults for these sizes. With ``devices`` (or ``options.devices``): a `tcmlir.multi.SplitKernel`, the split plan
-        and each part's kernel."""
+        factory, else the defaults for these sizes. With ``devices`` (or
+        ``options.devices``): a `tcmlir.multi.SplitKernel`, the split plan and each part's
+        kernel."""
         inputs = order_inputs(self.ir, inputs, named)
         options = as_mapping_options(options)
         if devices is not None or (options is not None and options.devices):

@@ -27,7 +27,7 @@ from .dtypes import DType
 from .errors import CallError
 
 __all__ = ["array_library", "convert_hint", "empty_call", "has_zero_extent", "in_input_kind",
-           "torch_numpy"]
+           "torch_from_numpy", "torch_numpy"]
 
 # torch's conversion methods (``x.float()``); other dtypes are spelt ``x.to(torch.<dtype>)``
 _TORCH_METHODS = {
@@ -61,7 +61,7 @@ def _first_array(fn_ir: Any, inputs: Sequence[Any]) -> Any:
     return next((x for t, x in zip(fn_ir.inputs, inputs, strict=False) if t.rank > 0), None)
 
 
-def _torch_from_numpy(a: np.ndarray) -> Any:
+def torch_from_numpy(a: np.ndarray) -> Any:
     import torch
 
     if a.dtype.name == "bfloat16":  # ml_dtypes' bfloat16: torch reads it through int16
@@ -76,8 +76,8 @@ def in_input_kind(fn_ir: Any, inputs: Sequence[Any], result: Any) -> Any:
     if first is None or array_library(first) != "torch":
         return result
     if isinstance(result, tuple):
-        return tuple(_torch_from_numpy(r) for r in result)
-    return _torch_from_numpy(result)
+        return tuple(torch_from_numpy(r) for r in result)
+    return torch_from_numpy(result)
 
 
 def has_zero_extent(inputs: Sequence[Any]) -> bool:
@@ -113,7 +113,7 @@ def _like(first: Any, a: np.ndarray) -> Any:
     """A host result in the kind of ``first`` (numpy, torch CPU/CUDA, CuPy)."""
     library = array_library(first)
     if library == "torch":
-        return _torch_from_numpy(a).to(first.device)
+        return torch_from_numpy(a).to(first.device)
     if library == "cupy":
         import cupy
 

@@ -25,8 +25,8 @@ from .errors import CallError
 from .lang.ranges import SIZE_LIMIT
 from .signature import ArgSpec, Signature
 
-__all__ = ["BoundCall", "bind_host_inputs", "bind_sizes", "needs_zero_fill", "output_shapes",
-           "scalar_array"]
+__all__ = ["BoundCall", "bind_host_inputs", "bind_sizes", "host_signature", "host_views",
+           "is_cuda_dlpack", "needs_zero_fill", "output_shapes", "scalar_array"]
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,7 @@ def _as_host_array(fn: ir.Function, tensor: ir.Tensor, value: Any) -> np.ndarray
     """``value`` as a numpy array of ``tensor``'s dtype, checked, not copied yet."""
     if tensor.rank == 0 and isinstance(value, bool | int | float | np.generic):
         return scalar_array(fn.name, tensor, value)
-    if hasattr(value, "__cuda_array_interface__") or _is_cuda_dlpack(value):
+    if hasattr(value, "__cuda_array_interface__") or is_cuda_dlpack(value):
         raise CallError(
             f"{fn.name}: input {tensor.name} lives on a GPU; this target runs on the host "
             "(use target='cuda', or copy the input to the host"
@@ -274,7 +274,7 @@ def check_host_memory(fn: ir.Function, sizes: Mapping[str, int],
                         f"than the {format_bytes(available)} available")
 
 
-def _is_cuda_dlpack(value: Any) -> bool:
+def is_cuda_dlpack(value: Any) -> bool:
     dev = getattr(value, "__dlpack_device__", None)
     if dev is None:
         return False
@@ -285,11 +285,10 @@ def _is_cuda_dlpack(value: Any) -> bool:
     return int(kind) in (2, 3, 13)  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
 
 
-def bind_host_inputs(fn: ir.Function, inputs: Sequence[Any], *,
-                     allow_empty: bool = False) -> BoundCall:
-    """Validate host inputs against ``fn`` and bind its sizes (``allow_empty``: see
-    `bind_sizes`); shapes are checked before any non-contiguous input is copied, and the
-    copies, outputs and temporaries must fit in the host memory available."""
+def host_views(fn: ir.Function, inputs: Sequence[Any], *,
+               allow_empty: bool = False) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """The host inputs as numpy arrays (views of numpy arrays and torch CPU tensors, nothing
+    copied) and the size values; `CallError` for device arrays (see `bind_host_inputs`)."""
     if len(inputs) != len(fn.inputs):
         names = ", ".join(t.name for t in fn.inputs)
         raise CallError(f"{fn.name} takes {len(fn.inputs)} input(s) ({names}), got {len(inputs)}")
@@ -300,14 +299,35 @@ def bind_host_inputs(fn: ir.Function, inputs: Sequence[Any], *,
                             f"{tensor.rank}, got a Python scalar")
         arrays[tensor.name] = _as_host_array(fn, tensor, value)
     sizes = bind_sizes(fn, [arrays[t.name].shape for t in fn.inputs], allow_empty=allow_empty)
+    return arrays, sizes
+
+
+def host_signature(fn: ir.Function, arrays: Mapping[str, np.ndarray]) -> Signature:
+    """The signature host ``arrays`` bind to: their own strides when C-contiguous, else those
+    of the contiguous copy a call makes (computed, not copied)."""
+    def strides(a: np.ndarray) -> tuple[int, ...]:
+        if a.flags.c_contiguous:
+            return tuple(s // max(1, a.itemsize) for s in a.strides)
+        out, step = [], 1
+        for extent in reversed(a.shape):
+            out.append(step)
+            step *= max(extent, 1)
+        return tuple(reversed(out))
+
+    return Signature(tuple(ArgSpec(tuple(a.shape), str(fn.tensor(name).dtype), strides(a))
+                           for name, a in arrays.items()))
+
+
+def bind_host_inputs(fn: ir.Function, inputs: Sequence[Any], *,
+                     allow_empty: bool = False) -> BoundCall:
+    """Validate host inputs against ``fn`` and bind its sizes (``allow_empty``: see
+    `bind_sizes`); shapes are checked before any non-contiguous input is copied, and the
+    copies, outputs and temporaries must fit in the host memory available."""
+    arrays, sizes = host_views(fn, inputs, allow_empty=allow_empty)
     check_host_memory(fn, sizes, [(f"copy of input {name}", a.size * a.itemsize)
                                   for name, a in arrays.items() if not a.flags.c_contiguous])
     arrays = {name: contiguous_copy(f"{fn.name}: input {name}", a) for name, a in arrays.items()}
-    signature = Signature(tuple(
-        ArgSpec(tuple(a.shape), str(fn.tensor(name).dtype),
-                tuple(s // max(1, a.itemsize) for s in a.strides))
-        for name, a in arrays.items()))
-    return BoundCall(arrays, sizes, signature)
+    return BoundCall(arrays, sizes, host_signature(fn, arrays))
 
 
 def output_shapes(fn: ir.Function, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:

@@ -1,22 +1,22 @@
-"""The ``tcmlir`` command: run a TC file (the README's main job), tune it, manage the cache.
+"""The ``tcmlir`` command: run, tune, profile and dump TC definitions; manage the cache.
 
-    tcmlir --version
-    tcmlir run FILE [--name E] [--sizes M=512,N=512] [--target auto|cuda|cpu|numpy] [--check]
-               [--options FILE_OR_JSON | --from-cache [DB]] [--repeat R] [--seed S]
-    tcmlir tune FILE --name E --sizes ... [--generations G --population P]
-    tcmlir cache ls|show KEY|stats|export FILE|import FILE|prune|clear
+    tcmlir run FILE [--name E] [--sizes M=512,...] [--target T] [--check] [--options O]
+    tcmlir tune FILE [--name E] --sizes ... [--target T] [--generations G] [--population P]
+    tcmlir profile FILE [--name E] [--sizes ...] [--target T] [--options O] [--json]
+    tcmlir dump FILE [--name E] [--sizes ...] [--target T] [--stage S] [--options O]
+    tcmlir cache ls|show KEY|stats|export FILE|import FILE|prune|clear [--path P]
     tcmlir examples
-    tcmlir profile FILE --name E --sizes ... [--options ...] [--plot roofline.png] [--json]
 
-FILE may also name a shipped example (``tcmlir run matmul``; ``tcmlir examples`` lists them).
-User mistakes print a located message and exit with status 2, never a traceback; a file that
-cannot be read is reported the same way by every command (`file_error`); Ctrl-C exits 130.
+Argument handling is shared (`tcmlir.cli_args`): FILE is a file, ``-`` or a shipped example's
+name; ``--options`` a preset, JSON or a file. Errors print ``tcmlir: error: ...``; exit status
+0 done, 1 a ``--check`` mismatch, 2 a user error (never a traceback), 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import re
 import statistics
 import sys
 import time
@@ -27,44 +27,37 @@ from typing import Any
 import numpy as np
 
 from . import ir
+from .cli_args import (
+    EXIT_CHECK,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    PRESETS,
+    CommandParser,
+    add_definition_args,
+    file_error,
+    format_error,
+    parse_options,
+    parse_sizes,
+    positive_int,
+    read_source,
+    read_source_file,
+    shipped_examples,
+    sizes_line,
+)
 from .errors import TCError
 
-__all__ = ["build_parser", "file_error", "gather_index_bounds", "load_definition", "main",
-           "parse_sizes", "random_inputs", "read_source", "shipped_examples"]
+__all__ = ["build_parser", "complete_sizes", "definition_and_inputs", "file_error", "file_sizes",
+           "gather_index_bounds", "load_definition", "main", "parse_sizes", "positive_int",
+           "random_inputs", "read_source", "read_source_file", "reference_outputs",
+           "shipped_examples"]
 
-DEFAULT_SIZE = 128
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
-
-
-def parse_sizes(text: str | None) -> dict[str, int]:
-    """``M=512,N=64`` → {"M": 512, "N": 64}; TCError on malformed text or a name given twice."""
-    sizes: dict[str, int] = {}
-    if not text:
-        return sizes
-    for item in text.split(","):
-        name, sep, value = item.partition("=")
-        name, value = name.strip(), value.strip()
-        if not sep or not name.isidentifier() or not value.lstrip("-").isdigit():
-            raise TCError(f"--sizes: expected NAME=INTEGER items separated by commas, got {item!r}")
-        if int(value) < 1:
-            raise TCError(f"--sizes: {name} must be at least 1, got {value}")
-        if name in sizes:
-            raise TCError(f"--sizes: {name} is given twice ({name}={sizes[name]} and "
-                          f"{name}={value}); give each size once")
-        sizes[name] = int(value)
-    return sizes
-
-
-def positive_int(text: str) -> int:
-    """An argparse type: an integer of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+#: Statement instances above which `run --check` announces the reference's cost and shows
+#: its progress: some 10 s of the numpy interpreter, which ran 1-2.5·10^8 instances a second of
+#: matmul and convolution on a 2-core host (`REFERENCE_RATE`, the low end, for the estimate).
+CHECK_NOTICE_INSTANCES = 10**9
+REFERENCE_RATE = 10**8
+_SIZES_LINE = re.compile(r"^\s*#\s*sizes(?:\s+(\w+))?\s*:\s*(\S+)\s*$", re.M)
 
 
 def gather_index_bounds(fn_ir: ir.Function, sizes: dict[str, int]) -> dict[str, int]:
@@ -124,54 +117,13 @@ def _random_array(rng: np.random.Generator, dtype, shape: tuple[int, ...], high:
     return out
 
 
-def file_error(path: str | Path, exc: OSError | UnicodeDecodeError) -> TCError:
-    """The one message every command gives for a file it cannot read."""
-    if isinstance(exc, FileNotFoundError):
-        why = "no such file"
-    elif isinstance(exc, IsADirectoryError):
-        why = "is a directory, not a file"
-    elif isinstance(exc, PermissionError):
-        why = "permission denied"
-    elif isinstance(exc, UnicodeDecodeError):
-        why = "not a UTF-8 text file"
-    else:
-        why = exc.strerror or str(exc)
-    return TCError(f"tcmlir: error: {path}: {why}")
-
-
-def shipped_examples() -> dict[str, Path]:
-    """The example TC files installed with tcmlir (``tcmlir.examples``), by name."""
-    from importlib.resources import files
-
-    try:
-        folder = files("tcmlir.examples")
-    except ModuleNotFoundError:  # an install from before examples/ became a package
-        return {}
-    return {Path(f.name).stem: Path(str(f)) for f in sorted(folder.iterdir(), key=lambda f: f.name)
-            if f.name.endswith(".tc")}
-
-
-def read_source(path: str) -> tuple[str, str]:
-    """The text of a TC file and the name to report it under. A bare name that is no file here
-    but names a shipped example (``matmul`` or ``matmul.tc``) reads that example (and says so
-    on stderr); anything unreadable is a `file_error`."""
-    p = Path(path)
-    if not p.exists() and p.parent == Path("."):
-        example = shipped_examples().get(p.name.removesuffix(".tc"))
-        if example is not None:
-            print(f"note: {path} is not a file here; using the shipped example {example}",
-                  file=sys.stderr)
-            p = example
-    return read_source_file(str(p)), str(p)
-
-
 def load_definition(args: argparse.Namespace) -> tuple[Any, dict[str, int]]:
     """The definition ``args.name`` of ``args.file`` (for ``args.target``) and the ``--sizes``
     given, checked against its size names; TCError for unknown ones."""
     from . import api
 
     text, filename = read_source(args.file)
-    fn = api.define(text, args.name, target=args.target, filename=filename)
+    fn = api.define(text, args.name, target=args.target or "auto", filename=filename)
     sizes = parse_sizes(args.sizes)
     unknown = sorted(set(sizes) - set(fn.ir.sizes))
     if unknown:
@@ -180,19 +132,46 @@ def load_definition(args: argparse.Namespace) -> tuple[Any, dict[str, int]]:
     return fn, sizes
 
 
+def file_sizes(text: str, entry: str) -> dict[str, int]:
+    """Sizes a TC file suggests for ``entry`` in comment lines ``# sizes: M=256,N=256`` (every
+    def) or ``# sizes conv2d: N=8,...`` (one def), as the shipped examples carry them."""
+    found: dict[str, int] = {}
+    for name, values in _SIZES_LINE.findall(text):
+        if not name or name == entry:
+            found.update(parse_sizes(values))
+    return found
+
+
+def complete_sizes(fn: Any, sizes: dict[str, int], command: str, file: str) -> dict[str, int]:
+    """``sizes`` completed from the file's ``# sizes:`` lines; a TCError naming every size still
+    missing, with an example ``--sizes`` line (nothing is guessed)."""
+    suggested = file_sizes(fn.source.text, fn.entry)
+    taken = [k for k in fn.ir.sizes if k not in sizes and k in suggested]
+    full = {k: sizes.get(k, suggested.get(k)) for k in fn.ir.sizes}
+    missing = [k for k, v in full.items() if v is None]
+    if missing:
+        example = {k: (v if v is not None else 64) for k, v in full.items()}
+        several = len(re.findall(r"^\s*def\s", fn.source.text, re.M)) > 1
+        name = f" --name {fn.entry}" if several else ""
+        raise TCError(f"--sizes: {fn.entry} needs a value for {', '.join(missing)} "
+                      f"(its sizes: {', '.join(fn.ir.sizes)}); for example: tcmlir {command} "
+                      f"{file}{name} --sizes {sizes_line(example)}")
+    if taken:
+        print(f"note: sizes {sizes_line({k: full[k] for k in taken})} from the file's "
+              "`# sizes:` line", file=sys.stderr)
+    return full
+
+
 def _run_options(args: argparse.Namespace, fn: Any, inputs: Sequence[Any]) -> tuple[Any, str]:
     """The options ``--options`` / ``--from-cache`` ask for (None: the default ones) and how to
     describe them."""
     from .options import MappingOptions
 
     if args.options is not None:
+        options = parse_options(args.options)
         inline = args.options.lstrip().startswith("{")
-        text = args.options if inline else read_source_file(args.options)
-        try:
-            options = MappingOptions.from_json(text)
-        except TCError as exc:
-            raise TCError(f"--options{'' if inline else ' ' + args.options}: {exc}") from None
-        return options, "given with --options" if inline else f"from {args.options}"
+        return options, ("given with --options" if inline else f"the preset {args.options}"
+                         if args.options in PRESETS else f"from {args.options}")
     if args.from_cache is None:
         return None, "default"
     from .tune.autotune import open_cache
@@ -214,14 +193,6 @@ def _run_options(args: argparse.Namespace, fn: Any, inputs: Sequence[Any]) -> tu
             f"{how} ({tuned_at}, {record.time_s * 1e3:.4f} ms when tuned) from {store.path}")
 
 
-def read_source_file(path: str) -> str:
-    """The text of any file named on the command line (a `file_error` if unreadable)."""
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise file_error(path, exc) from None
-
-
 def _to_host(x: Any) -> np.ndarray:
     if hasattr(x, "get"):
         x = x.get()
@@ -230,14 +201,12 @@ def _to_host(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
-def definition_and_inputs(args: argparse.Namespace) -> tuple[Any, dict[str, int], list[Any]]:
-    """The definition named by ``args``, its sizes (``DEFAULT_SIZE`` for those not given, with
-    a note) and random inputs of those sizes (``args.seed``)."""
+def definition_and_inputs(args: argparse.Namespace, command: str = "run"
+                          ) -> tuple[Any, dict[str, int], list[Any]]:
+    """The definition named by ``args``, its sizes (``--sizes``, then the file's ``# sizes:``
+    lines; a TCError naming any still missing) and random inputs of those sizes (``args.seed``)."""
     fn, sizes = load_definition(args)
-    for name in fn.ir.sizes:
-        if name not in sizes:
-            sizes[name] = DEFAULT_SIZE
-            print(f"note: size {name} not given, using {DEFAULT_SIZE}", file=sys.stderr)
+    sizes = complete_sizes(fn, sizes, command, args.file)
     return fn, sizes, random_inputs(fn.ir, sizes, seed=args.seed)
 
 
@@ -249,6 +218,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.check and target == "numpy":
         print("note: --check compares with the numpy reference interpreter, which is what "
               "--target numpy runs: there is nothing to check", file=sys.stderr)
+    instances = ir.instance_count(fn.ir, sizes)
+    long_check = args.check and target != "numpy" and instances > CHECK_NOTICE_INSTANCES
+    if long_check:
+        print(f"note: --check runs the numpy reference interpreter over {instances:.3g} "
+              f"statement instances, about {_duration(instances / REFERENCE_RATE)} "
+              "(smaller --sizes check faster)", file=sys.stderr)
     options, described = _run_options(args, fn, inputs)
     t0 = time.perf_counter()
     kernel = fn.compile(*inputs, options=options, target=target)
@@ -271,16 +246,34 @@ def _cmd_run(args: argparse.Namespace) -> int:
               f"checksum {float(np.sum(host.astype(np.float64))):.6g}")
     if not args.check or target == "numpy":
         return 0
-    ref_fn = api.define(fn.source.text, args.name, target="numpy", filename=fn.source.name)
-    ref = ref_fn(*inputs)
-    refs = ref if isinstance(ref, tuple) else (ref,)
+    refs = reference_outputs(fn.ir, inputs, sizes, progress=long_check, total=instances)
     worst = max((_relative_error(_to_host(o), np.asarray(r)) for o, r in zip(outs, refs,
                                                                               strict=True)),
                 default=0.0)
     ok = worst <= 1e-4
     print(f"  check against the numpy reference: max relative error {worst:.2e} "
           f"{'OK' if ok else 'MISMATCH'}")
-    return 0 if ok else 1
+    return EXIT_OK if ok else EXIT_CHECK
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} minutes"
+
+
+def reference_outputs(fn_ir: ir.Function, inputs: Sequence[np.ndarray], sizes: dict[str, int],
+                      *, progress: bool = False, total: int = 0) -> list[np.ndarray]:
+    """The reference interpreter's outputs on host ``inputs``, with a tqdm bar over ``total``
+    statement instances when ``progress``."""
+    from .reference import run
+
+    arrays = {t.name: np.asarray(x) for t, x in zip(fn_ir.inputs, inputs, strict=True)}
+    if not progress:
+        return list(run(fn_ir, arrays, sizes).values())
+    from tqdm.auto import tqdm
+
+    with tqdm(total=total, desc="reference check", unit=" instances", unit_scale=True,
+              file=sys.stderr) as bar:
+        return list(run(fn_ir, arrays, sizes, progress=bar.update).values())
 
 
 def _relative_error(out: np.ndarray, ref: np.ndarray) -> float:
@@ -347,25 +340,40 @@ def _version() -> str:
     return f"tcmlir {__version__} ({', '.join(parts)}, Python {sys.version.split()[0]})"
 
 
+EPILOG = """\
+FILE is a .tc file, '-' (stdin) or the name of a shipped example (tcmlir run matmul --check).
+--options takes a preset (naive, pointwise, mlp, convolution, group_convolution), a JSON
+object, or a file holding one. `tcmlir COMMAND --help` describes every option.
+
+exit status: 0 done, 1 a --check mismatch, 2 a user error (tcmlir: error: ...), 130 interrupted.
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``tcmlir`` argument parser with every subcommand."""
-    parser = argparse.ArgumentParser(prog="tcmlir", description=__doc__.split("\n")[0])
-    parser.add_argument("--version", action="version", version=_version())
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="compile a TC definition and run it on random inputs")
-    run.add_argument("file", help="a .tc file, or the name of a shipped example")
-    run.add_argument("--name", default=None, help="the def to run (optional with one def)")
-    run.add_argument("--sizes", default=None, help="size values, e.g. M=512,N=512,K=512")
-    run.add_argument("--target", default="auto", choices=["auto", "cuda", "cpu", "numpy"])
-    run.add_argument("--repeat", type=positive_int, default=5,
-                     help="timed runs, at least 1 (median printed)")
-    run.add_argument("--seed", type=int, default=0)
+    parser = CommandParser(
+        prog="tcmlir", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Compile tensor math written in Tensor Comprehension notation into GPU "
+                    "and CPU kernels.")
+    parser.add_argument("--version", action="version", version=_version(),
+                        help="print the versions of tcmlir, llvmlite, islpy, numpy and Python")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run = sub.add_parser("run", help="compile a TC definition and run it on random inputs",
+                         description="Compile a TC definition, run it on random inputs and "
+                                     "print the options, times and output checksums.")
+    add_definition_args(run, targets=("auto", "cuda", "cpu", "numpy"))
+    run.add_argument("--repeat", type=positive_int, default=5, metavar="R",
+                     help="timed runs, at least 1 (the median is printed; default 5)")
+    run.add_argument("--seed", type=int, default=0, metavar="S",
+                     help="seed of the random inputs (default 0)")
     run.add_argument("--check", action="store_true",
-                     help="compare with the numpy reference interpreter")
+                     help="compare the outputs with the numpy reference interpreter (exit "
+                          "status 1 when they differ)")
     chosen = run.add_mutually_exclusive_group()
-    chosen.add_argument("--options", default=None, metavar="FILE_OR_JSON",
-                        help="mapping options: a JSON object, or a file holding one "
-                             "(as `tcmlir tune` prints)")
+    chosen.add_argument("--options", default=None, metavar="O",
+                        help="mapping options: a preset (naive, pointwise, mlp, convolution, "
+                             "group_convolution), a JSON object, or a file holding one (as "
+                             "`tcmlir tune` prints); default: a call's default options")
     chosen.add_argument("--from-cache", nargs="?", const=True, default=None, metavar="DB",
                         help="run with the options tuned for these sizes (else the nearest "
                              "size) in the cache (default: the user's; or the database DB)")
@@ -373,11 +381,16 @@ def build_parser() -> argparse.ArgumentParser:
     from .tune.cli import add_commands
 
     add_commands(sub)
-    examples = sub.add_parser("examples", help="list the example TC files shipped with tcmlir")
-    examples.set_defaults(func=_cmd_examples)
     from .profile.cli import add_profile_command
 
     add_profile_command(sub)
+    from .dump import add_dump_command
+
+    add_dump_command(sub)
+    examples = sub.add_parser("examples", help="list the example TC files shipped with tcmlir",
+                              description="List the example TC files shipped with tcmlir: "
+                                          "each can be named instead of a FILE.")
+    examples.set_defaults(func=_cmd_examples)
     return parser
 
 
@@ -389,17 +402,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help/--version (0) or a usage error (2): argparse printed it
+    except SystemExit as exc:  # --help/--version (0) or a usage error (2): already printed
         return int(exc.code or 0)
     try:
         setup_logging()
         return args.func(args)
     except TCError as exc:
-        print(str(exc), file=sys.stderr)
+        print(format_error(str(exc)), file=sys.stderr)
         return EXIT_USAGE
     except OSError as exc:
         print(str(file_error(exc.filename or "?", exc)) if exc.filename
-              else f"tcmlir: error: {exc}", file=sys.stderr)
+              else format_error(str(exc)), file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("tcmlir: interrupted", file=sys.stderr)

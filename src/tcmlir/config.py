@@ -1,4 +1,4 @@
-"""Every environment knob of tcmlir, read in one place (documented in the README).
+"""Every environment knob of tcmlir, read in one place (documented in docs/environment.md).
 
 | variable | effect |
 |---|---|
@@ -13,7 +13,7 @@
 | ``TCMLIR_GATHER_CHECK`` | when a CUDA call reads its gather bounds flag: ``auto`` (default: with the call for host arrays, asynchronously for device arrays), ``sync`` (always with the call) or ``async`` |
 | ``TCMLIR_LOG`` | ``debug``, ``info``, ``warning`` or ``error``: print the ``tcmlir`` logger's records from that level on to stderr (`tcmlir.log`; default: only warnings, through Python's last-resort handler) |
 | ``TCMLIR_CEILINGS`` | the profiler's ceilings instead of measuring them: ``bandwidth=BYTES_PER_S,flops=FLOP_PER_S[,launch=SECONDS][,read=BYTES_PER_S]`` (`tcmlir.profile.ceilings`; ``read``: a read-only kernel's bandwidth) |
-| ``TCMLIR_TUNE_FAULT`` | test hook: ``crash:FIELD=VALUE`` makes tuning workers die on such candidates (`tune.evaluate`) |
+| ``TCMLIR_TUNE_FAULT`` | test hook: ``crash:FIELD=VALUE`` makes tuning workers die on such candidates (`tune.worker_loops`) |
 | ``TCMLIR_TUNE_MISCOMPILE`` | test hook: ``FIELD=VALUE`` (VALUE as JSON) spoils one output element of every checked run of options with that field value, so the verification in `tune.verify` must reject them |
 
 A value that is not understood is an error (a `TCError` naming the allowed values), never

@@ -1,11 +1,12 @@
-"""``python -m tcmlir.dump``: print each level of the compilation of one TC definition.
+"""``tcmlir dump`` (also ``python -m tcmlir.dump``): print each level of the compilation of one
+TC definition.
 
-    python -m tcmlir.dump FILE [--name ENTRY] [--sizes N=64,M=3]
+    tcmlir dump FILE [--name ENTRY] [--sizes N=64,M=3]
         [--stage STAGE[,STAGE...]|all] [--target auto|cpu|cuda] [--arch sm_90]
         [--pipeline 'schedule{fusion=max},tile{sizes=32,32}' | --options JSON_OR_FILE]
         [--flow] [--print-after-all] [--time-passes]
-    python -m tcmlir.dump FILE --sizes M=8192,K=8192,N=8192 --devices 0,1   # the split plan
-    python -m tcmlir.dump FILE --grad ...   # the stages of the derived gradient definition
+    tcmlir dump FILE --sizes M=8192,K=8192,N=8192 --devices 0,1   # the split plan
+    tcmlir dump FILE --grad ...   # the stages of the derived gradient definition
 
 Stages: ``pipeline`` the target, options and pass pipeline that run; ``ast`` the parsed
 definition in canonical TC; ``ir`` the checked IR; ``scop`` the polyhedral model (parameters,
@@ -33,16 +34,16 @@ located message on stderr and exit status 2, without a traceback.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from .errors import OptionsError, PipelineError, Source, TCError
+from .errors import OptionsError, PipelineError, Source
 
-__all__ = ["DEFAULT_PIPELINE", "STAGES", "DumpPlan", "dump", "main", "plan_for"]
+__all__ = ["DEFAULT_PIPELINE", "STAGES", "DumpPlan", "add_dump_command", "dump", "implied_target", "main",
+           "plan_for"]
 
 STAGES = ("pipeline", "ast", "ir", "scop", "deps", "schedule", "buffers", "loops",
           "llvm-raw", "llvm", "ptx", "asm")
@@ -92,30 +93,6 @@ def plan_for(fn_ir: Any, target: str = "auto", options: Any = None,
     return DumpPlan(resolved, chosen, chosen.to_pipeline(lowering), how)
 
 
-def _parse_sizes(text: str) -> dict[str, int]:
-    source = Source(text, "<sizes>")
-    sizes: dict[str, int] = {}
-    offset = 0
-    for item in text.split(","):
-        span = source.span(offset, offset + len(item))
-        offset += len(item) + 1
-        name, eq, value = item.partition("=")
-        name, value = name.strip(), value.strip()
-        if not eq or not name.isidentifier():
-            raise OptionsError.at(source, span, f"bad size '{item.strip()}'",
-                                  fix="write sizes as NAME=VALUE,NAME=VALUE (e.g. N=64,M=3)")
-        try:
-            number = int(value)
-        except ValueError:
-            number = 0
-        if number < 1:
-            raise OptionsError.at(source, span, f"size {name} must be an integer >= 1, got '{value}'")
-        if name in sizes:
-            raise OptionsError.at(source, span, f"size {name} is given twice")
-        sizes[name] = number
-    return sizes
-
-
 def _parse_stages(text: str, target: str) -> tuple[str, ...]:
     """``all`` → every stage of ``target``; else the comma-separated stages, checked."""
     if text == "all":
@@ -135,19 +112,6 @@ def _parse_stages(text: str, target: str) -> tuple[str, ...]:
             raise OptionsError(f"--stage {s} is for --target {wanted}, and this dump is for "
                                f"{target}: add --target {wanted}, or ask for --stage {other}")
     return stages
-
-
-def _read_options(text: str) -> Any:
-    """``--options``: MappingOptions as JSON text, or the path of a file holding it."""
-    from .options import MappingOptions
-
-    if not text.lstrip().startswith("{") and os.path.isfile(text):
-        try:
-            with open(text, encoding="utf-8") as f:
-                text = f.read()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise OptionsError(f"--options: cannot read {text}: {exc}") from None
-    return MappingOptions.from_json(text)
 
 
 def dump(text: str, filename: str, entry: str | None, stage: str = "all",
@@ -305,75 +269,79 @@ def _join(out: dict[str, str], stages: Sequence[str], stage: str) -> str:
     return "".join(f"== {name} ==\n{out[name]}\n" for name in stages if name in out)
 
 
-def _arg_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m tcmlir.dump",
-        description="Print the compilation stages of a TC definition. By default: what a "
-                    "plain call runs on this machine (its target and default options).")
-    p.add_argument("file", help="TC source file ('-' for stdin)")
-    p.add_argument("--name", help="the definition to compile (optional if there is one)")
-    p.add_argument("--sizes", help="fix sizes, e.g. N=64,M=3 (default: parametric)")
-    p.add_argument("--stage", default="all",
+def add_dump_command(sub: Any) -> None:
+    """Register ``dump`` on the ``tcmlir`` subparsers ``sub`` (``python -m tcmlir.dump`` is
+    the same command)."""
+    from .cli_args import add_definition_args
+
+    p = sub.add_parser("dump", help="print the compilation stages of a TC definition",
+                       description="Print the compilation stages of a TC definition. By "
+                                   "default: what a plain call runs on this machine (its target "
+                                   "and default options).")
+    add_definition_args(p, targets=("auto", "cpu", "cuda"), default_target=None, what="dump",
+                        sizes_help="fix sizes, e.g. N=64,M=3 (default: parametric)")
+    p.add_argument("--stage", default="all", metavar="S",
                    help=f"one of {', '.join(STAGES)}, several separated by commas, or all "
-                        "(default: all)")
-    p.add_argument("--target", choices=("auto", "cpu", "cuda"), default="auto",
-                   help="the target to compile for (default: auto, what a call picks here: cuda "
-                        "when a GPU is visible, else cpu); cuda needs no GPU")
-    p.add_argument("--arch", help="cuda architecture (default: the device's, else sm_90)")
+                        "(default: all); ptx implies --target cuda, asm --target cpu")
+    p.add_argument("--arch", metavar="sm_XX",
+                   help="cuda architecture (default: the device's, else sm_90)")
     group = p.add_mutually_exclusive_group()
-    group.add_argument("--pipeline", help="pass pipeline (default: the one of the options)")
-    group.add_argument("--options", help="MappingOptions as JSON, or a file holding it "
-                                         "(default: a call's default options)")
+    group.add_argument("--pipeline", metavar="P",
+                       help="a pass pipeline, e.g. 'schedule{fusion=max},tile{sizes=32,32}' "
+                            "(default: the one of the options)")
+    group.add_argument("--options", metavar="O",
+                       help="mapping options: a preset (naive, pointwise, mlp, convolution, "
+                            "group_convolution), a JSON object, or a file holding one "
+                            "(default: a call's default options)")
     p.add_argument("--flow", action="store_true",
                    help="print the schedule tree on one line (isl's flow style)")
     p.add_argument("--print-after-all", action="store_true",
                    help="print the schedule tree after each pass (stderr)")
     p.add_argument("--time-passes", action="store_true", help="time each pass (stderr)")
-    p.add_argument("--devices", help="print how a call at --sizes splits across these GPUs, "
-                                     "e.g. 0,1 (tcmlir.multi; no GPU needed)")
+    p.add_argument("--devices", metavar="0,1",
+                   help="print how a call at --sizes splits across these GPUs (tcmlir.multi; "
+                        "no GPU needed)")
     p.add_argument("--grad", action="store_true",
                    help="dump the derived reverse-mode gradient definition instead (tcmlir.grad)")
-    return p
+    p.set_defaults(func=_cmd_dump)
 
 
-def _parse_devices(text: str | None) -> tuple[int, ...] | None:
-    if text is None:
-        return None
-    try:
-        return tuple(int(d) for d in text.split(","))
-    except ValueError:
-        raise OptionsError(f"--devices takes device ordinals like 0,1, got '{text}'") from None
+def implied_target(target: str | None, stage: str) -> str:
+    """``--target`` as given, else the target the stages imply (``ptx``: cuda, ``asm``: cpu),
+    else ``auto``."""
+    if target is not None:
+        return target
+    implied = {_TARGET_STAGES[s.strip()] for s in stage.split(",") if s.strip() in _TARGET_STAGES}
+    if len(implied) > 1:
+        raise OptionsError(f"--stage {stage}: ptx is for cuda and asm for cpu; dump one target "
+                           "at a time")
+    return implied.pop() if implied else "auto"
+
+
+def _cmd_dump(args: argparse.Namespace) -> int:
+    from .cli_args import parse_devices, parse_options, parse_sizes, read_source
+
+    text, filename = read_source(args.file)
+    sizes = None if args.sizes is None else parse_sizes(args.sizes)
+    options = parse_options(args.options)
+    name = args.name
+    if args.grad:  # the gradient program replaces the definition (tcmlir.grad)
+        from .grad.dump import gradient_text
+
+        text, filename, name = gradient_text(text, filename, name)
+    result = dump(text, filename, name, args.stage, sizes, args.pipeline,
+                  args.print_after_all, args.time_passes, err=sys.stderr,
+                  target=implied_target(args.target, args.stage), options=options,
+                  arch=args.arch, flow=args.flow, devices=parse_devices(args.devices))
+    sys.stdout.write(result)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _arg_parser().parse_args(argv)
-    try:
-        if args.file == "-":
-            text, filename = sys.stdin.read(), "<stdin>"
-        else:
-            with open(args.file, encoding="utf-8") as f:
-                text, filename = f.read(), args.file
-    except (OSError, UnicodeDecodeError) as exc:
-        from .cli import file_error
+    """``python -m tcmlir.dump ARGS``: the same as ``tcmlir dump ARGS`` (its exit status)."""
+    from .cli import main as tcmlir_main
 
-        print(file_error(args.file, exc), file=sys.stderr)  # the message of every command
-        return 2
-    try:
-        sizes = None if args.sizes is None else _parse_sizes(args.sizes)
-        options = None if args.options is None else _read_options(args.options)
-        if args.grad:  # the gradient program replaces the definition (tcmlir.grad)
-            from .grad.dump import gradient_text
-
-            text, filename, args.name = gradient_text(text, filename, args.name)
-        result = dump(text, filename, args.name, args.stage, sizes, args.pipeline,
-                      args.print_after_all, args.time_passes, err=sys.stderr,
-                      target=args.target, options=options, arch=args.arch, flow=args.flow,
-                      devices=_parse_devices(args.devices))
-    except TCError as exc:
-        print(str(exc), file=sys.stderr)
-        return 2
-    sys.stdout.write(result)
-    return 0
+    return tcmlir_main(["dump", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

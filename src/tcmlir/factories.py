@@ -85,7 +85,7 @@ def _verified_or_default(fn: Any, inputs: Sequence[Any], store: Any, record: Any
     """The stored options if they compute the right result on these inputs; else the row is
     dropped, a warning says so, and the default options are returned."""
     from .api import resolve_target
-    from .tune.verify import WrongResultWarning, to_host, verify_for_call
+    from .tune.verify import WrongResultWarning, verify_for_call
 
     found = MappingOptions.from_json(record.options_json)
     wrong = verify_for_call(fn, inputs, found)
@@ -93,7 +93,7 @@ def _verified_or_default(fn: Any, inputs: Sequence[Any], store: Any, record: Any
         return found
     # a row tuned at this very signature is dropped; one borrowed from the nearest size is
     # only not used here (its own size re-verifies it when a call there first uses it)
-    own = record.signature == fn.signature(*[to_host(x) for x in inputs]).to_json()
+    own = record.signature == fn.signature(*inputs).to_json()
     if own:
         store.discard(record)
     message = (f"{fn.entry}: the tuned options cached in {store.path} failed their check on "

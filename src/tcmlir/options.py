@@ -49,7 +49,7 @@ def _positive_tuple(name: str, values: tuple[int, ...], *, max_len: int | None =
 
 @dataclass(frozen=True)
 class MappingOptions:
-    """Scheduling and mapping choices for one kernel; see the README for each field."""
+    """Scheduling and mapping choices for one kernel; see docs/using.md for each field."""
 
     fusion: str = "preserve3coincident"          # outer schedule fusion strategy
     allow_skewing: bool = False
@@ -93,6 +93,13 @@ class MappingOptions:
     copy_transposed: bool = False                # cuda, with copy_bytes: also tiles stored
                                                  # transposed (one 16-byte load, a store per
                                                  # element; no cp.async)
+    mma_tile: tuple[int, ...] = ()               # cuda: BM, BN, BK of a tensor-core kernel
+                                                 # (map-mma, half-precision contractions);
+                                                 # (): tensor cores off
+    mma_warps: tuple[int, ...] = ()              # cuda, with mma_tile: warps along m and n
+    mma_stages: int = 0                          # cuda, with mma_tile: operand tiles in flight
+    mma_wgmma: bool = False                      # cuda, with mma_tile: warpgroup wgmma (sm_90)
+                                                 # instead of mma.sync
 
     def __post_init__(self) -> None:
         if self.fusion not in FUSION_STRATEGIES:
@@ -109,6 +116,13 @@ class MappingOptions:
         object.__setattr__(self, "register_interleave",
                            _positive_tuple("register interleave", self.register_interleave,
                                            max_len=3, allow_zero=True))
+        object.__setattr__(self, "mma_tile", _positive_tuple("mma tile", self.mma_tile, max_len=3))
+        object.__setattr__(self, "mma_warps", _positive_tuple("mma warps", self.mma_warps, max_len=2))
+        if self.mma_tile and (len(self.mma_tile) != 3 or len(self.mma_warps) != 2
+                              or self.mma_stages < 2):
+            raise OptionsError("tensor cores take mma_tile=(BM, BN, BK), mma_warps=(WM, WN) and "
+                               f"mma_stages >= 2, got {self.mma_tile}, {self.mma_warps}, "
+                               f"{self.mma_stages}")
         if self.copy_bytes not in (0, 4, 8, 16):
             raise OptionsError(f"copy_bytes must be 0 (off), 4, 8 or 16, got {self.copy_bytes}")
         if not self.block or not self.grid:
@@ -192,6 +206,12 @@ class MappingOptions:
             return cls.naive().tile(*(0,) * batch, 32, 32, 32)
         if target == "cuda":
             from .gpu_defaults import elementwise_defaults, mixed_defaults, reduction_defaults
+            from .poly.contraction import contraction_plan, mma_tile_choice
+
+            plan = contraction_plan(ir_fn, sizes)
+            if not isinstance(plan, str):  # half-precision contraction: tensor cores
+                tile, warps, stages, wgmma = mma_tile_choice(plan)
+                return cls(fusion="preserve3coincident").tensor_cores(tile, warps, stages, wgmma)
 
             rows = reduction_defaults(ir_fn, sizes) or mixed_defaults(ir_fn)
             if rows is not None:
@@ -406,6 +426,18 @@ class MappingOptions:
         0 turns it off."""
         return self._with(vector_bytes=int(nbytes))
 
+    def tensor_cores(self, tile: tuple[int, int, int] = (128, 128, 32),
+                     warps: tuple[int, int] = (2, 2), stages: int = 3,
+                     wgmma: bool = False) -> MappingOptions:
+        """A half-precision contraction as one tensor-core kernel (`passes/map_mma.py`):
+        ``tile`` = output rows, columns and reduction steps per block, ``warps`` along rows and
+        columns (32 threads each), ``stages`` operand tiles in flight (cp.async ring); the other
+        mapping fields do not apply to it. ``tile=()`` turns tensor cores off."""
+        if not tile:
+            return self._with(mma_tile=(), mma_warps=(), mma_stages=0, mma_wgmma=False)
+        return self._with(mma_tile=tuple(tile), mma_warps=tuple(warps), mma_stages=int(stages),
+                          mma_wgmma=bool(wgmma))
+
     def on_devices(self, *devices: int) -> MappingOptions:
         """Split each call across these CUDA devices (`tcmlir.multi`; ``on_devices(0, 0)``: two
         parts on device 0); no argument: one device. A part's kernel uses these options without
@@ -420,7 +452,8 @@ class MappingOptions:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name in ("devices", "vector_bytes", "mixed_rows", "register_interleave",
-                          "copy_bytes", "copy_transposed") and not value:
+                          "copy_bytes", "copy_transposed", "mma_tile", "mma_warps",
+                          "mma_stages", "mma_wgmma") and not value:
                 continue  # one device, scalar access, no mixed mapping: kept out so cache keys
                 # stay those of before
             if f.name == "split_k" and value == 1:
@@ -489,6 +522,13 @@ class MappingOptions:
             f"schedule{{fusion={self.fusion},skew={str(self.allow_skewing).lower()},"
             f"positive-orthant={str(self.positive_orthant).lower()}}}",
         ]
+        if target == "cuda" and self.mma_tile:
+            if self.parametric or self.split_k > 1 or self.row_block:
+                raise OptionsError("tensor cores (mma_tile) need fixed sizes and do not combine "
+                                   "with split_k or row_block")
+            steps.append(f"map-mma{{tile={ints(self.mma_tile)},warps={ints(self.mma_warps)},"
+                         f"stages={self.mma_stages}" + (",wgmma=true}" if self.mma_wgmma else "}"))
+            return ",".join(steps)
         if self.split_k > 1:
             if self.parametric:
                 raise OptionsError(f"split_k={self.split_k} needs fixed sizes and does not "

@@ -35,7 +35,7 @@ used. Built-ins: see `tcmlir.reference_builtins` (float64, rounded once).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -62,12 +62,14 @@ def run(
     outputs: Mapping[str, np.ndarray] | None = None,
     *,
     chunk_elements: int | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> dict[str, np.ndarray]:
     """Execute ``fn`` on ``inputs`` (validated by the caller; scalars as 0-d arrays).
 
     ``outputs`` given: written in place and returned; missing ones (or all, when None) are
     allocated zero-filled. ``chunk_elements`` overrides `CHUNK_ELEMENTS` (tests force small
-    chunks with it). Returns ``{output name: array}`` in signature order.
+    chunks with it). ``progress(n)`` is called after each chunk with the statement instances
+    it evaluated (``tcmlir run --check`` shows a bar with it). Returns ``{output name: array}`` in signature order.
     """
     limit = max(1, chunk_elements if chunk_elements is not None else CHUNK_ELEMENTS)
     sizes = dict(sizes)
@@ -83,7 +85,7 @@ def run(
             store[t.name] = np.zeros(shape, dtype=t.dtype.numpy)
     with np.errstate(all="ignore"):
         for stmt in fn.statements:
-            _Statement(fn, stmt, store, sizes, limit).execute()
+            _Statement(fn, stmt, store, sizes, limit, progress).execute()
     return {t.name: store[t.name] for t in fn.outputs}
 
 
@@ -98,8 +100,10 @@ _REDUCE = {
 
 
 class _Statement:
-    def __init__(self, fn: ir.Function, stmt: ir.Statement, store, sizes, limit: int):
+    def __init__(self, fn: ir.Function, stmt: ir.Statement, store, sizes, limit: int,
+                 progress: Callable[[int], None] | None = None):
         self.fn, self.stmt, self.store, self.sizes, self.limit = fn, stmt, store, sizes, limit
+        self.progress = progress
         self.tensor = fn.tensor(stmt.tensor)
         self.target = store[stmt.tensor]
 
@@ -157,10 +161,14 @@ class _Statement:
             where = (*(slice(lo - base, hi - base) for (lo, hi), (base, _) in offsets), ...)
             if acc is None:
                 view[where] = value[(Ellipsis,) + (0,) * nr]
+                if self.progress is not None:
+                    self.progress(math.prod(shape))
                 continue
             op = _REDUCE[stmt.reduction]
             reduced = op.reduce(value, axis=red_axes, dtype=comp) if nr else value
             op(acc[where], reduced, out=acc[where], dtype=comp)
+            if self.progress is not None:
+                self.progress(math.prod(shape))
         if acc is not None:
             view[...] = acc
 

@@ -23,7 +23,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import TCError
 from .errors import CacheError
 from .kernel_cache import ArtifactRecord
 from .manage import (
@@ -74,14 +73,17 @@ def add_cache_command(sub: Any) -> None:
     common.add_argument("--path", default=None,
                         help="cache database or directory (default: TCMLIR_CACHE_DIR or the "
                              "user cache dir)")
-    cache = sub.add_parser("cache", help="look at and manage the persistent cache")
+    cache = sub.add_parser("cache", help="look at and manage the persistent cache",
+                           description="Look at and manage the persistent cache of tuned "
+                                       "options and compiled artifacts.")
     actions = cache.add_subparsers(dest="cache_action", required=True, metavar="ACTION")
 
     ls = actions.add_parser("ls", parents=[common], help="list tuned options and artifacts")
     ls.add_argument("--arch", default=None, help="only this arch (e.g. sm_90)")
     ls.set_defaults(func=_cmd_ls)
     show = actions.add_parser("show", parents=[common], help="show one entry")
-    show.add_argument("key", nargs="?", default=None, help="a KEY printed by `cache ls`")
+    show.add_argument("key", metavar="KEY",
+                      help="a KEY printed by `tcmlir cache ls` (a unique prefix is enough)")
     show.add_argument("--json", action="store_true", help="as JSON")
     show.set_defaults(func=_cmd_show)
     st = actions.add_parser("stats", parents=[common], help="entries, sizes, hits/misses")
@@ -89,11 +91,12 @@ def add_cache_command(sub: Any) -> None:
     st.set_defaults(func=_cmd_stats)
     export = actions.add_parser("export", parents=[common],
                                 help="write the tuned options to a JSON file")
-    export.add_argument("file", nargs="?", default=None)
+    export.add_argument("file", metavar="FILE", help="the JSON file to write")
     export.add_argument("--arch", default=None, help="only this arch (e.g. sm_90)")
     export.set_defaults(func=_cmd_export)
     imp = actions.add_parser("import", parents=[common], help="merge exported tuned options")
-    imp.add_argument("file", nargs="?", default=None)
+    imp.add_argument("file", metavar="FILE",
+                     help="a file `tcmlir cache export` wrote (or an older SQLite export)")
     imp.set_defaults(func=_cmd_import)
     pr = actions.add_parser("prune", parents=[common],
                             help="evict compiled artifacts (tuned options are kept)")
@@ -176,9 +179,6 @@ def _show_artifact(a: ArtifactRecord) -> list[str]:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    if not args.key:
-        raise CacheError("tcmlir cache show: give the KEY of an entry (`tcmlir cache ls` "
-                         "lists them; a unique prefix is enough)")
     store = open_existing(args.path)
     if store is None:
         raise CacheError(_no_cache(args))
@@ -218,17 +218,10 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
-def _need_file(args: argparse.Namespace) -> str:
-    if not args.file:
-        raise TCError(f"tcmlir cache {args.cache_action}: give the file to {args.cache_action} "
-                      f"({'to' if args.cache_action == 'export' else 'from'})")
-    return args.file
-
-
 def _cmd_export(args: argparse.Namespace) -> int:
     from .options_cache import OptionsCache
 
-    target = _need_file(args)
+    target = args.file
     store = open_existing(args.path)
     if store is None:
         raise CacheError(f"{_no_cache(args)}: nothing to export")
@@ -242,12 +235,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def _cmd_import(args: argparse.Namespace) -> int:
     from .options_cache import OptionsCache
 
-    source = _need_file(args)
+    source = args.file
     try:  # an unreadable file is reported as by every command (cli.file_error)
         with open(source, "rb"):
             pass
     except OSError as exc:
-        from ..cli import file_error
+        from ..cli_args import file_error
 
         raise file_error(source, exc) from None
     with OptionsCache(args.path) as cache:

@@ -49,7 +49,10 @@ DEFAULT_TOP_K = 5
 
 TUNED_COLUMNS = ("key_hash", "family_hash", "source", "entry", "signature", "arch",
                  "ranks_dtypes", "sizes", "options", "time_s", "runs", "created", "checksum")
-_SELECT = f"SELECT id, {', '.join(TUNED_COLUMNS)} FROM tuned_options"
+# written by every release since the column was added; not part of TUNED_COLUMNS, so that
+# databases and SQLite exports made before it read as they always did (NULL: unmeasured)
+_INSERT_COLUMNS = (*TUNED_COLUMNS, "spread_s")
+_SELECT = f"SELECT id, {', '.join(_INSERT_COLUMNS)} FROM tuned_options"
 
 
 @dataclass(frozen=True, eq=True)
@@ -65,12 +68,18 @@ class TunedRecord:
     time_s: float
     runs: int
     created: float = 0.0
+    # the spread of the timed runs (half the interquartile range, seconds); None when the
+    # row was stored without one (databases made before the column, plain `store` calls)
+    spread_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"entry": self.entry, "arch": self.arch, "signature": json.loads(self.signature),
-                "sizes": dict(self.sizes), "options": json.loads(self.options_json),
-                "time_s": self.time_s, "runs": self.runs, "created": self.created,
-                "source": self.source}
+        out = {"entry": self.entry, "arch": self.arch, "signature": json.loads(self.signature),
+               "sizes": dict(self.sizes), "options": json.loads(self.options_json),
+               "time_s": self.time_s, "runs": self.runs, "created": self.created,
+               "source": self.source}
+        if self.spread_s is not None:
+            out["spread_s"] = self.spread_s
+        return out
 
 
 def log_size_distance(a: Mapping[str, int], b: Mapping[str, int]) -> float:
@@ -109,11 +118,12 @@ class _Row:
     runs: int
     created: float
     checksum: str
+    spread_s: float | None = None
 
     def expected_checksum(self) -> str:
         return tuned_checksum(self.key_hash, self.family_hash, self.source, self.entry,
                               self.signature, self.arch, self.ranks_dtypes, self.sizes,
-                              self.options, self.time_s, self.runs)
+                              self.options, self.time_s, self.runs, self.spread_s)
 
     def is_intact(self) -> bool:
         try:
@@ -124,7 +134,7 @@ class _Row:
     def record(self) -> TunedRecord:
         return TunedRecord(self.source, self.entry, self.signature, self.arch,
                            json.loads(self.sizes), self.options, self.time_s, self.runs,
-                           self.created)
+                           self.created, self.spread_s)
 
 
 def _parses_as_options(options_json: str) -> str | None:
@@ -147,9 +157,11 @@ def _warn_unwritable(what: str, exc: CacheError) -> None:
 
 def tuned_checksum(key_hash: str, family_hash: str, source: str, entry: str, signature: str,
                    arch: str, ranks_dtypes: str, sizes: str, options: str, time_s: float,
-                   runs: int) -> str:
+                   runs: int, spread_s: float | None = None) -> str:
+    # rows without a spread keep the checksum they were written with before the column
+    spread = () if spread_s is None else (float(spread_s),)
     return row_checksum("tuned", key_hash, family_hash, source, entry, signature, arch,
-                        ranks_dtypes, sizes, options, float(time_s), int(runs))
+                        ranks_dtypes, sizes, options, float(time_s), int(runs), *spread)
 
 
 class OptionsCache:
@@ -176,24 +188,31 @@ class OptionsCache:
 
     # -- the public form ----------------------------------------------------------------
 
-    def lookup(self, fn: Any, *inputs: Any, exact: bool = True) -> Any:
+    def lookup(self, fn: Any, *inputs: Any, exact: bool = True, target: str | None = None
+               ) -> Any:
         """The best `MappingOptions` stored for ``fn`` at these inputs' signature on
         ``fn.default_arch()``, or None; ``exact=False`` falls back to the nearest size.
 
         A plain lookup: the options are not checked here. The paths that hand stored options
         to calls (`make_load_from_cache_options_factory`, ``fn.autotune``) re-verify them
-        against the reference on first use in a process (`tcmlir.tune.verify`)."""
-        found = self.lookup_record(fn, *inputs, exact=exact)
+        against the reference on first use in a process (`tcmlir.tune.verify`).
+
+        ``inputs`` are what a call takes (numpy, torch, CuPy, CUDA-array-interface or DLPack
+        arrays; `TCFunction.input_spec` reads them without copying device data); ``target``
+        (default: the function's) decides the arch and how the inputs bind."""
+        found = self.lookup_record(fn, *inputs, exact=exact, target=target)
         if found is None:
             return None
         from ..options import MappingOptions
 
         return MappingOptions.from_json(found.options_json)
 
-    def lookup_record(self, fn: Any, *inputs: Any, exact: bool = True) -> TunedRecord | None:
+    def lookup_record(self, fn: Any, *inputs: Any, exact: bool = True,
+                      target: str | None = None) -> TunedRecord | None:
         """Like `lookup`, but the stored `TunedRecord` (to `discard` it if it proves wrong)."""
-        return self.find(fn.canonical_source, fn.entry, fn.signature(*inputs),
-                         fn.default_arch(), exact=exact, sizes=fn.size_values(*inputs),
+        spec = fn.input_spec(inputs, target)
+        return self.find(fn.canonical_source, fn.entry, spec.signature,
+                         fn.default_arch(target), exact=exact, sizes=spec.sizes,
                          usable=_parses_as_options)
 
     def discard(self, record: TunedRecord) -> int:
@@ -213,16 +232,20 @@ class OptionsCache:
                            self.db.path, options, record.entry, record.arch)
         return gone
 
-    def record(self, fn: Any, *inputs: Any, options: Any, time_s: float, runs: int) -> bool:
-        """Store ``options`` (a MappingOptions or its JSON) measured on these inputs."""
+    def record(self, fn: Any, *inputs: Any, options: Any, time_s: float, runs: int,
+               spread_s: float | None = None, target: str | None = None) -> bool:
+        """Store ``options`` (a MappingOptions or its JSON) measured on these inputs (any kind
+        a call takes, see `lookup`); ``spread_s``: the spread of the timed runs."""
         text = options if isinstance(options, str) else options.to_json()
-        return self.store(fn.canonical_source, fn.entry, fn.signature(*inputs),
-                          fn.default_arch(), text, time_s, runs,
-                          sizes=fn.size_values(*inputs))
+        spec = fn.input_spec(inputs, target)
+        return self.store(fn.canonical_source, fn.entry, spec.signature,
+                          fn.default_arch(target), text, time_s, runs, sizes=spec.sizes,
+                          spread_s=spread_s)
 
     def save_tuned(self, fn: Any, inputs: Sequence[Any],
-                   results: Iterable[tuple[Any, float, int]]) -> int:
-        """Store tuned ``(options, time_s, runs)`` results; returns how many rows changed.
+                   results: Iterable[tuple[Any, ...]], target: str | None = None) -> int:
+        """Store tuned ``(options, time_s, runs)`` or ``(options, time_s, runs, spread_s)``
+        results; returns how many rows changed.
 
         The tuning is done and its result is the caller's either way: a cache that cannot be
         written (a full disk, a read-only file) gives a `CacheWriteWarning` saying what was
@@ -230,8 +253,9 @@ class OptionsCache:
         todo = list(results)
         changed = done = 0
         try:
-            for options, time_s, runs in todo:
-                changed += self.record(fn, *inputs, options=options, time_s=time_s, runs=runs)
+            for options, time_s, runs, *rest in todo:
+                changed += self.record(fn, *inputs, options=options, time_s=time_s, runs=runs,
+                                       spread_s=rest[0] if rest else None, target=target)
                 done += 1
         except CacheError as exc:
             _warn_unwritable(f"the tuned options of {fn.entry} were not saved ({done} of "
@@ -243,14 +267,15 @@ class OptionsCache:
 
     def store(self, source_text: str, entry: str, signature: Signature | str, arch: str,
               options_json: str, time_s: float, runs: int,
-              sizes: Mapping[str, int] | None = None) -> bool:
+              sizes: Mapping[str, int] | None = None, spread_s: float | None = None) -> bool:
         """Add a measured candidate; True if the database changed.
 
         The same options stored again keep the better time; each key keeps its ``top_k``
-        fastest candidates. ``sizes`` (name -> value) enable nearest-size lookups.
+        fastest candidates. ``sizes`` (name -> value) enable nearest-size lookups;
+        ``spread_s`` is the spread of the timed runs.
         """
         values = self.prepare_row(source_text, entry, signature, arch, options_json, time_s,
-                                  runs, sizes)
+                                  runs, sizes, spread_s)
         changed = self.db.write(lambda conn: self._upsert(conn, values), False)
         if changed:
             self.counters.writes += 1
@@ -258,11 +283,17 @@ class OptionsCache:
 
     def prepare_row(self, source_text: str, entry: str, signature: Signature | str, arch: str,
                     options_json: str, time_s: float, runs: int,
-                    sizes: Mapping[str, int] | None = None) -> tuple:
-        """The checked column values (``TUNED_COLUMNS``) of a candidate, keys and checksum
-        computed here; `CacheError` (or ValueError for JSON that is not) when malformed."""
+                    sizes: Mapping[str, int] | None = None,
+                    spread_s: float | None = None) -> tuple:
+        """The checked column values (``TUNED_COLUMNS`` and ``spread_s``) of a candidate,
+        keys and checksum computed here; `CacheError` (or ValueError for JSON that is not)
+        when malformed."""
         if not (isinstance(time_s, int | float) and math.isfinite(time_s) and time_s > 0):
             raise CacheError(f"time_s must be a positive finite number of seconds, got {time_s!r}")
+        if spread_s is not None and not (isinstance(spread_s, int | float)
+                                         and math.isfinite(spread_s) and spread_s >= 0):
+            raise CacheError(f"spread_s must be a finite number of seconds >= 0, got "
+                             f"{spread_s!r}")
         if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
             raise CacheError(f"runs must be a positive int, got {runs!r}")
         if not arch:
@@ -275,10 +306,11 @@ class OptionsCache:
         sizes_text = _sizes_json(sizes, sig)
         options = canonical_json(options_json)
         time_s = float(time_s)
+        spread = None if spread_s is None else float(spread_s)
         checksum = tuned_checksum(key_hash, family, source_text, entry, sig_text, arch, ranks,
-                                  sizes_text, options, time_s, runs)
+                                  sizes_text, options, time_s, runs, spread)
         return (key_hash, family, source_text, entry, sig_text, arch, ranks, sizes_text,
-                options, time_s, runs, time.time(), checksum)
+                options, time_s, runs, time.time(), checksum, spread)
 
     def _upsert(self, conn: sqlite3.Connection, values: tuple) -> bool:
         """Insert or improve one candidate, then keep the key's top_k (inside a write txn)."""
@@ -290,8 +322,8 @@ class OptionsCache:
             if row.is_intact() and row.time_s <= time_s:
                 return False
             conn.execute("DELETE FROM tuned_options WHERE id = ?", (row.id,))
-        conn.execute(f"INSERT INTO tuned_options ({', '.join(TUNED_COLUMNS)}) "
-                     f"VALUES ({', '.join('?' * len(TUNED_COLUMNS))})", values)
+        conn.execute(f"INSERT INTO tuned_options ({', '.join(_INSERT_COLUMNS)}) "
+                     f"VALUES ({', '.join('?' * len(_INSERT_COLUMNS))})", values)
         conn.execute("DELETE FROM tuned_options WHERE key_hash = ? AND id NOT IN ("
                      "SELECT id FROM tuned_options WHERE key_hash = ? "
                      "ORDER BY time_s, id LIMIT ?)", (key_hash, key_hash, self.top_k))
@@ -382,6 +414,31 @@ class OptionsCache:
                         json.loads(row.sizes), distance)
         return row.record()
 
+    def nearest_records(self, fn: Any, *inputs: Any, count: int = 3,
+                        target: str | None = None) -> list[TunedRecord]:
+        """Up to ``count`` stored candidates of ``fn`` tuned at *other* sizes of these inputs'
+        ranks and dtypes, nearest sizes first (`log_size_distance`, then time), one per
+        options: seeds for a tuning at these sizes. Rows this tcmlir cannot read are dropped."""
+        spec = fn.input_spec(inputs, target)
+        arch = fn.default_arch(target)
+        ranks = ranks_dtypes_json(spec.signature)
+        family = tuned_family_hash(fn.canonical_source, fn.entry, arch, ranks)
+        own = signature_json(spec.signature)
+        wanted = json.loads(_sizes_json(spec.sizes, spec.signature))
+        rows = [r for r in self._read_rows("family_hash = ?", (family,), _parses_as_options)
+                if (r.source, r.entry, r.arch, r.ranks_dtypes) == (fn.canonical_source,
+                                                                   fn.entry, arch, ranks)
+                and r.signature != own]
+        scored = sorted(((log_size_distance(wanted, json.loads(r.sizes)), r.time_s, r.id, r)
+                         for r in rows), key=lambda s: s[:3])
+        out: list[TunedRecord] = []
+        seen: set[str] = set()
+        for distance, _, _, r in scored:
+            if math.isfinite(distance) and r.options not in seen and len(out) < count:
+                seen.add(r.options)
+                out.append(r.record())
+        return out
+
     def lookup_options(self, source_text: str, entry: str, signature: Signature | str,
                        arch: str, exact: bool = True,
                        sizes: Mapping[str, int] | None = None) -> tuple[str, float] | None:
@@ -418,7 +475,7 @@ class OptionsCache:
 
         if artifacts:
             raise CacheError("compiled artifacts are not exported: native code is only run "
-                             "where it was compiled (see the README's cache trust model); "
+                             "where it was compiled (see the cache trust model in docs/tuning.md); "
                              "export the tuned options and the other machine compiles them")
         return export_tuned(self, path, arch=arch)
 

@@ -98,6 +98,8 @@ _SCHEMA = (
         runs INTEGER NOT NULL,        -- how many runs the median is over
         created REAL NOT NULL,
         checksum TEXT NOT NULL,
+        spread_s REAL,                -- spread of the timed runs (NULL: not measured; rows
+                                      -- of databases made before the column)
         UNIQUE (key_hash, options))""",
     "CREATE INDEX IF NOT EXISTS tuned_by_key ON tuned_options (key_hash, time_s)",
     "CREATE INDEX IF NOT EXISTS tuned_by_family ON tuned_options (family_hash)",
@@ -117,6 +119,11 @@ _SCHEMA = (
         digest TEXT PRIMARY KEY,
         last_used REAL NOT NULL)""",
 )
+
+
+# columns later releases of schema 1 added, as (table, column, declaration): a database
+# made before one gains it in place (`create_schema`), its rows kept (the column is NULL)
+_ADDED_COLUMNS = (("tuned_options", "spread_s", "REAL"),)
 
 
 @dataclass
@@ -164,6 +171,9 @@ def create_schema(conn: sqlite3.Connection) -> None:
     """Create our tables (inside the caller's transaction) and record the schema version."""
     for statement in _SCHEMA:
         conn.execute(statement)
+    for table, column, decl in _ADDED_COLUMNS:  # databases made before the column: add it
+        if not _has_column(conn, table, column):
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
     conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
     conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
                  (str(SCHEMA_VERSION),))
@@ -180,13 +190,18 @@ def read_schema_version(conn: sqlite3.Connection) -> str | None:
     return None if row is None else str(row[0])
 
 
+def _has_column(conn: sqlite3.Connection, table: str, column: str) -> bool:
+    return any(row[1] == column for row in conn.execute(f"PRAGMA table_info({table})"))
+
+
 def _is_current(conn: sqlite3.Connection) -> bool:
     """Whether an up-to-date schema also has what later releases of schema 1 added (the
-    application id in the header, the artifact_use table)."""
+    application id in the header, the artifact_use table, the spread_s column)."""
     app_id = conn.execute("PRAGMA application_id").fetchone()[0]
     has_use = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
                            "name = 'artifact_use'").fetchone()
-    return app_id == APPLICATION_ID and has_use is not None
+    return (app_id == APPLICATION_ID and has_use is not None
+            and all(_has_column(conn, t, c) for t, c, _ in _ADDED_COLUMNS))
 
 
 T = TypeVar("T")

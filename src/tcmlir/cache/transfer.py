@@ -9,7 +9,7 @@ Import reads such a file (or an SQLite export written by earlier tcmlir versions
 every entry's fields, recomputes its keys and checksum here, and merges: a candidate already
 present keeps the better time, and each key keeps its top-k. Compiled artifacts are never
 imported (an old SQLite export's are counted and ignored): native code is only ever run when
-this machine compiled it (see the README's "Cache trust model"); imported options are
+this machine compiled it (see "Cache trust model" in docs/tuning.md); imported options are
 re-verified against the reference on first use like any cached options (`tcmlir.tune.verify`).
 """
 
@@ -52,7 +52,9 @@ def export_tuned(cache: OptionsCache, path: str | os.PathLike[str], *,
         "tuned": [{"entry": r.entry, "arch": r.arch, "sizes": dict(r.sizes),
                    "options": json.loads(r.options_json), "time_s": r.time_s, "runs": r.runs,
                    "created": r.created, "signature": json.loads(r.signature),
-                   "source": r.source} for r in records],
+                   "source": r.source,
+                   **({} if r.spread_s is None else {"spread_s": r.spread_s})}
+                  for r in records],
     }
     target = Path(path).expanduser()
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -79,9 +81,11 @@ def _dumps(document: dict[str, Any]) -> str:
     return "{\n" + ",\n".join(fields) + "\n}\n"
 
 
-def _entry_fields(entry: Any) -> tuple[str, str, str, str, str, float, int, dict[str, int]]:
-    """``(source, entry, signature_json, arch, options_json, time_s, runs, sizes)`` of one
-    exported entry; ValueError saying what is wrong."""
+def _entry_fields(entry: Any) -> tuple[str, str, str, str, str, float, int, dict[str, int],
+                                       float | None]:
+    """``(source, entry, signature_json, arch, options_json, time_s, runs, sizes, spread_s)``
+    of one exported entry (``spread_s`` optional: exports made before it have none);
+    ValueError saying what is wrong."""
     if not isinstance(entry, dict):
         raise ValueError("an entry is not a JSON object")
     for name, kind in (("source", str), ("entry", str), ("arch", str), ("options", dict),
@@ -94,6 +98,10 @@ def _entry_fields(entry: Any) -> tuple[str, str, str, str, str, float, int, dict
         raise ValueError(f"time_s must be a positive number of seconds, got {time_s!r}")
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
         raise ValueError(f"runs must be a positive integer, got {runs!r}")
+    spread = entry.get("spread_s")
+    if spread is not None and (isinstance(spread, bool) or not isinstance(spread, int | float)
+                               or not math.isfinite(spread) or spread < 0):
+        raise ValueError(f"spread_s must be a number of seconds >= 0, got {spread!r}")
     sizes = entry["sizes"]
     if not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
                for k, v in sizes.items()):
@@ -105,7 +113,8 @@ def _entry_fields(entry: Any) -> tuple[str, str, str, str, str, float, int, dict
     except Exception as exc:  # noqa: BLE001 - any malformed signature is one bad entry
         raise ValueError(f"signature is not a tcmlir signature ({exc})") from None
     return (entry["source"], entry["entry"], signature.to_json(), entry["arch"],
-            json.dumps(entry["options"]), float(time_s), runs, sizes)
+            json.dumps(entry["options"]), float(time_s), runs, sizes,
+            None if spread is None else float(spread))
 
 
 def _read_json_export(path: Path, text: str) -> tuple[list[tuple], list[str], int]:
@@ -157,7 +166,7 @@ def _read_sqlite_export(path: Path) -> tuple[list[tuple], list[str], int]:
             continue
         try:
             good.append((r.source, r.entry, r.signature, r.arch, r.options, float(r.time_s),
-                         int(r.runs), json.loads(r.sizes)))
+                         int(r.runs), json.loads(r.sizes), None))
         except (TypeError, ValueError) as exc:
             problems.append(f"row {r.id}: {exc}")
     return good, problems, int(artifacts)

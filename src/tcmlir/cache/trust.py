@@ -3,7 +3,7 @@
 The cache holds native code (host objects, cubins) that tcmlir loads and runs. Row checksums
 detect damage, not tampering: anyone who can write the database can write a matching checksum.
 So the database is trusted exactly as far as the file system keeps others out of it (the
-README's "Cache trust model" section):
+"Cache trust model" in docs/tuning.md):
 
 * `ensure_private_dir`: the cache directory is created ``0700``; an existing one must belong
   to this user and must not be writable by group or others, and no directory above it may be

@@ -73,6 +73,7 @@ class KernelLaunch:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     has_gathers: bool = False
+    shared_bytes: int = 0  # dynamic shared memory per block (tensor-core rings above 48 KB)
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,9 @@ class NvptxTarget(Target):
         # cp.async (sm_80+) for double-buffered shared copies; before that, plain copies
         # (the barriers stay, so the kernel is the same program, only without the overlap)
         digits = re.sub(r"\D", "", arch)
-        self.async_copies = bool(digits) and int(digits) >= 80
+        self.arch = arch
+        self.arch_number = int(digits) if digits else 0
+        self.async_copies = self.arch_number >= 80
     intrinsics = MappingProxyType({
         "sqrt": "sqrt", "fabs": "fabs", "floor": "floor", "ceil": "ceil", "trunc": "trunc",
         "fma": "fma", "copysign": "copysign", "fmin": "minnum", "fmax": "maxnum",
@@ -277,6 +280,15 @@ class NvptxTarget(Target):
             if not isinstance(walker, RowWalker):
                 raise CodegenError(f"mark {name!r} outside a kernel")
             walker.row_mark(name, child)
+            return
+        if name.startswith("mma "):
+            from ..poly.contraction import parse_mma_mark
+            from .gpu_mma import emit_mma
+
+            mma = parse_mma_mark(name)
+            if mma is None:
+                raise CodegenError(f"bad mma mark {name!r}")
+            emit_mma(walker, mma)  # the statements below are the mark's: not walked
             return
         red = _reduction_mark(name)
         if red is not None:
@@ -434,6 +446,11 @@ def check_parameter_space(fn: tc.Function) -> None:
 class _KernelLowerer(Lowerer):
     """The shared `Lowerer`, emitting one ``ptx_kernel`` per kernel mark instead of groups."""
 
+    needs_sm90a = False  # a generator used sm_90a-only instructions (wgmma)
+
+    def target_arch_number(self) -> int:
+        return self.target.arch_number
+
     def kernels(self, ast: isl.AstNode) -> tuple[KernelLaunch, ...]:
         if not _has_kernel_mark(ast):
             if _has_statement(ast):
@@ -445,10 +462,12 @@ class _KernelLowerer(Lowerer):
             grid, block = parse_kernel_mark(mark)  # type: ignore[misc]
             name = f"{self.name}_k{k}"
             before = len(self.gathers)
+            self.kernel_shared_bytes = 0  # set by a generator that needs dynamic shared memory
             body = self.kernel_body(name, node, guards)
             self.kernel_entry(name, body)
             self.launch_bounds(name, block, _has_row_mark(node))
-            launches.append(KernelLaunch(name, grid, block, len(self.gathers) > before))
+            launches.append(KernelLaunch(name, grid, block, len(self.gathers) > before,
+                                         self.kernel_shared_bytes))
         return tuple(launches)
 
     def launch_bounds(self, name: str, block: tuple[int, int, int], bandwidth_bound: bool) -> None:
@@ -634,7 +653,8 @@ def compile_cuda_from_ast(fn: tc.Function, ast: isl.AstNode, sizes: Mapping[str,
     if cached is not None:
         text, ptx = str(lowerer.module), cached
     else:
-        text, ptx = emit_ptx(lowerer.module, arch)
+        # wgmma exists only on sm_90a: its PTX runs on sm_90 devices alone
+        text, ptx = emit_ptx(lowerer.module, "sm_90a" if lowerer.needs_sm90a and arch == "sm_90" else arch)
         if ptx_cache is not None:
             ptx_cache.store(ptx)
     return CudaKernelImage(fn.name, arch, ptx, text, launches, tuple(t.name for t in fn.tensors),

@@ -1,7 +1,7 @@
 """Half-precision reductions accumulate in float32: a rewrite of the checked statements.
 
 A ``+`` or ``*`` reduction into a float16/bfloat16 tensor would round the running value to the
-half type at every step when compiled (a float16 sum of 3000 ones gives 2994). The README
+half type at every step when compiled (a float16 sum of 3000 ones gives 2994). docs/language.md
 promises float32 accumulation, so sema rewrites such a statement ``T(lhs) op[!] rhs`` into three
 statements over a float32 temporary ``T_acc`` of T's shape:
 

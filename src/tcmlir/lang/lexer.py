@@ -44,7 +44,7 @@ _IDENT_CHARS = _IDENT_START | _DIGITS
 _WHITESPACE = frozenset(" \t\r\n")
 _LINE_END = re.compile(r"[\r\n]")
 _MAX_INT_DIGITS = 100
-#: Longest identifier (README "Limits"): names reach LLVM, which truncates local names past
+#: Longest identifier (docs/language.md, "Limits"): names reach LLVM, which truncates local names past
 #: 1024 characters (two long names could then clash), and PTX.
 MAX_IDENTIFIER = 256
 

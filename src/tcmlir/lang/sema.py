@@ -53,7 +53,7 @@ def check_program(program: ast.Program, entry: str | None = None, *,
     return _Checker(definition, src).run()
 
 
-#: Documented limits that answer at once instead of stalling isl (README "Limits"): the rank
+#: Documented limits that answer at once instead of stalling isl (docs/language.md, "Limits"): the rank
 #: of a tensor and the indices of one statement, and the statements of one definition.
 MAX_RANK = 16
 MAX_STATEMENTS = 1000

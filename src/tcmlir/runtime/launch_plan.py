@@ -137,14 +137,17 @@ class CudaPlan:
         kernels = []
         for k in image.kernels:
             f = module.function(k.name)
-            validate_launch(limits, k.grid, k.block, 0, kernel=k.name,
+            shared = getattr(k, "shared_bytes", 0)
+            validate_launch(limits, k.grid, k.block, shared, kernel=k.name,
                             kernel_max_threads=f.max_threads_per_block,
                             static_shared_bytes=f.static_shared_bytes)
             takes = f.param_count
             if takes is not None and takes != count:
                 raise CudaError(f"kernel {k.name} takes {takes} parameters, the tcmlir ABI passes "
                                 f"{count} ({n_tensors} tensors, {n_sizes} sizes, the error flag)")
-            kernels.append((f.handle, *k.grid, *k.block))
+            if shared:  # opt in above the default 48 KB (once per plan)
+                f.allow_dynamic_shared(shared)
+            kernels.append((f.handle, *k.grid, *k.block, shared))
         self._kernels = tuple(kernels)
         self._launch_info = tuple((k.name, k.grid, k.block) for k in image.kernels)
         self.block = ParamBlock(count)
@@ -446,8 +449,8 @@ class CudaPlan:
             return
         launch, ok = self._launch, self._success
         address = self.block.address if params is None else params
-        for i, (f, gx, gy, gz, bx, by, bz) in enumerate(self._kernels):
-            err = launch(f, gx, gy, gz, bx, by, bz, 0, handle, address, 0)[0]
+        for i, (f, gx, gy, gz, bx, by, bz, shared) in enumerate(self._kernels):
+            err = launch(f, gx, gy, gz, bx, by, bz, shared, handle, address, 0)[0]
             if err != ok:
                 name, grid, block = self._launch_info[i]
                 raise CudaError(f"CUDA driver call cuLaunchKernel failed: {error_text(err)} "

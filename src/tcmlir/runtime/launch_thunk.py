@@ -175,7 +175,7 @@ class LaunchRecord:
     """The words `thunk` reads for one plan (see the module docstring).
 
     ``functions``: the four driver entry points' addresses; ``kernels``: per kernel
-    (CUfunction, gx, gy, gz, bx, by, bz); ``fills``: (parameter slot, bytes) zeroed before the
+    (CUfunction, gx, gy, gz, bx, by, bz[, dynamic shared bytes]); ``fills``: (parameter slot, bytes) zeroed before the
     launches on every `run`. ``fn(arg)`` is the thunk's call itself, for a caller that has
     written the stream into ``words[5]`` (the generated warm calls, `torch_fast`)."""
 
@@ -184,8 +184,8 @@ class LaunchRecord:
         words = [*functions, context, 0, params, len(fills), len(kernels)]
         for k, nbytes in fills:
             words += [k, nbytes]
-        for f, gx, gy, gz, bx, by, bz in kernels:
-            words += [int(f), gx, gy, gz, bx, by, bz, 0]
+        for f, gx, gy, gz, bx, by, bz, *shared in kernels:
+            words += [int(f), gx, gy, gz, bx, by, bz, shared[0] if shared else 0]
         self.words = (ctypes.c_uint64 * len(words))(*words)
         self.arg = ctypes.c_void_p(ctypes.addressof(self.words))
         self.fn = thunk()[0]

@@ -15,6 +15,11 @@ definition. CPU tensors run on the host target (LLVM JIT; ``target="numpy"`` fun
 the reference interpreter); CUDA tensors run on the cuda target, launched on torch's current
 stream. Double backward is not supported (the gradient operator has no derivative).
 
+On `DTensor`s (torch.distributed), both operators run on each rank's local shards with the
+sharding strategies the polyhedral model proves (`tcmlir.torch.dtensor`): parallel dimensions
+stay ``Shard(d)``, a sharded reduction dimension gives a ``Partial`` output, and DTensor
+redistributes whatever cannot stay local; ``op.shardings(*shapes, ranks=...)`` lists them.
+
 This subpackage is named like the library it wraps; it only ever imports ``torch`` with an
 absolute import, which names the real torch package (tests check it).
 """
@@ -36,6 +41,7 @@ from ..call_args import order_inputs
 from ..dtypes import DType
 from ..errors import CallError, TCError
 from ..grad import GradError, GradProgram, derive
+from . import dtensor
 
 __all__ = ["TorchOp", "op", "torch_dtype"]
 
@@ -163,8 +169,10 @@ class TorchOp:
             self.backward_function = self.grad.define(target=fn.target,
                                                       options_factory=fn.options_factory)
         self._custom = _register(_Kernels(fn), name)
+        dtensor.register(self._custom._opoverload, fn.ir)
         if self.backward_function is not None:
             self._backward = _register(_Kernels(self.backward_function), f"{name}_grad")
+            dtensor.register(self._backward._opoverload, self.backward_function.ir)
         has = set(self.grad.wrt) if self.grad is not None else set()
         self._not_differentiable: dict[str, str] = {}  # input -> why it has no gradient
         for t in fn.ir.inputs:
@@ -177,6 +185,12 @@ class TorchOp:
 
     def __repr__(self) -> str:
         return f"<tcmlir torch op {_NAMESPACE}::{self.name}>"
+
+    def shardings(self, *shapes: Sequence[int], ranks: int) -> tuple[dtensor.Strategy, ...]:
+        """The DTensor strategies of the forward at global input ``shapes`` on a 1-D mesh of
+        ``ranks``: every axis of the program, proved (its placements) or refused (why); see
+        `tcmlir.torch.dtensor`. DTensor is offered the proved ones and all-``Replicate``."""
+        return dtensor.strategies(self.function.ir, [tuple(s) for s in shapes], ranks)
 
     def __call__(self, *inputs: Any, **named: Any) -> Any:
         """Run on tensors (or Python scalars for scalar inputs), by position or by TC name."""

@@ -8,7 +8,12 @@ ends after the current generation on Ctrl-C with the best so far (a second Ctrl-
 candidates in the cache. Candidates are verified against a reference computed once per run
 (`tune.verify`): a wrong one is logged, recorded as failed and never ranked, stored or
 returned. A cache hit is re-verified on these inputs the first time this process uses it; a
-row that fails is dropped and the tuning runs.
+row that fails is dropped and the tuning runs. After the search, the finalists and the default
+options are re-measured side by side in one worker (`choose_final`): the options returned are
+the fastest of them as measured then, never slower than the default; the cache stores those
+times and their spread. Inputs are taken as a call takes them (`TCFunction.input_spec`):
+device arrays are read in place, and copied to the host once (logged) for the reference and
+the worker processes.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import TCError
+from ..input_spec import host_copies
 from ..interrupt import stop_on_interrupt
 from ..options import MappingOptions
 from .config import TunerConfig
@@ -33,15 +39,16 @@ from .verify import (
     compute_reference,
     estimated_ops,
     mark_verified,
-    to_host,
     verify_for_call,
 )
 
-__all__ = ["TOP_K", "autotune", "cached_result_message", "check_cuda_usable", "open_cache",
-           "tune"]
+__all__ = ["FINALISTS", "TOP_K", "autotune", "cached_result_message", "check_cuda_usable",
+           "choose_final", "open_cache", "tune"]
 
 log = logging.getLogger("tcmlir.tune")
 TOP_K = 3
+FINALISTS = 3  # the fastest candidates re-measured beside the default before one is chosen
+SEEDS_FROM_CACHE = 3  # options tuned at the nearest other sizes that seed the first generation
 
 
 def open_cache(cache: bool | str | Any) -> Any:
@@ -81,13 +88,13 @@ def _autotune(fn: Any, inputs: Sequence[Any], *, generations: int | None,
               retune: bool) -> MappingOptions:
     store = open_cache(cache)
     if store is not None and not retune:
-        hit = store.lookup_record(fn, *inputs, exact=True)
+        hit = store.lookup_record(fn, *inputs, exact=True, target=target)
         if hit is None:
             log.info("autotune %s: no tuned options in the cache %s for this signature; "
                      "tuning", fn.entry, store.path)
         else:
             found = MappingOptions.from_json(hit.options_json)
-            wrong = verify_for_call(fn, inputs, found)
+            wrong = verify_for_call(fn, inputs, found, target=target)
             if wrong is None:
                 message = cached_result_message(fn.entry, store.path, hit)
                 log.info("%s", message)
@@ -151,30 +158,47 @@ def tune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
     if devices is not None:
         overrides["devices"] = tuple(devices)
     config = dataclasses.replace(config, **overrides)
-    if target == "cuda":
+    if target == "cuda" and config.backend == "local":
         check_cuda_usable(config.devices)
     store = open_cache(cache)
 
-    # seeded with naive and with what a call without options would use: the best found is at
-    # least as fast as either (both are measured)
-    from ..binding import bind_host_inputs
-
-    sizes = bind_host_inputs(fn.ir, [to_host(x) for x in inputs]).sizes
+    # the inputs as a call takes them (device arrays are read in place, not copied)
+    spec = fn.input_spec(inputs, target)
+    sizes = spec.sizes
+    # seeded with naive, with what a call without options would use (the best found is at
+    # least as fast as either: both are measured) and with options tuned at the nearest
+    # other sizes in the cache
     start = [MappingOptions.naive()]
     default = MappingOptions.default_for(fn.ir, target, sizes)
     if default != start[0]:
         start.append(default)
     if options is not None:
         start.insert(0, options)
+    start += _seeds_from_cache(store, fn, inputs, target, start)
     # the reference: once per run, by the interpreter unless the domain is too large for it
     fits = estimated_ops(fn.ir, sizes) <= REFERENCE_MAX_OPS
-    if target == "cuda":
+    if config.backend == "ray":
+        from .ray_backend import RayEvaluator, import_ray
+
+        import_ray()  # before any work: without Ray the error says what to install
+        # the GPUs are the cluster's: the default limits, and a reference computed on the host
+        space = space_for(fn.ir, target)
+        host = host_copies(fn.ir, inputs, "the reference check and the Ray workers")
+        reference = compute_reference(fn, host, "cpu")
+        evaluator: Any = RayEvaluator(fn, host, config, target, reference)
+        reference_kind = reference.source
+    elif target == "cuda":
         from .space import cuda_limits
 
         space = space_for(fn.ir, target, cuda_limits((config.devices or (0,))[0]))
-        reference = compute_reference(fn, inputs, target) if fits else None
-        evaluator: Any = WorkerPoolEvaluator(fn, inputs, config, target="cuda",
-                                             reference=reference)
+        # the reference and the worker processes read host data: device inputs are copied
+        # once here (logged); the caller's arrays stay where they are
+        host = host_copies(fn.ir, inputs, "the reference check of the candidates and the "
+                           "tuning workers")
+        reference = compute_reference(fn, host, target) if fits else None
+        evaluator = WorkerPoolEvaluator(fn, host, config, target="cuda",
+                                             reference=reference,
+                                             input_kind=_input_kind(fn, inputs))
         reference_kind = reference.source if reference else "default kernel (in each worker)"
     else:
         space = space_for(fn.ir, target)
@@ -208,6 +232,8 @@ def tune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
                                         f"wrong {len(wrong)} best {best * 1e3:.4f} ms")
 
             result = search.run(evaluate, on_generation, lambda: flag.stop)
+            if result.best is not None:
+                choose_final(evaluator, result, default, fn.entry)
     finally:
         evaluator.close()
         if bar is not None:
@@ -225,7 +251,7 @@ def tune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
                 else "compiled and ran")
         raise TuneError(f"autotune: no candidate for {fn.entry} {what}; errors: "
                         + "; ".join(sorted(errors)[:5]))
-    signature = fn.signature(*[to_host(x) for x in inputs]).to_json()
+    signature = spec.signature.to_json()
     for ev in result.evaluated.values():
         if ev.ok:  # checked on these inputs: a cache hit in this process needs no re-check
             mark_verified(fn, target, signature, ev.options)
@@ -233,10 +259,82 @@ def tune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
         log.warning("autotune: interrupted after generation %d; keeping the best so far",
                     result.generations_run)
     if store is not None:
-        ranked = sorted((e for e in result.evaluated.values() if e.ok), key=lambda e: e.time_s)
+        # the side-by-side figures where there are some (they decided), else the search's
+        ranked = sorted((e for e in (result.final or result.evaluated.values()) if e.ok),
+                        key=lambda e: e.time_s)
         # a cache that cannot be written (disk full) warns; the tuned result is still returned
-        store.save_tuned(fn, inputs, [(ev.options, ev.time_s, ev.runs) for ev in ranked[:TOP_K]])
+        store.save_tuned(fn, inputs, [(ev.options, ev.time_s, ev.runs, ev.spread_s)
+                                      for ev in ranked[:TOP_K]], target=target)
     return result
+
+
+def choose_final(evaluator: Any, result: TuningResult, default: MappingOptions,
+                 entry: str) -> None:
+    """Re-measure the `FINALISTS` fastest candidates and the default options side by side in
+    one worker (`evaluate.measure_side_by_side`) and make the fastest of them, as measured
+    then, ``result.best``: never slower than the default measured beside it. Both times go to
+    the log and to ``result.final`` / ``result.final_default``."""
+    ranked = sorted((e for e in result.evaluated.values() if e.ok), key=lambda e: e.time_s)
+    contenders = [e.options for e in ranked[:FINALISTS]]
+    searched_default = result.evaluated.get(default.to_json())
+    if searched_default is not None and searched_default.ok and default not in contenders:
+        contenders.append(default)
+    if len(contenders) < 2:
+        return  # one candidate ran: nothing to compare it with
+    measured = evaluator.remeasure(contenders)
+    good = [m for m in measured if m.ok]
+    if not good:
+        log.warning("autotune %s: the re-measurement of the finalists failed (%s); keeping "
+                    "the search's best", entry, measured[0].error)
+        return
+    chosen = min(good, key=lambda m: m.time_s)
+    beside = next((m for m in measured if m.options == default and m.ok), None)
+    result.best, result.final, result.final_default = chosen, measured, beside
+    log.info("autotune %s: re-measured %d finalist(s)%s side by side (%d samples each): "
+             "chose %s ms%s", entry, len(contenders) - (beside is not None),
+             " and the default" if beside is not None else "", chosen.runs,
+             _ms(chosen), "" if beside is None else
+             f", the default {_ms(beside)} ms"
+             + (" (the default itself)" if chosen.options == default else ""))
+
+
+def _seeds_from_cache(store: Any, fn: Any, inputs: Sequence[Any], target: str,
+                      taken: Sequence[MappingOptions]) -> list[MappingOptions]:
+    """Options tuned at the nearest other sizes in the cache (`SEEDS_FROM_CACHE` at most), for
+    the first generation; logged."""
+    if store is None:
+        return []
+    from ..cache.store import CacheError
+
+    try:
+        records = store.nearest_records(fn, *inputs, count=SEEDS_FROM_CACHE, target=target)
+    except CacheError as exc:  # an unreadable cache costs the seeds only
+        log.warning("autotune %s: no seeds from the cache (%s)", fn.entry, exc)
+        return []
+    seeds = [o for o in (MappingOptions.from_json(r.options_json) for r in records)
+             if o not in taken]
+    if seeds:
+        log.info("autotune %s: seeded with %d option(s) tuned at the nearest sizes in %s (%s)",
+                 fn.entry, len(seeds), store.path,
+                 "; ".join(",".join(f"{k}={v}" for k, v in r.sizes.items()) for r in records))
+    return seeds
+
+
+def _ms(ev: Evaluation) -> str:
+    spread = f" ± {ev.spread_s * 1e3:.4f}" if ev.spread_s else ""
+    return f"{ev.time_s * 1e3:.4f}{spread}"
+
+
+def _input_kind(fn: Any, inputs: Sequence[Any]) -> str | None:
+    """``"torch-cuda"`` or ``"cupy"`` when the first array input is one (the workers time on
+    inputs of that kind), else None."""
+    from ..array_kinds import array_library
+
+    first = next((x for t, x in zip(fn.ir.inputs, inputs, strict=False) if t.rank > 0), None)
+    library = array_library(first)
+    if library == "torch" and getattr(getattr(first, "device", None), "type", None) == "cuda":
+        return "torch-cuda"
+    return "cupy" if library == "cupy" else None
 
 
 def _progress(enabled: bool, config: TunerConfig, name: str) -> Any:

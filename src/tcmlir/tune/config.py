@@ -22,6 +22,11 @@ class TunerConfig:
     ``timeout_s`` per candidate (compile + runs); ``compile_workers`` (cuda) processes that
     compile candidates on the CPUs ahead of the GPU workers (None: one per CPU core the GPU
     workers leave, at most the population; 0: every GPU worker compiles its own candidates).
+    ``backend``: ``"local"`` (worker processes of this machine) or ``"ray"`` (a Ray cluster:
+    measuring actors one per GPU, or per CPU slot for target cpu; see `tune.ray_backend`;
+    needs ``pip install 'tcmlir[ray]'``); ``address``: the Ray cluster to join (None: the
+    one ``ray.init()`` finds, e.g. ``RAY_ADDRESS``, else a local one), unused when Ray is
+    already initialised in this process.
     """
 
     generations: int = 2
@@ -36,6 +41,8 @@ class TunerConfig:
     prune_factor: float = 10.0
     timeout_s: float = 60.0
     compile_workers: int | None = None
+    backend: str = "local"
+    address: str | None = None
 
     def __post_init__(self) -> None:
         if self.generations < 1 or self.population < 2:
@@ -48,6 +55,12 @@ class TunerConfig:
             raise OptionsError("threads and runs must be >= 1, timeout_s > 0, prune_factor > 1")
         if self.compile_workers is not None and self.compile_workers < 0:
             raise OptionsError("compile_workers must be >= 0 (0: the GPU workers compile)")
+        if self.backend not in ("local", "ray"):
+            raise OptionsError(f"TunerConfig backend must be 'local' or 'ray', got "
+                               f"{self.backend!r}")
+        if self.address is not None and self.backend != "ray":
+            raise OptionsError("TunerConfig address= is the Ray cluster to join: it needs "
+                               "backend='ray'")
         if self.devices is not None:
             object.__setattr__(self, "devices", tuple(int(d) for d in self.devices))
             if not self.devices:

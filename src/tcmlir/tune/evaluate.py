@@ -2,11 +2,30 @@
 
 Every candidate is first run once into poisoned outputs and compared with the tuning run's
 reference (`tune.verify`); a wrong one is recorded as failed with the reason ("wrong result:
-max rel error ... at C[4, 7]") and never timed, ranked or stored. The fitness of a candidate is the median of ``runs`` timed runs; a candidate whose first run
-is ``prune_factor`` times slower than the best so far is not timed further. On GPUs every
-device gets a worker process (it sees only its GPU through CUDA_VISIBLE_DEVICES): a kernel
-that faults or hangs kills its worker, the candidate is recorded as failed, a new worker is
-started, and the tuning goes on. Workers ignore SIGINT, so Ctrl-C reaches only the tuner.
+max rel error ... at C[4, 7]") and never timed, ranked or stored. On GPUs every device gets a
+worker process (`tune.worker`: a fresh interpreter running tcmlir, never the user's program;
+it sees only its GPU through CUDA_VISIBLE_DEVICES): a kernel that faults or hangs kills its
+worker, the candidate is recorded as failed, a new worker is started, and the tuning goes on.
+Workers ignore SIGINT, so Ctrl-C reaches only the tuner.
+
+Timing protocol (`time_kernel`, `measure_side_by_side`). A candidate is timed the way a warm
+call runs: through its kernel's launch plan (`Kernel.benchmark`, the warm call's launch path),
+on inputs resident on the device (copied there once when the worker starts, as torch CUDA
+tensors when the caller's inputs were torch tensors, CuPy arrays for CuPy, else tcmlir device
+arrays: `worker_loops.resident_inputs`), with outputs made as a call makes them (torch: from
+torch's allocator on its current stream) or preallocated. On the GPU each sample is CUDA
+events around up to 10 calls queued back to back, after an untimed warm-up call and an untimed
+lead call (`runtime.cuda_launch.benchmark_cuda`); the L2 cache is warm (the same inputs every
+call, as a loop of calls sees them; it is not flushed). On the host a sample is the wall clock
+of one run. The fitness is the median of ``TunerConfig.runs`` samples, with their spread (half
+the interquartile range, `spread_of`); a candidate whose first sample is ``prune_factor``
+times the best so far is not timed further. Before the winner is chosen, the finalists and the
+default options are re-measured side by side in one worker (`measure_side_by_side`): the same
+resident inputs, `FINAL_ROUNDS` rounds each timing every contender once in turn, so drift
+(clocks, temperature, other work on the machine) reaches all of them alike; the medians over
+those rounds decide (`tune.autotune.choose_final`). With 15 samples the true median lies between
+the 4th and the 12th smallest with 96% confidence, whatever the distribution (a binomial
+count); the spread stored beside the time is half the interquartile range.
 
 Candidates are compiled without entering the function's in-memory kernel table (a tuning run
 would otherwise keep every candidate's JIT engine or CUDA module alive). On cuda they are
@@ -19,28 +38,18 @@ compile worker is replaced.
 
 The reference is computed once per tuning run: in the tuner's process by the interpreter (and
 handed to the workers in a file), or, for a domain too large for the interpreter, by the default
-options' kernel, in-process on the CPU and at start-up inside each GPU worker.
-
-Test hook (for the fault-tolerance test, harmless otherwise): ``TCMLIR_TUNE_FAULT`` =
-``crash:FIELD=VALUE`` or ``hang:FIELD=VALUE`` (VALUE as JSON, e.g. ``crash:unroll_factor=8``)
-makes a *worker process* die by SIGSEGV, or hang, when asked to evaluate a candidate whose
-option FIELD has that value; ``compile-crash:...`` and ``compile-hang:...`` do the same to a
-compile worker asked to compile it.
+options' kernel, in-process on the CPU and at start-up inside each GPU worker. The worker
+processes' test hook (``TCMLIR_TUNE_FAULT``) is described in `tune.worker_loops`.
 """
 
 from __future__ import annotations
 
-import faulthandler
-import json
 import math
-import multiprocessing as mp
 import multiprocessing.connection as mp_connection
 import os
-import signal
 import statistics
 import tempfile
 import time
-import traceback
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -48,16 +57,19 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CudaError, LaunchConfigError, TCError
+from ..errors import TCError
 from ..options import MappingOptions
 from .config import TunerConfig
 from .verify import Reference, compute_reference, run_checked, to_host
+from .worker import WorkerProcess
+from .worker_loops import FAULT_ENV
 
-__all__ = ["WRONG_RESULT", "Evaluation", "HostEvaluator", "WorkerPoolEvaluator",
-           "compile_candidate"]
+__all__ = ["FAULT_ENV", "FINAL_ROUNDS", "WRONG_RESULT", "Evaluation", "HostEvaluator",
+           "WorkerPoolEvaluator", "compile_candidate", "default_compile_workers",
+           "measure_side_by_side", "spread_of", "time_kernel"]
 
-FAULT_ENV = "TCMLIR_TUNE_FAULT"
 WRONG_RESULT = "wrong result"  # how the reason of a candidate that failed its check starts
+FINAL_ROUNDS = 15  # rounds of the side-by-side re-measurement of the finalists and the default
 
 
 @dataclass(frozen=True)
@@ -67,6 +79,7 @@ class Evaluation:
     runs: int
     error: str | None = None
     pruned: bool = False
+    spread_s: float | None = None  # half the interquartile range of the timed runs
 
     @property
     def ok(self) -> bool:
@@ -78,17 +91,65 @@ class Evaluation:
         return self.error is not None and self.error.startswith(WRONG_RESULT)
 
 
+def spread_of(times: Sequence[float]) -> float:
+    """Half the interquartile range of ``times`` (0 for fewer than two)."""
+    if len(times) < 2:
+        return 0.0
+    q1, _, q3 = statistics.quantiles(times, n=4, method="inclusive")
+    return (q3 - q1) / 2
+
+
 def time_kernel(kernel: Any, inputs: Sequence[Any], runs: int, best: float,
-                prune_factor: float, timeout_s: float) -> tuple[float, int, bool]:
-    """(median seconds, runs made, pruned?) of ``kernel.benchmark`` with early pruning."""
+                prune_factor: float, timeout_s: float) -> tuple[float, int, bool, float]:
+    """(median seconds, runs made, pruned?, spread seconds) of ``kernel.benchmark`` samples
+    (see the module docstring), with early pruning."""
     start = time.perf_counter()
     first = kernel.benchmark(*inputs, runs=1)[0]
     times = [first]
     if math.isfinite(best) and first > prune_factor * best:
-        return first, 1, True
+        return first, 1, True, 0.0
     while len(times) < runs and time.perf_counter() - start < timeout_s:
         times.extend(kernel.benchmark(*inputs, runs=1))
-    return statistics.median(times), len(times), False
+    return statistics.median(times), len(times), False, spread_of(times)
+
+
+def measure_side_by_side(fn: Any, inputs: Sequence[Any], candidates: Sequence[MappingOptions],
+                         target: str, rounds: int, timeout_s: float
+                         ) -> list[tuple[float, float, int] | str]:
+    """Time ``candidates`` together: ``rounds`` rounds, each one sample of every candidate in
+    turn (`time_kernel` with one run), on the same ``inputs``; per candidate ``(median,
+    spread, samples)``, or why it could not be timed."""
+    kernels: list[Any] = []
+    for opts in candidates:
+        try:
+            kernels.append(compile_candidate(fn, inputs, opts, target))
+        except TCError as exc:
+            kernels.append(str(exc).splitlines()[0])
+    samples: list[list[float]] = [[] for _ in candidates]
+    start = time.perf_counter()
+    for r in range(max(1, rounds)):
+        for k, kernel in enumerate(kernels):
+            if isinstance(kernel, str):
+                continue
+            try:
+                t, *_ = time_kernel(kernel, inputs, 1, math.inf, 2.0, timeout_s)
+            except TCError as exc:
+                kernels[k] = str(exc).splitlines()[0]
+                continue
+            samples[k].append(t)
+        if r >= 2 and time.perf_counter() - start > timeout_s:
+            break  # enough rounds for a median; the rest would pass the time allowed
+    return [kernel if isinstance(kernel, str) else
+            (statistics.median(ts), spread_of(ts), len(ts))
+            for kernel, ts in zip(kernels, samples, strict=True)]
+
+
+def remeasured(candidates: Sequence[MappingOptions],
+               answers: Sequence[tuple[float, float, int] | str]) -> list[Evaluation]:
+    """`measure_side_by_side` answers as Evaluations."""
+    return [Evaluation(opts, math.inf, 0, error=a) if isinstance(a, str)
+            else Evaluation(opts, a[0], a[2], spread_s=a[1])
+            for opts, a in zip(candidates, answers, strict=True)]
 
 
 def compile_candidate(fn: Any, inputs: Sequence[Any], opts: MappingOptions, target: str) -> Any:
@@ -105,33 +166,6 @@ def compile_candidate(fn: Any, inputs: Sequence[Any], opts: MappingOptions, targ
         bound = bind_host_inputs(fn.ir, inputs)
     return compiler.compile_kernel(fn, target, opts, bound.signature, bound.sizes, None)
 
-
-def _fault(opts_json: str, stage: str = "") -> str | None:
-    """The test hook's action ("crash"/"hang") for this candidate in this ``stage`` ("" for a
-    GPU worker, "compile" for a compile worker), or None."""
-    spec = os.environ.get(FAULT_ENV, "")
-    action, _, cond = spec.partition(":")
-    name, _, value = cond.partition("=")
-    where, _, action = action.rpartition("-")
-    if where != stage or action not in ("crash", "hang") or not name:
-        return None
-    try:
-        wanted = json.loads(value)
-    except ValueError:
-        wanted = value
-    have = json.loads(opts_json).get(name)
-    if isinstance(have, list):
-        wanted = list(wanted) if isinstance(wanted, list | tuple) else wanted
-    return action if have == wanted else None
-
-
-def _obey_fault_hook(opts_json: str, stage: str = "") -> None:  # pragma: no cover - child
-    """In a worker process: die by SIGSEGV or hang when the test hook says so."""
-    fault = _fault(opts_json, stage)
-    if fault == "crash":
-        os.kill(os.getpid(), signal.SIGSEGV)
-    elif fault == "hang":
-        time.sleep(1e6)
 
 
 class HostEvaluator:
@@ -159,175 +193,28 @@ class HostEvaluator:
                 if wrong is not None:
                     results.append(Evaluation(opts, math.inf, 1, error=wrong))
                     continue
-                t, n, pruned = time_kernel(kernel, self.inputs, self.config.runs, best,
-                                           self.config.prune_factor, self.config.timeout_s)
+                t, n, pruned, *rest = time_kernel(kernel, self.inputs, self.config.runs, best,
+                                                  self.config.prune_factor,
+                                                  self.config.timeout_s)
             except TCError as exc:
                 results.append(Evaluation(opts, math.inf, 0, error=str(exc).splitlines()[0]))
                 continue
             best = min(best, t)
-            results.append(Evaluation(opts, t, n, pruned=pruned))
+            results.append(Evaluation(opts, t, n, pruned=pruned,
+                                      spread_s=rest[0] if rest else None))
         return results
+
+    def remeasure(self, candidates: Sequence[MappingOptions]) -> list[Evaluation]:
+        """The ``candidates`` timed side by side (`measure_side_by_side`), in this process."""
+        return remeasured(candidates, measure_side_by_side(
+            self.fn, self.inputs, candidates, self.target, FINAL_ROUNDS,
+            self.config.timeout_s))
 
     def close(self) -> None:
         pass
 
 
 # ---------------------------------------------------------------- GPU worker processes
-
-
-def _worker_main(conn: Any, device: int, source: str, entry: str, inputs_path: str,
-                 config: TunerConfig, target: str = "cuda",
-                 reference_path: str | None = None) -> None:  # pragma: no cover - child
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the tuner's to handle
-    faulthandler.enable()  # a native crash prints where it happened (on the tuner's stderr)
-    os.environ["CUDA_VISIBLE_DEVICES"] = str(device)
-    try:
-        import tcmlir
-
-        fn = tcmlir.define(source, entry, target=target)
-        with np.load(inputs_path) as data:
-            inputs = [data[f"arg{i}"] for i in range(len(data.files))]
-        # None: too large for the interpreter, the default options' kernel is the reference
-        reference = (Reference.load(reference_path) if reference_path is not None
-                     else compute_reference(fn, inputs, target, max_ops=-1))
-        identity = bound = None
-        if target == "cuda":  # what a compile worker must compile for to serve this worker
-            from ..runtime.arrays import bind_device_inputs
-
-            bound = bind_device_inputs(fn.ir, inputs)
-            identity = (fn.default_arch("cuda"), bound.signature.to_json(), dict(bound.sizes))
-        conn.send(("ready", identity))
-    except BaseException:  # noqa: BLE001 - report anything to the parent
-        conn.send(("fatal", traceback.format_exc()))
-        return
-    while True:
-        msg = conn.recv()
-        if msg is None:
-            return
-        opts_json, best, payload = msg
-        _obey_fault_hook(opts_json)
-        try:
-            opts = MappingOptions.from_json(opts_json)
-            kernel = (_unpacked(fn, opts, bound, payload) if payload is not None
-                      else compile_candidate(fn, inputs, opts, target))
-            wrong = run_checked(kernel, inputs, reference)
-            if wrong is not None:
-                conn.send(("wrong", wrong))
-                continue
-            t, n, pruned = time_kernel(kernel, inputs, config.runs, best, config.prune_factor,
-                                       config.timeout_s)
-            conn.send(("ok", (t, n, pruned)))
-        except LaunchConfigError as exc:  # refused before launching: the context is fine
-            conn.send(("error", str(exc).splitlines()[0]))
-        except CudaError as exc:  # a fault poisons the context: report and let the parent restart us
-            conn.send(("crash", str(exc).splitlines()[0]))
-            return
-        except TCError as exc:
-            conn.send(("error", str(exc).splitlines()[0]))
-        except Exception as exc:  # noqa: BLE001 - a bug in checking must not kill the worker
-            first = (str(exc).splitlines() or [""])[0]
-            conn.send(("error", f"{type(exc).__name__} while checking: {first}"))
-
-
-def _unpacked(fn: Any, opts: MappingOptions, bound: Any, payload: bytes) -> Any:
-    """The `Kernel` a compile worker compiled (`_compile_main`), for this worker's inputs."""
-    from ..cache.kernel_image import unpack_cuda_kernel
-    from ..compiler import cuda_kernel_from
-
-    fields = unpack_cuda_kernel(payload)
-    if fields is None:
-        raise TCError("the compile worker's kernel payload did not load")
-    return cuda_kernel_from(fn, opts, bound.signature, bound.sizes, fields)
-
-
-def _compile_main(conn: Any, source: str, entry: str, arch: str, signature_json: str,
-                  sizes: dict[str, int]) -> None:  # pragma: no cover - child
-    """A compile worker: cuda candidates in (options JSON), packed kernels out."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    faulthandler.enable()
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""  # compiling needs no GPU and must not take one
-    try:
-        import tcmlir
-
-        from .. import compiler
-        from ..cache.kernel_image import pack_cuda_kernel
-        from ..signature import Signature
-
-        fn = tcmlir.define(source, entry, target="cuda")
-        signature = Signature.from_json(signature_json)
-        conn.send(("ready", None))
-    except BaseException:  # noqa: BLE001 - report anything to the parent
-        conn.send(("fatal", traceback.format_exc()))
-        return
-    while True:
-        opts_json = conn.recv()
-        if opts_json is None:
-            return
-        _obey_fault_hook(opts_json, "compile")
-        try:
-            kernel = compiler.compile_kernel(fn, "cuda", MappingOptions.from_json(opts_json),
-                                             signature, sizes, arch)
-            conn.send(("ok", pack_cuda_kernel(kernel)))
-        except TCError as exc:
-            conn.send(("error", str(exc).splitlines()[0]))
-        except Exception as exc:  # noqa: BLE001 - a compiler bug fails the candidate only
-            first = (str(exc).splitlines() or [""])[0]
-            conn.send(("error", f"{type(exc).__name__} while compiling: {first}"))
-
-
-class _Worker:
-    """A child process and its pipe: `start` it, then `wait_ready` (which returns what the
-    child said when it was ready), so that several start in parallel."""
-
-    def __init__(self, ctx: Any, main: Any, args: tuple, what: str):
-        self.what = what
-        self.parent, child = ctx.Pipe()
-        self.proc = ctx.Process(target=main, args=(child, *args), daemon=True)
-        self.proc.start()
-        child.close()
-
-    def wait_ready(self, startup_s: float) -> Any:
-        if not self.parent.poll(startup_s):
-            self.kill()
-            raise TCError(f"{self.what} did not start within {startup_s:.0f} s")
-        try:
-            kind, payload = self.parent.recv()
-        except (EOFError, OSError):
-            self.proc.join(5)
-            kind, payload = "fatal", f"it {_exit_text(self.proc.exitcode)} while starting"
-        if kind != "ready":
-            self.kill()
-            raise TCError(f"{self.what} failed to start:\n{payload}")
-        return payload
-
-    def receive(self) -> tuple[str, Any] | None:
-        """The child's answer if one is there, ("crash", why) if it died, else None."""
-        try:
-            if self.parent.poll(0):
-                return self.parent.recv()
-        except (EOFError, OSError):
-            self.proc.join(5)
-            return ("crash", f"worker {_exit_text(self.proc.exitcode)}")
-        if not self.proc.is_alive():
-            return ("crash", f"worker {_exit_text(self.proc.exitcode)}")
-        return None
-
-    def kill(self) -> None:
-        if self.proc.is_alive():
-            self.proc.kill()
-        self.proc.join(5)
-
-
-def _exit_text(code: int | None) -> str:
-    """How a child ended: "was killed by SIGSEGV", "exited with code 3", "died"."""
-    if code is None:
-        return "died"
-    if code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with code {code}"
 
 
 def default_compile_workers(config: TunerConfig) -> int:
@@ -347,9 +234,12 @@ class WorkerPoolEvaluator:
     compile workers compile the candidates first (see the module docstring)."""
 
     def __init__(self, fn: Any, inputs: Sequence[Any], config: TunerConfig,
-                 target: str = "cuda", reference: Reference | None = None):
-        """``reference``: the interpreter's outputs, saved for the workers; None makes each
-        worker compute the default options' kernel's outputs when it starts."""
+                 target: str = "cuda", reference: Reference | None = None,
+                 input_kind: str | None = None):
+        """``inputs``: host data (the tuner copies device inputs once); ``reference``: the
+        interpreter's outputs, saved for the workers; None makes each worker compute the
+        default options' kernel's outputs when it starts. ``input_kind``: the kind of the
+        caller's inputs (``"torch-cuda"``, ``"cupy"`` or None), which the workers time on."""
         self.config = config
         self.compiles = 0
         self.devices = config.devices or (0,)
@@ -360,10 +250,9 @@ class WorkerPoolEvaluator:
         if reference is not None:
             ref_path = os.path.join(self._tmp.name, "reference.npz")
             reference.save(ref_path)
-        self._ctx = mp.get_context("spawn")
-        self._args = (fn.source.text, fn.entry, path, config, target, ref_path)
-        self.workers: dict[int, _Worker] = {}
-        self.compilers: list[_Worker] = []
+        self._args = (fn.source.text, fn.entry, path, config, target, ref_path, input_kind)
+        self.workers: dict[int, WorkerProcess] = {}
+        self.compilers: list[WorkerProcess] = []
         self.restarts = 0
         self.compile_restarts = 0
         try:
@@ -386,12 +275,13 @@ class WorkerPoolEvaluator:
             self.close()
             raise
 
-    def _gpu_worker(self, device: int) -> _Worker:
-        return _Worker(self._ctx, _worker_main, (device, *self._args),
-                       f"tuning worker for GPU {device}")
+    def _gpu_worker(self, device: int) -> WorkerProcess:
+        return WorkerProcess("gpu", (device, *self._args), f"tuning worker for GPU {device}",
+                             env={"CUDA_VISIBLE_DEVICES": str(device)})
 
-    def _compiler(self) -> _Worker:
-        return _Worker(self._ctx, _compile_main, self._compile_args, "tuning compile worker")
+    def _compiler(self) -> WorkerProcess:
+        return WorkerProcess("compile", self._compile_args, "tuning compile worker",
+                             env={"CUDA_VISIBLE_DEVICES": ""})
 
     def _restart(self, device: int) -> None:
         self.workers[device].kill()
@@ -469,9 +359,9 @@ class WorkerPoolEvaluator:
                 kind, payload = msg
                 del busy[device]
                 if kind == "ok":
-                    t, n, pruned = payload
+                    t, n, pruned, spread = payload
                     best = min(best, t)
-                    results[idx] = Evaluation(opts, t, n, pruned=pruned)
+                    results[idx] = Evaluation(opts, t, n, pruned=pruned, spread_s=spread)
                 elif kind == "wrong":
                     results[idx] = Evaluation(opts, math.inf, 1, error=payload)
                 elif kind == "error":
@@ -482,12 +372,35 @@ class WorkerPoolEvaluator:
                     self._restart(device)
         return [results[i] for i in range(len(candidates))]
 
+    def remeasure(self, candidates: Sequence[MappingOptions]) -> list[Evaluation]:
+        """The ``candidates`` timed side by side in the first device's worker
+        (`measure_side_by_side`); a worker that dies or passes the time allowed fails them all
+        with the reason (and is replaced)."""
+        device = self.devices[0]
+        jsons = [c.to_json() for c in candidates]
+        self.workers[device].parent.send(("remeasure", jsons, FINAL_ROUNDS))
+        allowed = self.config.timeout_s * (len(candidates) + 1)
+        started = time.monotonic()
+        while True:
+            msg = self.workers[device].receive()
+            if msg is not None:
+                break
+            if time.monotonic() - started > allowed:
+                msg = ("crash", f"the re-measurement took over {allowed:g} s")
+                break
+            self._wait([self.workers[device]])
+        kind, payload = msg
+        if kind == "measured":
+            return remeasured(candidates, payload)
+        self._restart(device)
+        why = f"re-measurement failed on GPU {device}: {payload}"
+        return [Evaluation(c, math.inf, 0, error=why) for c in candidates]
+
     @staticmethod
-    def _wait(workers: list[_Worker]) -> None:
+    def _wait(workers: list[WorkerProcess]) -> None:
         """Until one of ``workers`` has something to say or dies (at most 50 ms)."""
         if workers:
-            mp_connection.wait([w.parent for w in workers] + [w.proc.sentinel for w in workers],
-                               timeout=0.05)
+            mp_connection.wait([w.parent for w in workers], timeout=0.05)
 
     def close(self) -> None:
         for worker in [*self.workers.values(), *self.compilers]:

@@ -32,6 +32,10 @@ class TuningResult:
     interrupted: bool = False
     stats: dict[str, int] = field(default_factory=dict)  # filled by `tcmlir.tune.tune`
     reference: str = ""  # what the candidates were checked against ("interpreter", ...)
+    # the finalists and the default re-measured side by side (`autotune.choose_final`): what
+    # chose ``best``; empty when fewer than two candidates ran
+    final: list[Evaluation] = field(default_factory=list)
+    final_default: Evaluation | None = None  # the default's time in that re-measurement
 
 
 class GeneticSearch:

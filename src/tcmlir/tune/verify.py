@@ -165,11 +165,10 @@ def _expected_form(arr: np.ndarray) -> np.ndarray:
 
 
 def to_host(x: Any) -> Any:
-    if hasattr(x, "detach"):  # torch
-        return x.detach().cpu().numpy()
-    if hasattr(x, "get"):  # cupy
-        return x.get()
-    return x
+    """``x`` as host data; device arrays of any kind copied (`input_spec.host_copy`)."""
+    from ..input_spec import host_copy
+
+    return host_copy(x)
 
 
 def compute_reference(fn: Any, inputs: Sequence[Any], target: str, *,
@@ -314,28 +313,31 @@ def is_verified(fn: Any, target: str, signature_json: str, options: MappingOptio
         return _verified_key(fn, target, signature_json, options) in _VERIFIED
 
 
-def verify_for_call(fn: Any, inputs: Sequence[Any], options: MappingOptions) -> str | None:
+def verify_for_call(fn: Any, inputs: Sequence[Any], options: MappingOptions,
+                    target: str | None = None) -> str | None:
     """Check cached ``options`` on the inputs of the call about to use them, once per process
     and signature: None when right (or already checked), else the reason.
 
     The kernel is compiled with ``fn.compile`` (it enters the function's kernel table, so the
-    call that follows reuses it: no extra compile) and run once into poisoned outputs; the
-    reference is `compute_reference` on the same inputs.
+    call that follows reuses it: no extra compile) and run once, on the call's own inputs
+    (device arrays in place), into poisoned outputs; the reference is `compute_reference` on
+    a host copy of the inputs (device inputs are copied once, and the log says so).
     """
     from ..api import resolve_target
+    from ..input_spec import host_copies
 
-    target = resolve_target(fn.target)
+    target = resolve_target(target or fn.target)
     if target == "numpy":
         return None
-    host = [np.asarray(to_host(x)) for x in inputs]
-    sig = fn.signature(*host).to_json()
+    sig = fn.input_spec(inputs, target).signature.to_json()
     if is_verified(fn, target, sig, options):
         return None
+    host = host_copies(fn.ir, inputs, "checking the cached options against the reference")
     # a failing reference (bad inputs) is the call's error, not the row's: it propagates
     reference = compute_reference(fn, host, target)
     try:
-        kernel = fn.compile(*inputs, options=options)
-        reason = run_checked(kernel, host, reference)
+        kernel = fn.compile(*inputs, options=options, target=target)
+        reason = run_checked(kernel, inputs, reference)
     except TCError as exc:
         return f"failed to compile or run: {str(exc).splitlines()[0]}"
     if reason is None:

@@ -1,0 +1,119 @@
+"""The `map-mma` pass: a contraction as one tensor-core kernel (``mma.sync``, half operands).
+
+Requires the tree `schedule` made and nothing mapped yet, and a function that
+`poly.contraction.contraction_plan` accepts at the state's fixed sizes (one ``+=!`` product of
+two float16/bfloat16 reads into float32, optionally rounded into a half output). The tree
+becomes::
+
+    mark "kernel grid=GX,GY,GZ block=T,1,1"          one launch, T = 32 * WM * WN threads
+      filter  floor(n / BN) mod GX = _bx,             the block that owns each instance:
+              floor(m / BM) mod GY = _by,             its output tile and batch entry, for
+              batch mod GZ = _bz                      every statement (S<k>, S<k>_init, the rounding)
+        mark "mma S<k> tile=BM,BN,BK warps=WM,WN stages=S grid=GX,GY,GZ"
+          ... the tree as `schedule` made it
+
+The pass manager proves the tree legal (only filters and marks were added) and `check_coverage`
+that every instance belongs to exactly one block. Below the ``mma`` mark, `codegen/gpu_mma.py`
+emits the block's work: its tiles in the order of the filters, the warps' fragments and the
+``cp.async`` ring of ``stages`` operand tiles (see there). A function that is not such a
+contraction is refused with the reason (a `PipelineError`): the tuner discards the candidate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import islpy as isl
+
+from ..errors import PipelineError
+from ..poly.contraction import MmaMark, contraction_plan
+from ..poly.gpu_mapping import BLOCK_PARAMS, KernelMark, with_params
+from ..poly.state import CompileState
+from .base import Pass, register
+
+__all__ = ["MapMma"]
+
+_MAX_GRID_YZ = 65535
+
+
+@register
+@dataclass(frozen=True)
+class MapMma(Pass):
+    """Map a half-precision contraction onto tensor cores (see the module docstring):
+    ``tile`` = BM, BN, BK; ``warps`` = warps along m and n; ``stages`` operand tiles in flight."""
+
+    name = "map-mma"
+    requires_schedule = True
+    tile: tuple[int, ...] = (128, 128, 32)
+    warps: tuple[int, ...] = (2, 2)
+    stages: int = 3
+    wgmma: bool = False
+
+    def __post_init__(self):
+        if len(self.tile) != 3 or len(self.warps) != 2:
+            raise ValueError(f"map-mma takes tile=BM,BN,BK and warps=WM,WN, got {self.tile}, {self.warps}")
+        bm, bn, bk = self.tile
+        wm, wn = self.warps
+        if min(wm, wn) < 1 or bm % (16 * wm) or bn % (16 * wn) or bk % 16 or bk < 16:
+            raise ValueError(f"map-mma: each warp's tile ({bm}/{wm} x {bn}/{wn}) must be a "
+                             f"multiple of 16 x 16 and BK ({bk}) of 16")
+        if any(x & (x - 1) for x in (*self.tile, *self.warps)):
+            raise ValueError(f"map-mma: tile and warps must be powers of two, got {self.tile}, {self.warps}")
+        if self.stages < 2:
+            raise ValueError(f"map-mma: stages must be >= 2, got {self.stages}")
+        smem = self.stages * (bm + bn) * bk * 2
+        if smem > 227 * 1024:
+            raise ValueError(f"map-mma: {self.stages} stages of {bm}x{bk} and {bn}x{bk} halves "
+                             f"need {smem} bytes of shared memory (227 KB at most)")
+
+    def run(self, state: CompileState) -> CompileState:
+        schedule = state.schedule
+        assert schedule is not None
+        if "kernel grid=" in str(schedule):
+            raise PipelineError("map-mma: the tree is already mapped")
+        plan = contraction_plan(state.fn, state.sizes)
+        if isinstance(plan, str):
+            raise PipelineError(f"map-mma: {state.fn.name} is not a tensor-core contraction: {plan}")
+        bm, bn, bk = self.tile
+        tiles_m = math.ceil(plan.extent(plan.m) / bm)
+        tiles_n = math.ceil(plan.extent(plan.n) / bn)
+        grid = (min(tiles_n, 2**31 - 1), min(tiles_m, _MAX_GRID_YZ),
+                min(plan.batch_count, _MAX_GRID_YZ))
+        schedule = with_params(schedule, BLOCK_PARAMS)
+        domain = schedule.get_domain()
+        params = [domain.get_space().get_dim_name(isl.dim_type.param, i)
+                  for i in range(domain.get_space().dim(isl.dim_type.param))]
+        def cond(names: dict[str, str]) -> str:  # the plan's lhs names -> a statement's
+            batch, inner = "0", 1
+            for name in reversed(plan.batch):
+                batch = f"{names[name]} * {inner} + {batch}"
+                inner *= plan.extent(name)
+            return (f"floor(({names[plan.n]}) / {bn}) mod {grid[0]} = _bx and "
+                    f"floor(({names[plan.m]}) / {bm}) mod {grid[1]} = _by and "
+                    f"({batch}) mod {grid[2]} = _bz")
+
+        st = state.fn.statements[plan.statement]
+        same = {i: i for i in st.lhs}
+        pieces = [f"S{plan.statement}[{', '.join(st.index_names)}] : {cond(same)}",
+                  f"S{plan.statement}_init[{', '.join(st.lhs)}] : {cond(same)}"]
+        for j in ((plan.cast,) if plan.cast is not None else ()) + plan.epilogue:
+            lhs = state.fn.statements[j].lhs
+            pieces.append(f"S{j}[{', '.join(lhs)}] : {cond(dict(zip(st.lhs, lhs, strict=True)))}")
+        text = f"[{', '.join(params)}] -> {{ {'; '.join(pieces)} }}"
+        filt = isl.UnionSet.read_from_str(state.ctx, text).intersect(domain)
+        mark = MmaMark(plan.statement, (bm, bn, bk), (self.warps[0], self.warps[1]), self.stages, grid,
+                       self.wgmma)
+        if self.wgmma:
+            from ..codegen.gpu_wgmma import wgmma_problem
+
+            why = wgmma_problem(plan, mark.tile, mark.warps)
+            if why is not None:
+                raise PipelineError(f"map-mma: {why}")
+        kernel = KernelMark(grid, (mark.threads, 1, 1))
+        node = schedule.get_root().child(0)
+        node = node.insert_mark(isl.Id(mark.name, context=state.ctx))
+        node = node.insert_filter(filt)
+        node = node.insert_mark(isl.Id(kernel.name, context=state.ctx))
+        return dataclasses.replace(state, schedule=node.get_schedule())

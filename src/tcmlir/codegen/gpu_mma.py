@@ -1,0 +1,593 @@
+"""Tensor-core kernels on NVPTX: what an ``mma S<k> ...`` mark (`passes/map_mma.py`) becomes.
+
+The mark sits right below the kernel mark and the block filters, above the contraction's
+statements; the walk does not descend into them. Instead, for the `ContractionPlan` of the
+function (`poly/contraction.py`), every block walks its tiles the way the filters state (the
+batch entries ``_bz, _bz + GZ, ...``, row tiles ``_by, _by + GY, ...``, column tiles ``_bx, ...``)
+and computes each ``BM x BN`` output tile with ``WM x WN`` warps:
+
+* the operand tiles of ``BK`` reduction steps go to shared memory with ``cp.async.cg ... 16``
+  (16 bytes per copy; rows and steps past the end zero-filled with a source size of 0) in a
+  ring of ``stages`` buffers: the copies of step ``kt + stages - 1`` are in flight while step
+  ``kt`` computes (``cp.async.wait_group stages-2`` and a barrier before each step);
+* each warp owns a ``BM/WM x BN/WN`` tile of ``m16n8k16`` accumulators (float32 registers),
+  reads its fragments with ``ldmatrix.x4`` (``.trans`` for operands stored row-contiguous) from
+  the swizzled buffers and issues one ``mma.sync`` per 16 x 8 piece and 16 steps;
+* the epilogue stores the accumulators (rounded to the output's type: the half output's
+  rounding statement is fused, its float32 accumulator never exists in global memory), two
+  neighbouring columns at once where the output is contiguous along them.
+
+Every lane position comes from `codegen/mma_layout.py` (the same functions the CPU simulator
+checks), evaluated on LLVM values through `_V`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from ..dtypes import DType
+from ..errors import CodegenError
+from ..poly.contraction import ContractionPlan, MmaMark, Operand, contraction_plan
+from .mma_layout import CHUNK, c_element, lane_row_address, swizzle
+from .target import declare
+
+__all__ = ["emit_mma"]
+
+I1, I16, I32, I64 = ir.IntType(1), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+F32 = ir.FloatType()
+STATIC_SHARED_BYTES = 48 * 1024   # above: dynamic shared memory, opted in at load
+MAX_SHARED_BYTES = 227 * 1024     # per block on sm_90
+class _V:
+    """An unsigned integer LLVM value with Python arithmetic (so the layout functions of
+    `mma_layout` build IR): ``//`` and ``%`` by powers of two become shifts and masks."""
+
+    def __init__(self, b: ir.IRBuilder, value: ir.Value):
+        self.b, self.v = b, value
+
+    def _c(self, other: int | _V) -> ir.Value:
+        return other.v if isinstance(other, _V) else ir.Constant(self.v.type, other)
+
+    def __add__(self, o: int | _V) -> _V:
+        return self if isinstance(o, int) and o == 0 else _V(self.b, self.b.add(self.v, self._c(o)))
+
+    __radd__ = __add__
+
+    def __mul__(self, o: int | _V) -> _V:
+        if isinstance(o, int) and o == 1:
+            return self
+        if isinstance(o, int) and o > 0 and o & (o - 1) == 0:
+            return _V(self.b, self.b.shl(self.v, ir.Constant(self.v.type, o.bit_length() - 1)))
+        return _V(self.b, self.b.mul(self.v, self._c(o)))
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, o: int) -> _V:
+        assert o > 0 and o & (o - 1) == 0, o
+        return self if o == 1 else _V(self.b, self.b.lshr(self.v, ir.Constant(self.v.type, o.bit_length() - 1)))
+
+    def __mod__(self, o: int) -> _V:
+        assert o > 0 and o & (o - 1) == 0, o
+        return _V(self.b, self.b.and_(self.v, ir.Constant(self.v.type, o - 1)))
+
+    def __xor__(self, o: int | _V) -> _V:
+        return _V(self.b, self.b.xor(self.v, self._c(o)))
+
+    __rxor__ = __xor__
+
+    def wide(self) -> _V:
+        return _V(self.b, self.b.zext(self.v, I64)) if self.v.type != I64 else self
+
+
+def _sreg(b: ir.IRBuilder, name: str) -> ir.Value:
+    return b.call(declare(b.module, f"llvm.nvvm.read.ptx.sreg.{name}", ir.FunctionType(I32, [])), [])
+
+
+def _loop(b: ir.IRBuilder, start: ir.Value, stop: int, step: ir.Value | int,
+          body: Callable[[ir.Value], None], name: str) -> None:
+    """``for (v = start; v < stop; v += step) body(v)`` on i64 values (``start`` >= 0)."""
+    head = b.append_basic_block(f"{name}.head")
+    inside = b.append_basic_block(f"{name}.body")
+    done = b.append_basic_block(f"{name}.done")
+    before = b.block
+    b.branch(head)
+    b.position_at_end(head)
+    v = b.phi(I64, name=name)
+    v.add_incoming(start, before)
+    b.cbranch(b.icmp_unsigned("<", v, ir.Constant(I64, stop)), inside, done)
+    b.position_at_end(inside)
+    body(v)
+    nxt = b.add(v, step if isinstance(step, ir.Value) else ir.Constant(I64, step))
+    v.add_incoming(nxt, b.block)
+    b.branch(head)
+    b.position_at_end(done)
+
+
+def _if(b: ir.IRBuilder, cond: ir.Value, then: Callable[[], None], name: str) -> None:
+    inside = b.append_basic_block(f"{name}.then")
+    after = b.append_basic_block(f"{name}.end")
+    b.cbranch(cond, inside, after)
+    b.position_at_end(inside)
+    then()
+    b.branch(after)
+    b.position_at_end(after)
+
+
+@dataclass
+class _Buffer:
+    """One operand's ring of shared tiles: ``stages`` tiles of ``rows x row_len`` halves."""
+
+    operand: Operand
+    rows: int        # storage rows per tile
+    row_len: int     # halves per storage row
+    array: ir.Value  # [stages * rows * row_len x i16] addrspace(3)
+    array_type: ir.Type
+    atom: int = 0    # > 0: rows stored in blocks of this many columns, one block after the
+    #                  other (wgmma's MN-major 128-byte atoms: 64 halves x the tile's rows)
+
+    @property
+    def elems(self) -> int:
+        return self.rows * self.row_len
+
+    def slot(self, b: ir.IRBuilder, stage: _V, srow: _V, scol: _V) -> ir.Value:
+        """Pointer to storage (srow, scol) of tile ``stage`` (``scol`` a multiple of 8)."""
+        if self.atom:
+            block, inner = scol // self.atom, scol % self.atom
+            chunk = swizzle(srow, self.atom // CHUNK) ^ (inner // CHUNK)
+            index = (stage * self.elems + block * (self.rows * self.atom) + srow * self.atom
+                     + chunk * CHUNK)
+        else:
+            chunk = swizzle(srow, self.row_len // CHUNK) ^ (scol // CHUNK)
+            index = stage * self.elems + srow * self.row_len + chunk * CHUNK
+        return b.gep(self.array, [ir.Constant(I32, 0), index.v], inbounds=True,
+                     source_etype=self.array_type)
+
+
+def emit_mma(walker, mark: MmaMark) -> None:
+    """The whole tensor-core kernel body for ``mark`` at the walker's builder position."""
+    plan = contraction_plan(walker.fn, walker.owner.sizes)
+    if isinstance(plan, str):
+        raise CodegenError(f"mark {mark.name!r}: {plan}")
+    if mark.wgmma and walker.owner.target_arch_number() >= 90:
+        from .gpu_wgmma import WgmmaEmitter
+
+        WgmmaEmitter(walker, plan, mark).run()
+    else:  # (wgmma exists from sm_90 on: elsewhere the same tiles run on mma.sync)
+        _Emitter(walker, plan, mark).run()
+    local = getattr(walker, "local_seen", None)
+    if local is not None and plan.cast is not None:
+        local.add(plan.acc)  # the float32 accumulator stays in registers
+
+
+class _Emitter:
+    def __init__(self, walker, plan: ContractionPlan, mark: MmaMark):
+        self.w, self.plan, self.mark = walker, plan, mark
+        self.b: ir.IRBuilder = walker.builder
+        bm, bn, bk = mark.tile
+        wm, wn = mark.warps
+        if bm % (16 * wm) or bn % (16 * wn) or bk % 16:
+            raise CodegenError(f"mark {mark.name!r}: the warp tiles must be multiples of 16x16 "
+                               "and the k tile of 16")
+        self.mi, self.ni = bm // wm // 16, bn // wn // 8
+        self.sizes = {i: plan.extent(i) for i in (plan.m, plan.n, plan.k)}
+        mod = self.b.module
+        fname = walker.llfn.name
+        shapes = [((rows, bk) if op.k_major else (bk, rows)) for op, rows in ((plan.a, bm), (plan.b, bn))]
+        nbytes = sum(r * c for r, c in shapes) * 2 * mark.stages
+        if nbytes > MAX_SHARED_BYTES:
+            raise CodegenError(f"mark {mark.name!r}: {nbytes} bytes of shared memory "
+                               f"({MAX_SHARED_BYTES} at most)")
+        if nbytes > STATIC_SHARED_BYTES:  # the launch's dynamic shared memory (`KernelLaunch`)
+            ring = mod.globals.get("tcmlir_dynamic_shared") or ir.GlobalVariable(
+                mod, ir.ArrayType(I16, 0), "tcmlir_dynamic_shared", addrspace=3)
+            walker.owner.kernel_shared_bytes = nbytes
+        else:
+            ring = ir.GlobalVariable(mod, ir.ArrayType(I16, nbytes // 2), f"{fname}.mma_ring",
+                                     addrspace=3)
+            ring.linkage = "internal"
+            ring.initializer = ir.Constant(ring.value_type, ir.Undefined)
+        ring.align = 128
+        self.ring, self.ring_bytes = ring, nbytes
+        self.cell: ir.Value | None = None  # the element the epilogue statements work on
+        self.bufs = []
+        start = 0
+        for (op, _), (srows, row_len) in zip(((plan.a, bm), (plan.b, bn)), shapes, strict=True):
+            elems = mark.stages * srows * row_len
+            ty = ir.ArrayType(I16, elems)
+            gv = walker.entry.gep(ring, [ir.Constant(I32, 0), ir.Constant(I32, start)], inbounds=True,
+                                  source_etype=ring.value_type)
+            start += elems
+            self.bufs.append(_Buffer(op, srows, row_len, gv, ty))
+
+    # ---- pieces
+
+    def before_barrier(self) -> None:
+        """Hook: what the waited-for copies need before the barrier that publishes them."""
+
+    def prefetch_distance(self) -> int:
+        """Steps whose copies are in flight ahead of the one computing: the ring's other
+        slots (each slot is free again once the barrier after its step is passed)."""
+        return self.mark.stages - 1
+
+    def drain(self) -> None:
+        """Hook: wait for asynchronous tensor-core work before the epilogue."""
+
+    def fn(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        return declare(self.b.module, name, ir.FunctionType(ret, args))
+
+    def v32(self, value: ir.Value) -> _V:
+        return _V(self.b, value)
+
+    def run(self) -> None:
+        b, mark, plan = self.b, self.mark, self.plan
+        tid = self.v32(_sreg(b, "tid.x"))
+        self.lane = tid % 32
+        self.tid = tid
+        entry = self.w.entry
+        self.acc = entry.alloca(F32, size=self.mi * self.ni * 4, name="mma.acc")
+        bx, by, bz = (b.zext(_sreg(b, f"ctaid.{d}"), I64) for d in "xyz")
+        bm, bn, _ = mark.tile
+        tiles_m = math.ceil(self.sizes[plan.m] / bm)
+        tiles_n = math.ceil(self.sizes[plan.n] / bn)
+        gx, gy, gz = mark.grid
+
+        def batch(bflat: ir.Value) -> None:
+            self.batch_offsets(bflat)
+            _loop(b, by, tiles_m, gy, lambda tm: _loop(
+                b, bx, tiles_n, gx, lambda tn: self.tile(tm, tn), "mma.tn"), "mma.tm")
+
+        _loop(b, bz, plan.batch_count, gz, batch, "mma.batch")
+
+    def batch_offsets(self, bflat: ir.Value) -> None:
+        b, plan = self.b, self.plan
+        self.offsets = {t: ir.Constant(I64, 0) for t in (plan.a.tensor, plan.b.tensor, plan.out)}
+        self.batch_index: dict[str, ir.Value] = {}
+        inner = 1
+        for name in reversed(plan.batch):
+            ext = plan.extent(name)
+            idx = b.urem(b.udiv(bflat, ir.Constant(I64, inner)), ir.Constant(I64, ext))
+            self.batch_index[name] = idx
+            inner *= ext
+            for t, stride in ((plan.a.tensor, plan.a.stride(name)), (plan.b.tensor, plan.b.stride(name)),
+                              (plan.out, plan.out_stride(name))):
+                if stride:
+                    self.offsets[t] = b.add(self.offsets[t], b.mul(idx, ir.Constant(I64, stride)))
+
+    def tile(self, tm: ir.Value, tn: ir.Value) -> None:
+        b, mark, plan = self.b, self.mark, self.plan
+        bm, bn, bk = mark.tile
+        m0 = b.mul(tm, ir.Constant(I64, bm))
+        n0 = b.mul(tn, ir.Constant(I64, bn))
+        zero = ir.Constant(F32, 0.0)
+        for i in range(self.mi * self.ni * 4):
+            b.store(zero, self.slot_acc(i))
+        ktiles = math.ceil(self.sizes[plan.k] / bk)
+        stages = mark.stages
+        commit = self.fn("llvm.nvvm.cp.async.commit.group", ir.VoidType(), [])
+        wait = self.fn("llvm.nvvm.cp.async.wait.group", ir.VoidType(), [I32])
+        barrier = self.fn("llvm.nvvm.barrier0", ir.VoidType(), [])
+        ahead = self.prefetch_distance()
+        for s in range(ahead):
+            if s < ktiles:
+                self.load_stage(s, ir.Constant(I64, s), m0, n0)
+            b.call(commit, [])
+
+        def step(kt: ir.Value) -> None:
+            b.call(wait, [ir.Constant(I32, ahead - 1)])  # step kt's copies have landed
+            self.before_barrier()
+            b.call(barrier, [])
+            nk = b.add(kt, ir.Constant(I64, ahead))
+            _if(b, b.icmp_unsigned("<", nk, ir.Constant(I64, ktiles)),
+                lambda: self.load_stage(b.trunc(b.urem(nk, ir.Constant(I64, stages)), I32), nk, m0, n0),
+                "mma.next")
+            b.call(commit, [])
+            self.compute(self.v32(b.trunc(b.urem(kt, ir.Constant(I64, stages)), I32)))
+
+        _loop(b, ir.Constant(I64, 0), ktiles, 1, step, "mma.k")
+        self.drain()
+        b.call(wait, [ir.Constant(I32, 0)])
+        b.call(barrier, [])
+        if self.staged_epilogue():
+            self.epilogue_staged(m0, n0)
+            b.call(barrier, [])  # the next tile's copies overwrite the staged outputs
+        else:
+            self.epilogue(m0, n0)
+
+    def slot_acc(self, i: int) -> ir.Value:
+        return self.b.gep(self.acc, [ir.Constant(I32, i)], inbounds=True, source_etype=F32)
+
+    def load_stage(self, stage: int | ir.Value, kt: ir.Value, m0: ir.Value, n0: ir.Value) -> None:
+        """Issue the copies of reduction step ``kt`` into ring slot ``stage``."""
+        b = self.b
+        stage_v = self.v32(stage if isinstance(stage, ir.Value) else ir.Constant(I32, stage))
+        k0 = b.mul(kt, ir.Constant(I64, self.mark.tile[2]))
+        threads = self.mark.threads
+        for buf, r0 in zip(self.bufs, (m0, n0), strict=True):
+            total = buf.rows * (buf.row_len // CHUNK)
+            for i in range(math.ceil(total / threads)):
+                c = self.tid + i * threads
+                if (i + 1) * threads > total:  # fewer copies than threads: the rest idle
+                    _if(b, b.icmp_unsigned("<", c.v, ir.Constant(I32, total)),
+                        lambda c=c, buf=buf, r0=r0: self.copy_chunk(buf, c, r0, k0, stage_v),
+                        "mma.copy")
+                else:
+                    self.copy_chunk(buf, c, r0, k0, stage_v)
+
+    def copy_chunk(self, buf: _Buffer, c: _V, r0: ir.Value, k0: ir.Value, stage: _V) -> None:
+        """Chunk ``c`` (16 bytes) of ``buf``'s tile, rows from ``r0``, steps from ``k0``: one
+        ``cp.async.cg ... 16`` (zero-filled past the end) where the operand is 16-byte aligned
+        (the kernel's aligned tensors), else eight loads and one store. The extent along the
+        contiguous index is a multiple of 8, so a chunk lies wholly inside or wholly past the end."""
+        b, plan = self.b, self.plan
+        op = buf.operand
+        per_row = buf.row_len // CHUNK
+        srow, sch = c // per_row, c % per_row
+        if op.k_major:
+            row, k = b.add(r0, srow.wide().v), b.add(k0, (sch * CHUNK).wide().v)
+        else:
+            k, row = b.add(k0, srow.wide().v), b.add(r0, (sch * CHUNK).wide().v)
+        valid = b.and_(b.icmp_unsigned("<", row, ir.Constant(I64, self.sizes[op.row])),
+                       b.icmp_unsigned("<", k, ir.Constant(I64, self.sizes[plan.k])))
+        off = b.add(self.offsets[op.tensor],
+                    b.add(b.mul(row, ir.Constant(I64, op.stride(op.row))),
+                          b.mul(k, ir.Constant(I64, op.stride(plan.k)))))
+        off = b.select(valid, off, ir.Constant(I64, 0))
+        dst = buf.slot(b, stage, srow, sch * CHUNK)
+        base = self.w.pointer(op.tensor)
+        if op.tensor in getattr(self.w.owner, "aligned", ()):
+            copy = self.fn("llvm.nvvm.cp.async.cg.shared.global.16.s", ir.VoidType(),
+                           [ir.PointerType(addrspace=3), ir.PointerType(addrspace=1), I32])
+            src = b.gep(base, [off], inbounds=True, source_etype=_half(plan.dtype))
+            b.call(copy, [dst, src, b.select(valid, ir.Constant(I32, 16), ir.Constant(I32, 0))])
+            return
+        vec = ir.Constant(ir.VectorType(I16, CHUNK), None)
+        for e in range(CHUNK):
+            src = b.gep(base, [b.add(off, ir.Constant(I64, e))], inbounds=True, source_etype=I16)
+            val = b.select(valid, b.load(src, typ=I16), ir.Constant(I16, 0))
+            vec = b.insert_element(vec, val, ir.Constant(I32, e))
+        b.store(vec, dst, align=16)
+
+    def compute(self, stage: _V) -> None:
+        b, mark, plan = self.b, self.mark, self.plan
+        bm, bn, bk = mark.tile
+        wm_rows, wn_cols = bm // mark.warps[0], bn // mark.warps[1]
+        warp = self.tid // 32
+        wm = warp // mark.warps[1]
+        wn = warp % mark.warps[1]
+        s4 = ir.LiteralStructType([I32] * 4)
+        p3 = ir.PointerType(addrspace=3)
+        lds = {t: self.fn("llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4" + (".trans" if t else "") + ".b16",
+                          s4, [p3]) for t in (False, True)}
+        if plan.dtype is DType.BFLOAT16:
+            mma = self.fn("llvm.nvvm.mma.m16n8k16.row.col.bf16", ir.LiteralStructType([F32] * 4),
+                          [I32] * 6 + [F32] * 4)
+            conv = lambda x: x  # noqa: E731
+        else:
+            h2 = ir.VectorType(ir.HalfType(), 2)
+            mma = self.fn("llvm.nvvm.mma.m16n8k16.row.col.f32.f32", ir.LiteralStructType([F32] * 4),
+                          [h2] * 6 + [F32] * 4)
+            conv = lambda x: b.bitcast(x, h2)  # noqa: E731
+        abuf, bbuf = self.bufs
+        accs = [b.load(self.slot_acc(i), typ=F32) for i in range(self.mi * self.ni * 4)]
+        for kk in range(bk // 16):
+            afr = []
+            for mi in range(self.mi):
+                r, c = lane_row_address(self.lane, "a", abuf.operand.k_major)
+                base = wm * wm_rows + mi * 16
+                srow, scol = (base + r, c + kk * 16) if abuf.operand.k_major else (r + kk * 16, base + c)
+                res = b.call(lds[not abuf.operand.k_major], [abuf.slot(b, stage, srow, scol)])
+                afr.append([conv(b.extract_value(res, j)) for j in range(4)])
+            bfr = []
+            for nj in range(self.ni // 2):
+                r, c = lane_row_address(self.lane, "b", bbuf.operand.k_major)
+                base = wn * wn_cols + nj * 16
+                srow, scol = (base + r, c + kk * 16) if bbuf.operand.k_major else (r + kk * 16, base + c)
+                res = b.call(lds[not bbuf.operand.k_major], [bbuf.slot(b, stage, srow, scol)])
+                regs = [conv(b.extract_value(res, j)) for j in range(4)]
+                bfr += [regs[0:2], regs[2:4]]
+            for mi in range(self.mi):
+                for ni in range(self.ni):
+                    at = (mi * self.ni + ni) * 4
+                    d = b.call(mma, afr[mi] + bfr[ni] + accs[at:at + 4])
+                    accs[at:at + 4] = [b.extract_value(d, j) for j in range(4)]
+        for i, v in enumerate(accs):
+            b.store(v, self.slot_acc(i))
+
+    def staged_epilogue(self) -> tuple[int, int] | None:
+        """(row pitch in elements, elements per 16-byte chunk) when the output tile can go
+        through shared memory and leave in 16-byte rows: the output contiguous along n and
+        aligned, every other stride and N whole chunks, the tile within the operand ring."""
+        plan, (bm, bn, _) = self.plan, self.mark.tile
+        out = self.w.fn.tensor(plan.out)
+        size = out.dtype.bits // 8
+        chunk = 16 // size
+        pitch = bn + chunk  # one chunk of padding: the 8 rows a fragment store covers hit 8 slots
+        strides = [plan.out_stride(i) for i in plan.lhs if i != plan.n]
+        if (plan.out_stride(plan.n) != 1 or self.sizes[plan.n] % chunk or any(s % chunk for s in strides)
+                or plan.out not in getattr(self.w.owner, "aligned", ())
+                or bm * pitch * size > self.ring_bytes):
+            return None
+        return pitch, chunk
+
+    def epilogue_staged(self, m0: ir.Value, n0: ir.Value) -> None:
+        """Accumulators (rounded) into a padded ``BM x (BN + chunk)`` tile in the operand ring,
+        a barrier, then every thread moves 16-byte row pieces to global memory: coalesced
+        stores (a fragment's own stores cover 8 rows of 16 bytes each)."""
+        b, mark, plan = self.b, self.mark, self.plan
+        pitch, chunk = self.staged_epilogue()  # type: ignore[misc]
+        bm, bn, _ = mark.tile
+        wm_rows, wn_cols = bm // mark.warps[0], bn // mark.warps[1]
+        warp = self.tid // 32
+        wm, wn = warp // mark.warps[1], warp % mark.warps[1]
+        out = self.w.fn.tensor(plan.out)
+        mty = _store_type(out.dtype)
+        tile = b.bitcast(self.ring, mty.as_pointer(3))
+        for mi in range(self.mi):
+            for ni in range(self.ni):
+                for half in range(2):
+                    regs = (2 * half, 2 * half + 1)
+                    r, c = c_element(self.lane, regs[0])
+                    row = wm * wm_rows + mi * 16 + r
+                    col = wn * wn_cols + ni * 8 + c
+                    vty = ir.VectorType(mty, 2)
+                    vec = ir.Constant(vty, ir.Undefined)
+                    for j, reg in enumerate(regs):
+                        v = self.finish(b.load(self.slot_acc((mi * self.ni + ni) * 4 + reg), typ=F32),
+                                        b.add(m0, row.wide().v), b.add(n0, (col + j).wide().v))
+                        vec = b.insert_element(vec, v, ir.Constant(I32, j))
+                    ptr = b.gep(tile, [(row * pitch + col).v], inbounds=True, source_etype=mty)
+                    b.store(vec, b.bitcast(ptr, vty.as_pointer(3)), align=2 * (out.dtype.bits // 8))
+        b.call(self.fn("llvm.nvvm.barrier0", ir.VoidType(), []), [])
+        per_row = bn // chunk
+        total = bm * per_row
+        base = self.w.pointer(plan.out)
+        vty = ir.VectorType(mty, chunk)
+        sm = plan.out_stride(plan.m)
+        big_m, big_n = self.sizes[plan.m], self.sizes[plan.n]
+        for i in range(math.ceil(total / mark.threads)):
+            c = self.tid + i * mark.threads
+            row, col = c // per_row, (c % per_row) * chunk
+
+            def move(row=row, col=col) -> None:
+                src = b.gep(tile, [(row * pitch + col).v], inbounds=True, source_etype=mty)
+                value = b.load(b.bitcast(src, vty.as_pointer(3)), typ=vty, align=16)
+                m = b.add(m0, row.wide().v)
+                n = b.add(n0, col.wide().v)
+                ok = b.and_(b.icmp_unsigned("<", m, ir.Constant(I64, big_m)),
+                            b.icmp_unsigned("<", n, ir.Constant(I64, big_n)))
+                off = b.add(self.offsets[plan.out], b.add(b.mul(m, ir.Constant(I64, sm)), n))
+                dst = b.gep(base, [off], inbounds=True, source_etype=mty)
+                _if(b, ok, lambda: b.store(value, b.bitcast(dst, vty.as_pointer(1)), align=16),
+                    "mma.out")
+
+            if (i + 1) * mark.threads > total:
+                _if(b, b.icmp_unsigned("<", c.v, ir.Constant(I32, total)), move, "mma.outrow")
+            else:
+                move()
+
+    def finish(self, acc: ir.Value, m: ir.Value, n: ir.Value) -> ir.Value:
+        """The float32 sum ``acc`` of output element (m, n) of the current batch entry, as
+        stored: rounded to the output's type, then through the epilogue statements, each
+        rounding its result again (as running them one after the other does)."""
+        plan = self.plan
+        out = self.w.fn.tensor(plan.out)
+        value = _round(self.b, acc, out.dtype)
+        if not plan.epilogue:
+            return value
+        from .exprs import ExprEmitter, _emit_on
+
+        b = self.b
+        if self.cell is None:
+            self.cell = self.w.entry.alloca(_store_type(out.dtype), name="mma.cell")
+        b.store(value, self.cell)
+        # indices past the ends (a tile's rest, never stored) read the last element instead
+        values = {plan.m: _clamp(b, m, self.sizes[plan.m]), plan.n: _clamp(b, n, self.sizes[plan.n]),
+                  **self.batch_index}
+        ctx = _CellContext(self.w, plan.out, self.cell)
+        for j in plan.epilogue:
+            st = self.w.fn.statements[j]
+            env = {name: values[p] for name, p in zip(st.lhs, plan.lhs, strict=True)}
+            ctx.lhs = st.lhs
+            _emit_on(ExprEmitter(ctx, env, j), st, j, False, self.cell, out.dtype)
+        return b.load(self.cell, typ=_store_type(out.dtype))
+
+    def epilogue(self, m0: ir.Value, n0: ir.Value) -> None:
+        b, mark, plan = self.b, self.mark, self.plan
+        bm, bn, _ = mark.tile
+        wm_rows, wn_cols = bm // mark.warps[0], bn // mark.warps[1]
+        warp = self.tid // 32
+        wm, wn = warp // mark.warps[1], warp % mark.warps[1]
+        out = self.w.fn.tensor(plan.out)
+        mty = _store_type(out.dtype)
+        base = self.w.pointer(plan.out)
+        sm, sn = plan.out_stride(plan.m), plan.out_stride(plan.n)
+        big_m, big_n = self.sizes[plan.m], self.sizes[plan.n]
+        pairs = sn == 1 and big_n % 2 == 0 and plan.out in getattr(self.w.owner, "aligned", ())
+        for mi in range(self.mi):
+            for ni in range(self.ni):
+                for half in range(2):
+                    regs = (2 * half, 2 * half + 1)
+                    r, c = c_element(self.lane, regs[0])
+                    m = b.add(m0, (wm * wm_rows + mi * 16 + r).wide().v)
+                    n = b.add(n0, (wn * wn_cols + ni * 8 + c).wide().v)
+                    vals = [self.finish(b.load(self.slot_acc((mi * self.ni + ni) * 4 + reg), typ=F32),
+                                        m, b.add(n, ir.Constant(I64, j)))
+                            for j, reg in enumerate(regs)]
+                    off = b.add(self.offsets[plan.out], b.add(b.mul(m, ir.Constant(I64, sm)),
+                                                              b.mul(n, ir.Constant(I64, sn))))
+                    ok_m = b.icmp_unsigned("<", m, ir.Constant(I64, big_m))
+
+                    def store(off=off, vals=vals, n=n, ok_m=ok_m) -> None:
+                        if pairs:
+                            vty = ir.VectorType(mty, 2)
+                            vec = ir.Constant(vty, ir.Undefined)
+                            for j, v in enumerate(vals):
+                                vec = b.insert_element(vec, v, ir.Constant(I32, j))
+                            ptr = b.gep(base, [off], inbounds=True, source_etype=mty)
+                            b.store(vec, ptr, align=2 * (out.dtype.bits // 8))
+                            return
+                        for j, v in enumerate(vals):
+                            nj = b.add(n, ir.Constant(I64, j))
+                            ptr = b.gep(base, [b.add(off, ir.Constant(I64, j * sn))], inbounds=True,
+                                        source_etype=mty)
+                            _if(b, b.icmp_unsigned("<", nj, ir.Constant(I64, big_n)),
+                                lambda v=v, ptr=ptr: b.store(v, ptr), "mma.col")
+
+                    full_m, full_n = big_m % bm == 0, big_n % bn == 0
+                    cond = None if full_m else ok_m
+                    if pairs and not full_n:  # n even and pairs start even: both or neither fit
+                        ok_n = b.icmp_unsigned("<", n, ir.Constant(I64, big_n))
+                        cond = ok_n if cond is None else b.and_(cond, ok_n)
+                    if cond is None:
+                        store()
+                    else:
+                        _if(b, cond, store, "mma.row")
+
+
+def _clamp(b: ir.IRBuilder, v: ir.Value, extent: int) -> ir.Value:
+    last = ir.Constant(I64, extent - 1)
+    return b.select(b.icmp_unsigned("<", v, last), v, last)
+
+
+class _CellContext:
+    """The walker, with the output element of an epilogue statement in a register cell: reads
+    of the output at the statement's own indices (and its store) go to the cell."""
+
+    def __init__(self, walker, out: str, cell: ir.Value):
+        self._walker, self._out, self._cell = walker, out, cell
+        self.lhs: tuple[str, ...] = ()
+
+    def __getattr__(self, name: str):
+        return getattr(self._walker, name)
+
+    def redirect(self, key: object) -> ir.Value | None:
+        if key == "lhs":
+            return self._cell
+        if getattr(key, "tensor", None) == self._out:
+            return self._cell  # (plan: the output is read only at the statement's own indices)
+        return None
+
+
+def _half(dt: DType) -> ir.Type:
+    return ir.HalfType() if dt is DType.FLOAT16 else I16
+
+
+def _store_type(dt: DType) -> ir.Type:
+    if dt is DType.FLOAT32:
+        return F32
+    return ir.HalfType() if dt is DType.FLOAT16 else I16
+
+
+def _round(b: ir.IRBuilder, v: ir.Value, dt: DType) -> ir.Value:
+    """float32 ``v`` in the output's memory type (bfloat16: round to nearest even)."""
+    if dt is DType.FLOAT32:
+        return v
+    if dt is DType.FLOAT16:
+        return b.fptrunc(v, ir.HalfType())
+    bits = b.bitcast(v, I32)
+    lsb = b.and_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 1))
+    rounded = b.add(bits, b.add(ir.Constant(I32, 0x7FFF), lsb))
+    return b.trunc(b.lshr(rounded, ir.Constant(I32, 16)), I16)

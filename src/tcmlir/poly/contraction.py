@@ -1,0 +1,265 @@
+"""Which programs are tensor-core contractions, and how their operands lie in memory.
+
+`contraction_plan(fn, sizes)` reads a checked function and returns a `ContractionPlan` or the
+reason it is not one. A contraction here is
+
+* one statement ``T(lhs) +=! X(...) * Y(...)`` with one reduction index ``k``, half-precision
+  (float16 or bfloat16) operands of one type, each read at distinct plain indices, and a float32
+  ``T`` — optionally followed by the one rounding statement ``C(lhs) = T(lhs)`` that
+  `lang/half_accumulate.py` adds for a half output (``T`` then never leaves the chip);
+* then any number of pointwise statements ``C(lhs) = f(C(lhs), B(...), ...)`` on the output
+  (a bias, an activation, a scale: reads of other tensors at lhs indices only), applied to
+  each element in registers before it is stored (the *epilogue*);
+* every lhs index that only ``X`` reads is a candidate row index ``m``, every one only ``Y``
+  reads a candidate column index ``n`` (the last candidate of each in lhs order; the others,
+  and indices both read or neither reads, are *batch* indices walked outside the tile);
+* each operand is contiguous along ``k`` or along its own row index (``k_major`` or not), its
+  other strides and that extent multiples of 8 elements (16-byte copies).
+
+Any layout and batch form qualifies: ``A(m,k)·B(k,n)``, ``A(m,k)·B(n,k)``, ``A(k,m)·...``,
+``Z(b,n,m) +=! X(b,n,k) * Y(b,m,k)``. Sizes must be fixed (the strides are constants).
+The plan is pure data; `passes/map_mma.py` maps it and `codegen/gpu_mma.py` emits it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .. import ir
+from ..dtypes import DType
+
+__all__ = ["ContractionPlan", "MmaMark", "Operand", "contraction_plan", "mma_tile_choice",
+           "parse_mma_mark"]
+
+_HALF = (DType.FLOAT16, DType.BFLOAT16)
+CHUNK = 8  # halves per 16-byte copy
+
+
+@dataclass(frozen=True)
+class Operand:
+    tensor: str
+    row: str                      # m for the A operand, n for the B operand
+    k_major: bool                 # contiguous along k (else along ``row``)
+    strides: tuple[tuple[str, int], ...]  # (index, elements) for every index it reads
+
+    def stride(self, index: str) -> int:
+        return dict(self.strides).get(index, 0)
+
+
+@dataclass(frozen=True)
+class ContractionPlan:
+    statement: int                # the reduction statement
+    cast: int | None              # the rounding statement C = T, if any
+    acc: str                      # T: the f32 accumulator tensor
+    out: str                      # the tensor the kernel stores (C, or T without a cast)
+    dtype: DType                  # the operands' type
+    a: Operand
+    b: Operand
+    m: str
+    n: str
+    k: str
+    extents: tuple[tuple[str, int], ...]  # every index of the statement
+    batch: tuple[str, ...]        # lhs indices walked outside the tile, outermost first
+    out_strides: tuple[tuple[str, int], ...]
+    lhs: tuple[str, ...]
+    epilogue: tuple[int, ...] = ()  # pointwise statements on the output, fused into the store
+
+    def extent(self, index: str) -> int:
+        return dict(self.extents)[index]
+
+    @property
+    def batch_count(self) -> int:
+        return math.prod(self.extent(b) for b in self.batch)
+
+    def out_stride(self, index: str) -> int:
+        return dict(self.out_strides).get(index, 0)
+
+
+def _operand_read(e: ir.Expr) -> ir.Read | None:
+    while isinstance(e, ir.Cast):
+        e = e.operand
+    return e if isinstance(e, ir.Read) else None
+
+
+def _strides(fn: ir.Function, read: ir.Read, sizes: Mapping[str, int]) -> dict[str, int] | None:
+    t = fn.tensor(read.tensor)
+    shape = [s.evaluate(sizes) for s in t.shape]
+    out: dict[str, int] = {}
+    stride = 1
+    for idx, ext in zip(reversed(read.indices), reversed(shape), strict=True):
+        if not isinstance(idx, ir.Index) or idx.name in out:
+            return None
+        out[idx.name] = stride
+        stride *= ext
+    return out
+
+
+def contraction_plan(fn: ir.Function, sizes: Mapping[str, int] | None
+                     ) -> ContractionPlan | str:
+    """The plan of ``fn`` at ``sizes``, or why tensor cores do not apply (a sentence)."""
+    if sizes is None or any(s not in sizes for s in fn.sizes):
+        return "tensor cores need fixed sizes (not a parametric kernel)"
+    sts = fn.statements
+    if not sts:
+        return "not a single contraction statement"
+    st = sts[0]
+    if st.reduction is not ir.Reduction.ADD or not st.init or len(st.reduction_indices) != 1:
+        return "statement 0 is not a `+=!` reduction over one index"
+    if fn.tensor(st.tensor).dtype is not DType.FLOAT32:
+        return "the accumulator is not float32"
+    rhs = st.rhs
+    while isinstance(rhs, ir.Cast) and rhs.dtype is DType.FLOAT32:
+        rhs = rhs.operand
+    if not (isinstance(rhs, ir.Binary) and rhs.op == "*"):
+        return "the right-hand side is not a product of two reads"
+    x, y = _operand_read(rhs.lhs), _operand_read(rhs.rhs)
+    if x is None or y is None:
+        return "the right-hand side is not a product of two reads"
+    dtypes = {fn.tensor(x.tensor).dtype, fn.tensor(y.tensor).dtype}
+    if len(dtypes) != 1 or next(iter(dtypes)) not in _HALF:
+        return "operands are not both float16 or both bfloat16"
+    cast = None
+    out = st.tensor
+    rest = list(range(1, len(sts)))
+    if rest and _is_rounding(fn, sts[1], st):
+        cast, out = 1, sts[1].tensor
+        rest = rest[1:]
+    if fn.tensor(out).role is not ir.Role.OUTPUT:
+        return "the contraction's result is not an output"
+    for j in rest:
+        why = _epilogue_problem(fn, sts[j], out, st.tensor if cast is not None else None, len(st.lhs))
+        if why is not None:
+            return f"statement {j} {why}"
+    extents: dict[str, int] = {}
+    for r in st.ranges:
+        if r.lo.evaluate(sizes) != 0:
+            return f"index {r.name} does not start at 0"
+        extents[r.name] = r.hi.evaluate(sizes)
+    k = st.reduction_indices[0]
+    xs, ys = _strides(fn, x, sizes), _strides(fn, y, sizes)
+    outs = _strides(fn, ir.Read(out, tuple(ir.Index(i) for i in st.lhs), DType.FLOAT32), sizes)
+    if xs is None or ys is None or outs is None:
+        return "an operand is not read at distinct plain indices"
+    if k not in xs or k not in ys:
+        return "an operand does not read the reduction index"
+    ms = [i for i in st.lhs if i in xs and i not in ys]
+    ns = [i for i in st.lhs if i in ys and i not in xs]
+    if not ms or not ns:
+        return "no row index of its own in each operand (a matrix-vector product)"
+    if ns[-1] != st.lhs[-1] and ms[-1] == st.lhs[-1]:  # the output's contiguous index on n
+        x, y, xs, ys, ms, ns = y, x, ys, xs, ns, ms
+    m, n = ms[-1], ns[-1]
+    batch = tuple(i for i in st.lhs if i not in (m, n))
+    operands = []
+    for read, strides, row in ((x, xs, m), (y, ys, n)):
+        if strides.get(k) == 1:
+            k_major = True
+        elif strides.get(row) == 1:
+            k_major = False
+        else:
+            return f"operand {read.tensor} is contiguous along neither {k} nor {row}"
+        inner = k if k_major else row
+        if extents[inner] % CHUNK or any(s % CHUNK for i, s in strides.items() if i != inner):
+            return (f"operand {read.tensor}: 16-byte copies need its rows to be multiples of "
+                    f"{CHUNK} elements")
+        operands.append(Operand(read.tensor, row, k_major, tuple(strides.items())))
+    return ContractionPlan(0, cast, st.tensor, out, next(iter(dtypes)), operands[0],
+                           operands[1], m, n, k, tuple(extents.items()), batch,
+                           tuple(outs.items()), st.lhs, tuple(rest))
+
+
+def _is_rounding(fn: ir.Function, c: ir.Statement, st: ir.Statement) -> bool:
+    """``c`` is ``C(lhs) = T(lhs)`` for the float32 temporary ``T`` of ``st``."""
+    rd = _operand_read(c.rhs)
+    return (c.reduction is None and rd is not None and rd.tensor == st.tensor
+            and fn.tensor(st.tensor).role is ir.Role.TEMP
+            and tuple(getattr(i, "name", None) for i in rd.indices) == st.lhs
+            and c.lhs == st.lhs and c.tensor != st.tensor
+            and fn.tensor(c.tensor).dtype in (*_HALF, DType.FLOAT32))
+
+
+def _epilogue_problem(fn: ir.Function, c: ir.Statement, out: str, acc: str | None,
+                      rank: int) -> str | None:
+    """Why ``c`` is not a pointwise statement on ``out`` (None: it is)."""
+    if c.reduction is not None or c.tensor != out or len(c.lhs) != rank:
+        return "is not a pointwise statement on the output"
+    if set(c.index_names) != set(c.lhs):
+        return "has indices beyond its left-hand side"
+    for rd in (x for x in ir.walk(c.rhs) if isinstance(x, ir.Read)):
+        names = [getattr(i, "name", None) for i in rd.indices]
+        if rd.tensor == acc or None in names or not set(names) <= set(c.lhs):
+            return f"reads {rd.tensor} elsewhere than at its own indices"
+        if rd.tensor == out and tuple(names) != c.lhs:
+            return f"reads {out} at other elements"
+        if rd.tensor != out and fn.tensor(rd.tensor).role is not ir.Role.INPUT:
+            return f"reads {rd.tensor}, which the program writes"
+    return None
+
+
+# ---------------------------------------------------------------- the mark
+
+_MARK = re.compile(r"^mma S(\d+) tile=(\d+),(\d+),(\d+) warps=(\d+),(\d+) stages=(\d+) "
+                   r"grid=(\d+),(\d+),(\d+)( wgmma)?$")
+
+
+@dataclass(frozen=True)
+class MmaMark:
+    statement: int
+    tile: tuple[int, int, int]
+    warps: tuple[int, int]
+    stages: int
+    grid: tuple[int, int, int]
+    wgmma: bool = False  # warpgroup instructions (sm_90a), else mma.sync
+
+    @property
+    def name(self) -> str:
+        t, w, g = self.tile, self.warps, self.grid
+        return (f"mma S{self.statement} tile={t[0]},{t[1]},{t[2]} warps={w[0]},{w[1]} "
+                f"stages={self.stages} grid={g[0]},{g[1]},{g[2]}" + (" wgmma" if self.wgmma else ""))
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps[0] * self.warps[1]
+
+
+def parse_mma_mark(name: str) -> MmaMark | None:
+    m = _MARK.match(name.strip())
+    if m is None:
+        return None
+    v = [int(x) for x in m.groups()[:10]]
+    return MmaMark(v[0], (v[1], v[2], v[3]), (v[4], v[5]), v[6], (v[7], v[8], v[9]),
+                   m.group(11) is not None)
+
+
+
+# ---------------------------------------------------------------- tile choice
+
+SM_COUNT = 132            # H200 (the defaults are chosen without a device; see gpu_defaults)
+# (tile BM x BN x BK, warps, stages, wgmma, relative throughput of one SM running such blocks)
+# measured on an H100 (fp16 4096^3, tools/bench_mma.py --variants, one run): wgmma 128x256
+# (4 stages) 669 TFLOP/s, 128x128 (5 stages) 518, 64x256 431, 128x64 (6 stages) 403, 64x128
+# 388; mma.sync 128x128x32 (4 stages) 380, 64x128x32 307 (64x64: not measured, below those)
+_TILES = (((128, 256, 64), (8, 1), 4, True, 1.0), ((128, 128, 64), (8, 1), 5, True, 0.77),
+          ((64, 256, 64), (4, 1), 4, True, 0.64), ((128, 64, 64), (8, 1), 6, True, 0.60),
+          ((64, 128, 64), (4, 1), 4, True, 0.58), ((128, 128, 32), (2, 2), 4, False, 0.57),
+          ((64, 128, 32), (2, 2), 4, False, 0.46), ((64, 64, 32), (2, 2), 4, False, 0.35))
+
+
+def mma_tile_choice(plan: ContractionPlan
+                    ) -> tuple[tuple[int, int, int], tuple[int, int], int, bool]:
+    """(tile, warps, stages, wgmma) minimising a small model of the kernel's time: the
+    busiest SM runs ``ceil(blocks / SMs)`` blocks, each the whole tile's work (tiles the sizes
+    do not fill are charged for their area) at the tile shape's measured throughput (which
+    includes how many of its blocks share an SM)."""
+    mm, nn, kk = plan.extent(plan.m), plan.extent(plan.n), plan.extent(plan.k)
+    best = None
+    for (bm, bn, bk), warps, stages, wgmma, eff in _TILES:
+        blocks = math.ceil(mm / bm) * math.ceil(nn / bn) * plan.batch_count
+        cost = math.ceil(blocks / SM_COUNT) * bm * bn * math.ceil(kk / bk) * bk / eff
+        if best is None or cost < best[0]:
+            best = (cost, ((bm, bn, bk), warps, stages, wgmma))
+    assert best is not None
+    return best[1]
