@@ -154,7 +154,8 @@ class Kernel:
 
     def profile(self, *inputs: Any, runs: int = 20, ceilings: Any = None) -> Any:
         """Time this kernel on ``inputs`` and put it against its exact work and the device's
-        ceilings: a `tcmlir.profile.Profile` (see `TCFunction.profile`)."""
+        ceilings: a `tcmlir.profile.Profile` (see `TCFunction.profile`). Inputs go by position or by TC name,
+        as in a call."""
         from .profile import profile_kernel
 
         return profile_kernel(self, inputs, runs=runs, ceilings=ceilings)
@@ -206,7 +207,7 @@ class TCFunction:
         return self.input_spec(order_inputs(self.ir, inputs, named)).signature
 
     def size_values(self, *inputs: Any, **named: Any) -> dict[str, int]:
-        """The value of each size parameter for these inputs."""
+        """The value of each size parameter for these inputs (by position or by TC name)."""
         return self.input_spec(order_inputs(self.ir, inputs, named)).sizes
 
     def default_arch(self, target: str | None = None) -> str:
