@@ -154,8 +154,7 @@ class Kernel:
 
     def profile(self, *inputs: Any, runs: int = 20, ceilings: Any = None) -> Any:
         """Time this kernel on ``inputs`` and put it against its exact work and the device's
-        ceilings: a `tcmlir.profile.Profile` (see `TCFunction.profile`). Inputs go by position or by TC name,
-        as in a call."""
+        ceilings: a `tcmlir.profile.Profile` (see `TCFunction.profile`)."""
         from .profile import profile_kernel
 
         return profile_kernel(self, inputs, runs=runs, ceilings=ceilings)
@@ -464,7 +463,8 @@ class TCFunction:
         registers and occupancy (cuda), and advice. ``ceilings``: a `tcmlir.profile.Ceilings`
         or a dict of its fields, instead of the measured (cached) ones. ``devices``: profile
         the split call ``fn(*inputs, devices=devices)``, with each part's bytes and time of
-        copies in and out per call (``profile.parts``, ``transfer_bytes``, ``transfer_s``)."""
+        copies in and out per call (``profile.parts``, ``transfer_bytes``, ``transfer_s``).
+        Inputs go by position or by TC name, as in a call."""
         from .profile import profile_function
 
         inputs, options = order_inputs(self.ir, inputs, named), as_mapping_options(options)
