@@ -22,6 +22,7 @@ import numpy as np
 from tcmlir.runtime import cuda as rcuda
 from tcmlir.runtime import cuda_launch, cuda_memory, launch_plan, streams
 from tcmlir.runtime.cuda import LaunchLimits
+from tcmlir.runtime.host import ErrorSlot
 
 H200_LIMITS = LaunchLimits(1024, (1024, 1024, 64), (2**31 - 1, 65535, 65535), 48 * 1024,
                            227 * 1024)
@@ -494,10 +495,10 @@ def simulate_with_host(driver: FakeDriver, image: Any, host_kernel: Any) -> None
         ptrs = (ctypes.c_void_p * max(1, n_tensors))(*tensors)
         sizes = (ctypes.c_int64 * max(1, n_sizes))(*slots[n_tensors:n_tensors + n_sizes])
         for entry in host_kernel.runner.entries:
-            err = ctypes.c_int32(0)
+            err = ErrorSlot()  # the host ABI's err (the device's is only the i32 code)
             entry.call(ptrs, sizes, _LO, _HI, ctypes.byref(err))
-            if err.value:
-                ctypes.c_int32.from_address(slots[-1]).value = err.value
+            if err.code:
+                ctypes.c_int32.from_address(slots[-1]).value = err.code
                 return
 
     driver.simulate = run

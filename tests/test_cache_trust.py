@@ -213,7 +213,7 @@ def test_autotune_with_a_users_file_as_cache_is_a_cache_error(tmp_path: Path) ->
     notes = tmp_path / "my_notes.txt"
     notes.write_text("important\n")
     fn = tc.define("def f(float(N) A) -> (O) { O(i) = A(i) + 1.0 }", target="cpu")
-    with pytest.raises(CacheError, match="not a tcmlir cache"):
+    with pytest.raises(CacheError, match="not a usable tcmlir cache"):
         fn.autotune(np.ones(4, np.float32), generations=1, population=2, cache=str(notes),
                     progress=False)
     assert notes.read_text() == "important\n"

@@ -190,6 +190,23 @@ def test_whole_cuda_kernel_key_names_the_exact_text(tmp_path, monkeypatch):
     assert _delta(before)["cuda_kernels"] == 1
 
 
+def test_any_source_text_keys_a_whole_cuda_kernel(tmp_path, monkeypatch):
+    # issue 36: a lone surrogate in a comment raised UnicodeEncodeError from the key; it keys,
+    # and apart from the text with a valid character in its place
+    monkeypatch.setenv("TCMLIR_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TCMLIR_ALWAYS_COMPILE", raising=False)
+    a, b = np.ones((64, 32), np.float32), np.ones((32, 48), np.float32)
+    lone = tc.define("# \ud800 lone\n" + MATMUL)
+    assert lone.compile(a, b, target="cuda", arch="sm_90").ptx
+    before = _snapshot()
+    tc.define("# \ud800 lone\n" + MATMUL).compile(a, b, target="cuda", arch="sm_90")
+    assert _delta(before)["cuda_kernels"] == 1
+    before = _snapshot()
+    tc.define("# \ufffd lone\n" + MATMUL).compile(a, b, target="cuda", arch="sm_90")
+    assert _delta(before)["cuda_kernels"] == 0
+    np.testing.assert_allclose(tc.define("# \ud800\n" + MATMUL, target="cpu")(a, b), a @ b)
+
+
 def test_unreadable_cuda_kernel_payload_is_a_miss(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("TCMLIR_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("TCMLIR_ALWAYS_COMPILE", raising=False)

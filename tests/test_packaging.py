@@ -77,6 +77,12 @@ _KNOWN_GAPS = {"OptionsCache.path: no docstring", "OptionsCache.counters: no doc
                "OptionsCache.stats: no docstring", "OptionsCache.close: no docstring"}
 
 
+# entries that take a definition's inputs by their TC names (issue 36: ``fn(A=a, B=b)``): the
+# names are the definition's, so they cannot be Python parameters; documented in each docstring
+_INPUTS_BY_NAME = {f"TCFunction.{m}" for m in ("__call__", "compile", "autotune", "profile",
+                                               "signature", "size_values")}
+
+
 def _problems(obj, qual: str) -> list[str]:
     out = []
     if not (inspect.getdoc(obj) or "").strip():
@@ -85,7 +91,7 @@ def _problems(obj, qual: str) -> list[str]:
     for p in sig.parameters.values():
         if p.name in ("self", "cls"):
             continue
-        if p.kind is p.VAR_KEYWORD:
+        if p.kind is p.VAR_KEYWORD and not (qual in _INPUTS_BY_NAME and p.name == "named"):
             out.append(f"{qual}: **{p.name} hides parameters")
         if p.annotation is inspect.Parameter.empty:
             out.append(f"{qual}: parameter {p.name} has no type hint")

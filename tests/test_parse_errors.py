@@ -93,3 +93,34 @@ def test_file_name_is_reported():
 
 def test_at_least_fifteen_cases():
     assert len(CASES) >= 15
+
+
+# Issue 36: lines end at "\n", "\r\n" and a lone "\r" (as in every editor); U+2028 and the other
+# characters str.splitlines also splits on stay inside their line. The reported line number
+# and the quoted line agree, whatever the line breaks.
+LINE_BREAK_CASES = [
+    # (source, line, col, quoted line)
+    ("def f(float(N) A) -> (B) {\n  # note\u2028more\n  B(i) = A(i) + C(i)\n}", 3, 17,
+     "  B(i) = A(i) + C(i)"),
+    ("def f(float(N) A) -> (B) {\n  B(i) = A(i) +\u2028 1\n}", 2, 16, "  B(i) = A(i) +\u2028 1"),
+    ("def f(float(N) A) -> (B) {\r  B(i) = A(i) + C(i)\r}", 2, 17, "  B(i) = A(i) + C(i)"),
+    ("def f(float(N) A) -> (B) {\r# c\r  B(i) = A(i) + C(i)\r}", 3, 17, "  B(i) = A(i) + C(i)"),
+    ("def f(float(N) A) -> (B) {\r\n\r\n  B(i) = A(i) + C(i)\r\n}", 3, 17, "  B(i) = A(i) + C(i)"),
+    ("def f(float(N) A) -> (B) {\n  # a\x0cb\x85c\u2029d\n  B(i) = A(i) $\n}", 3, 15,
+     "  B(i) = A(i) $"),
+    ("def f(float(N) A) -> (B) {\r  B(i) = A(i) + \r}", 3, 1, "}"),
+]
+
+
+@pytest.mark.parametrize("source, line, col, quoted", LINE_BREAK_CASES)
+def test_lines_count_as_the_editor_does(source, line, col, quoted):
+    import tcmlir as tc
+
+    with pytest.raises(TCError) as info:
+        tc.define(source)
+    err = info.value
+    assert (err.line, err.col) == (line, col)
+    text = str(err).split("\n")
+    assert text[0].startswith(f"<string>:{line}:{col}: error:")
+    assert text[1] == "  " + quoted
+    assert text[2].index("^") == 2 + col - 1

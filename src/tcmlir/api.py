@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -25,9 +25,11 @@ from . import ir
 from .array_kinds import empty_call, has_zero_extent, in_input_kind
 from .benchmark import BenchmarkResult
 from .binding import allocate_outputs, bind_host_inputs, check_outputs
+from .call_args import as_mapping_options, order_inputs
 from .config import get_config, hot_path_token
 from .errors import CallError, Source, TCError
 from .input_spec import InputSpec, bind_input_spec
+from .interrupt import stop_on_interrupt
 from .lang import check, parse
 from .lang.printer import format_def
 from .log import setup_logging
@@ -42,6 +44,8 @@ __all__ = ["TARGETS", "Kernel", "TCFunction", "define"]
 
 TARGETS = ("auto", "cuda", "cpu", "numpy")
 OptionsFactory = Callable[["TCFunction", Sequence[Any]], MappingOptions]
+# what ``options=`` takes (`call_args.as_mapping_options`): options, a preset name, JSON, a dict
+OptionsArg = MappingOptions | str | Mapping[str, Any] | None
 
 
 def define(source: str, name: str | None = None, *, target: str = "auto",
@@ -196,13 +200,14 @@ class TCFunction:
         _check_target(target)
         return bind_input_spec(self.ir, inputs, resolve_target(target or self.target))
 
-    def signature(self, *inputs: Any) -> Signature:
-        """The signature (shapes, dtypes, strides, alignment) these inputs bind to in a call."""
-        return self.input_spec(inputs).signature
+    def signature(self, *inputs: Any, **named: Any) -> Signature:
+        """The signature (shapes, dtypes, strides, alignment) these inputs bind to in a call
+        (inputs by position or by TC name, as in a call)."""
+        return self.input_spec(order_inputs(self.ir, inputs, named)).signature
 
-    def size_values(self, *inputs: Any) -> dict[str, int]:
-        """The value of each size parameter for these inputs."""
-        return self.input_spec(inputs).sizes
+    def size_values(self, *inputs: Any, **named: Any) -> dict[str, int]:
+        """The value of each size parameter for these inputs (by position or by TC name)."""
+        return self.input_spec(order_inputs(self.ir, inputs, named)).sizes
 
     def default_arch(self, target: str | None = None) -> str:
         """The arch a compile for ``target`` uses by default (the GPU's ``sm_XX``, or the
@@ -218,20 +223,25 @@ class TCFunction:
 
     # ------------------------------------------------------------ calling
 
-    def __call__(self, *inputs: Any, options: MappingOptions | None = None,
+    def __call__(self, *inputs: Any, options: OptionsArg = None,
                  outputs: Sequence[Any] | None = None, stream: Any = None,
-                 devices: Sequence[int] | None = None) -> Any:
-        """Run on ``inputs``. ``stream`` (target cuda): the CUDA stream to launch on — a
+                 devices: Sequence[int] | None = None, **named: Any) -> Any:
+        """Run on ``inputs``, given in the definition's order, or by their TC names
+        (``fn(A, B=b)``, as Python binds parameters; an input named like a keyword below goes
+        by position). ``options``: see `compile`. ``stream`` (target cuda): the CUDA stream to launch on — a
         ``torch.cuda.Stream``, a CuPy stream, a raw ``CUstream`` handle (int) or a
         `tcmlir.runtime.cuda.Stream`; by default the current stream of the inputs' library
         (torch's or CuPy's), else the legacy default stream. ``devices`` (or
         ``options.devices``): split the call across these GPUs (`tcmlir.multi`, see `plan`)."""
+        if named:
+            inputs = order_inputs(self.ir, inputs, named)
         fast = self._fast
         if fast is not None and options is None and outputs is None and stream is None \
                 and devices is None:
             done = fast(inputs)  # the latest torch plan, guarded by its inputs' call key
             if done is not MISS:
                 return done
+        options = as_mapping_options(options)
         if devices is not None or (options is not None and options.devices):
             from .multi.execute import split_call
 
@@ -269,12 +279,19 @@ class TCFunction:
             if check is not None:
                 check()
 
-    def compile(self, *inputs: Any, options: MappingOptions | None = None,
+    def compile(self, *inputs: Any, options: OptionsArg = None,
                 target: str | None = None, arch: str | None = None,
-                devices: Sequence[int] | None = None) -> Any:
+                devices: Sequence[int] | None = None, **named: Any) -> Any:
         """Compile for these inputs' signature without launching (no GPU needed for a named arch).
-        With ``devices`` (or ``options.devices``): a `tcmlir.multi.SplitKernel`, the split plan
-        and each part's kernel."""
+        Inputs go by position or by TC name, as in a call. ``options``: a `MappingOptions`, a
+        preset name (``"naive"``, ``"pointwise"``, ``"mlp"``, ``"convolution"``,
+        ``"group_convolution"``), the JSON text of ``opts.to_json()`` or the dict of
+        ``opts.to_dict()`` (anything else is an `OptionsError`); None: the function's options
+        factory, else the defaults for these sizes. With ``devices`` (or
+        ``options.devices``): a `tcmlir.multi.SplitKernel`, the split plan and each part's
+        kernel."""
+        inputs = order_inputs(self.ir, inputs, named)
+        options = as_mapping_options(options)
         if devices is not None or (options is not None and options.devices):
             from .multi.execute import split_kernel
 
@@ -302,8 +319,7 @@ class TCFunction:
         """The kernel and the bound inputs (a call binds once for compiling and launching)."""
         _check_target(target)
         target = resolve_target(target or self.target)
-        if options is not None and not isinstance(options, MappingOptions):
-            raise TCError(f"options must be tc.MappingOptions, got {type(options).__name__}")
+        options = as_mapping_options(options)
         bound = bind_host_inputs(self.ir, inputs) if target != "cuda" else _bind_any(self, inputs)
         if options is None:
             options = (self.options_factory(self, inputs) if self.options_factory
@@ -332,8 +348,8 @@ class TCFunction:
     def autotune(self, *inputs: Any, generations: int | None = None,
                  population: int | None = None, cache: bool | str | Any = True,
                  devices: Sequence[int] | None = None, config: TunerConfig | None = None,
-                 options: MappingOptions | None = None, target: str | None = None,
-                 progress: bool = True, retune: bool = False) -> MappingOptions:
+                 options: OptionsArg = None, target: str | None = None,
+                 progress: bool = True, retune: bool = False, **named: Any) -> MappingOptions:
         """Search mapping options for these inputs with the genetic tuner (`tcmlir.tune`) and
         return the best found (the cache keeps the best few).
 
@@ -342,13 +358,19 @@ class TCFunction:
         ``devices``: GPU ordinals to evaluate on (target cuda); ``options``: a starting point
         added to the first generation; ``target``: overrides the function's; ``progress``: a
         progress bar (and a line on stderr when a cached result is returned). A result cached
-        for this exact signature is returned without tuning unless ``retune=True``.
+        for this exact signature is returned without tuning unless ``retune=True``. Inputs go
+        by position or by TC name, as in a call; ``options`` takes what `compile`'s does.
+        Ctrl-C ends the tuning after the current generation with the best found so far (the
+        first generation's when none is measured yet); a second Ctrl-C aborts at once.
         """
-        from .tune.autotune import autotune
+        with stop_on_interrupt():  # from the first instant: Ctrl-C stops it, even in an import
+            from .tune.autotune import autotune
 
-        return autotune(self, inputs, generations=generations, population=population,
-                        cache=cache, devices=devices, config=config, options=options,
-                        target=target, progress=progress, retune=retune)
+            inputs = order_inputs(self.ir, inputs, named)
+            options = as_mapping_options(options)
+            return autotune(self, inputs, generations=generations, population=population,
+                            cache=cache, devices=devices, config=config, options=options,
+                            target=target, progress=progress, retune=retune)
 
     # ------------------------------------------------------------ launching
 
@@ -431,8 +453,9 @@ class TCFunction:
             times.append(time.perf_counter() - start)
         return times
 
-    def profile(self, *inputs: Any, options: MappingOptions | None = None, runs: int = 20,
-                ceilings: Any = None, devices: Sequence[int] | None = None) -> Any:
+    def profile(self, *inputs: Any, options: OptionsArg = None, runs: int = 20,
+                ceilings: Any = None, devices: Sequence[int] | None = None,
+                **named: Any) -> Any:
         """Profile a call on ``inputs``: a `tcmlir.profile.Profile` with the median time of
         ``runs`` runs (CUDA events on the GPU, a wall clock on the host) of the call and of each
         launched kernel, the exact flops and minimal DRAM bytes (counted with isl), achieved
@@ -440,9 +463,11 @@ class TCFunction:
         registers and occupancy (cuda), and advice. ``ceilings``: a `tcmlir.profile.Ceilings`
         or a dict of its fields, instead of the measured (cached) ones. ``devices``: profile
         the split call ``fn(*inputs, devices=devices)``, with each part's bytes and time of
-        copies in and out per call (``profile.parts``, ``transfer_bytes``, ``transfer_s``)."""
+        copies in and out per call (``profile.parts``, ``transfer_bytes``, ``transfer_s``).
+        Inputs go by position or by TC name, as in a call."""
         from .profile import profile_function
 
+        inputs, options = order_inputs(self.ir, inputs, named), as_mapping_options(options)
         return profile_function(self, inputs, options=options, runs=runs, ceilings=ceilings,
                                 devices=devices)
 

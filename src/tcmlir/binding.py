@@ -181,6 +181,9 @@ def _as_host_array(fn: ir.Function, tensor: ir.Tensor, value: Any) -> np.ndarray
         except Exception as exc:  # noqa: BLE001 - foreign array types raise anything
             raise CallError(f"{fn.name}: input {tensor.name}: cannot view {_describe(value)} "
                             f"as an array ({exc})") from None
+    elif tensor.rank == 0:
+        raise CallError(f"{fn.name}: scalar {tensor.name} ({tensor.dtype}) must be a number, "
+                        f"got {_describe(value)}")
     else:
         raise CallError(f"{fn.name}: input {tensor.name} must be an array, got {_describe(value)}")
     got = DType.from_numpy(arr.dtype)

@@ -8,6 +8,9 @@ plain message that names what is wrong and both values.
 
 from __future__ import annotations
 
+import bisect
+import functools
+import re
 from dataclasses import dataclass
 
 __all__ = [
@@ -25,7 +28,20 @@ __all__ = [
     "Span",
     "TCError",
     "format_located",
+    "line_starts",
 ]
+
+# What ends a line, as the user's editor counts: "\n", "\r\n" and a lone "\r" (Python's
+# universal newlines, and every editor's). U+2028/U+2029, form feeds and the other characters
+# str.splitlines also splits on are not line breaks here: vim, emacs and VS Code (whose default
+# only offers to remove them) show them inside a line, so a location counts them as one column
+# of that line and quotes the whole line around them.
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def line_starts(text: str) -> list[int]:
+    """The offset at which each line of ``text`` starts (see ``_LINE_BREAK``), 0 first."""
+    return [0] + [m.end() for m in _LINE_BREAK.finditer(text)]
 
 
 @dataclass(frozen=True)
@@ -35,16 +51,25 @@ class Source:
     text: str
     name: str = "<string>"
 
+    @functools.cached_property
+    def line_starts(self) -> list[int]:
+        """`line_starts` of the text (computed once)."""
+        return line_starts(self.text)
+
     def line_text(self, line: int) -> str:
-        lines = self.text.splitlines()
-        return lines[line - 1] if 1 <= line <= len(lines) else ""
+        """Line ``line`` (1-based) without its line break; "" past the end."""
+        starts = self.line_starts
+        if not 1 <= line <= len(starts):
+            return ""
+        end = starts[line] if line < len(starts) else len(self.text)
+        return self.text[starts[line - 1]:end].rstrip("\r\n")
 
     def position(self, offset: int) -> tuple[int, int]:
-        """1-based (line, column) of a character offset."""
+        """1-based (line, column) of a character offset (lines end as `line_starts` says)."""
         offset = max(0, min(offset, len(self.text)))
-        line = self.text.count("\n", 0, offset) + 1
-        col = offset - (self.text.rfind("\n", 0, offset) + 1) + 1
-        return line, col
+        starts = self.line_starts
+        line = bisect.bisect_right(starts, offset)
+        return line, offset - starts[line - 1] + 1
 
     def span(self, start: int, end: int) -> Span:
         line, col = self.position(start)

@@ -7,7 +7,7 @@ cache directory), who may write it is checked in `trust`, `manage` lists, prunes
 (``tcmlir.cache.stats()``), and `cli` is the ``tcmlir cache`` command.
 """
 
-from .errors import CacheCorruptionWarning, CacheError, CacheWriteWarning
+from .errors import CacheCorruptionWarning, CacheError, CacheUnusableWarning, CacheWriteWarning
 from .kernel_cache import ArtifactRecord, EvictionResult, KernelCache
 from .keys import artifact_digest, artifact_key
 from .manage import CacheStats, TunedKey, prune, stats
@@ -23,6 +23,7 @@ __all__ = [
     "CacheError",
     "CacheStats",
     "CacheStore",
+    "CacheUnusableWarning",
     "CacheWriteWarning",
     "EvictionResult",
     "KernelCache",

@@ -19,7 +19,10 @@ the host CPU's feature string for a host object, the CUDA driver version for a c
 
 ``COUNTERS`` count what happened in this process (tests assert on them). The cache is skipped
 when ``TCMLIR_ALWAYS_COMPILE=1`` or `set_artifact_cache(False)`; any failure of the cache
-itself is logged and the kernel is compiled as if there were no cache.
+itself never stops a compile: the kernel is compiled as if there were no cache, and the first
+failure of each kind (the cache cannot be opened: a `CacheUnusableWarning`, naming why and
+what to do, after which this process stops trying that path; a read or a write failed: a
+`CacheWriteWarning`) is said once per cache path and process, as a warning and a log record.
 """
 
 from __future__ import annotations
@@ -27,11 +30,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .keys import artifact_key
+from .errors import CacheUnusableWarning, CacheWriteWarning, unusable_message
+from .keys import artifact_key, text_bytes
 
 __all__ = ["COUNTERS", "ArtifactCounters", "artifact_cache", "compile_cuda_cached",
            "compile_host_cached", "kernel_artifact_key", "load_cuda_kernel", "set_artifact_cache",
@@ -64,6 +69,8 @@ if hasattr(os, "register_at_fork"):  # the counts are this process's (`tcmlir.ca
 _LOCK = threading.Lock()
 _CACHES: dict[str, Any] = {}
 _SETTING: Any = True  # True: the default database; False: off; else a path
+_UNUSABLE: set[str] = set()  # cache paths that could not be opened (not tried again)
+_SAID: set[tuple[str, str]] = set()  # (path, what failed) already warned about
 
 
 def set_artifact_cache(path: Any) -> None:
@@ -81,16 +88,39 @@ def artifact_cache() -> Any:
 
     if _SETTING is False or get_config().always_compile:
         return None
+    path = "?"
     try:
         path = str(resolve_cache_path(None if _SETTING is True else _SETTING))
         with _LOCK:
             cache = _CACHES.get(path)
             if cache is None:
+                if path in _UNUSABLE:
+                    return None
                 cache = _CACHES[path] = KernelCache(path)
         return cache
     except Exception as exc:  # noqa: BLE001 - a cache problem must never stop a compile
-        log.warning("tcmlir: compiled-artifact cache unavailable (%s); compiling without it", exc)
+        with _LOCK:
+            _UNUSABLE.add(path)
+        _say_once(path, "open", unusable_message(path, str(exc)), CacheUnusableWarning)
         return None
+
+
+def _say_once(path: str, what: str, message: str, category: type[Warning]) -> None:
+    """Warn (and log) ``message`` the first time ``what`` fails for the cache at ``path``."""
+    with _LOCK:
+        if (path, what) in _SAID:
+            return
+        _SAID.add((path, what))
+    if log.hasHandlers():  # (without any, logging's last resort would print it a second time)
+        log.warning("%s", message)
+    warnings.warn(message, category, stacklevel=2)
+
+
+def _failed(cache: Any, what: str, exc: BaseException) -> None:
+    path = str(getattr(getattr(cache, "db", None), "path", "?"))
+    text = str(exc) if path in str(exc) else f"tcmlir cache {path}: {exc}"
+    _say_once(path, what, f"{text}\n  ({what} failed: calls run correctly, compiling what the "
+              "cache cannot give; said once per process)", CacheWriteWarning)
 
 
 def kernel_artifact_key(fn: Any, signature: Any, options: Any, arch: str, kind: str,
@@ -106,7 +136,7 @@ def _get(cache: Any, key: Mapping[str, str]) -> bytes | None:
     try:
         found = cache.get(key)
     except Exception as exc:  # noqa: BLE001
-        log.warning("tcmlir: artifact cache read failed (%s)", exc)
+        _failed(cache, "reading a compiled artifact", exc)
         return None
     if found is None:
         COUNTERS.misses += 1
@@ -122,7 +152,7 @@ def _put(cache: Any, key: Mapping[str, str], payload: bytes, meta: Mapping[str, 
         cache.put(key, payload, meta)
         COUNTERS.writes += 1
     except Exception as exc:  # noqa: BLE001
-        log.warning("tcmlir: artifact cache write failed (%s)", exc)
+        _failed(cache, "writing a compiled artifact", exc)
 
 
 # ---------------------------------------------------------------- host
@@ -208,7 +238,7 @@ def _cuda_kernel_key(fn: Any, signature: Any, options: Any, arch: str) -> dict[s
     the definition must not make a bounds-check message quote the wrong line."""
     import hashlib
 
-    exact = hashlib.sha256(fn.source.text.encode("utf-8")).hexdigest()[:32]
+    exact = hashlib.sha256(text_bytes(fn.source.text)).hexdigest()[:32]
     return kernel_artifact_key(fn, signature, options, arch, "cuda-kernel",
                                toolchain=f"source-text-{exact}")
 

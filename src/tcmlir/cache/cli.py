@@ -6,7 +6,8 @@
     tcmlir cache export FILE [--arch A]        tuned options as JSON (never compiled code)
     tcmlir cache import FILE                   merge an export (tuned options only)
     tcmlir cache prune [--max-size SIZE] [--older-than DAYS]   evict compiled artifacts
-    tcmlir cache clear [--arch A]              delete everything (of one arch)
+    tcmlir cache clear [--arch A]              delete everything (of one arch); a damaged
+                                               cache file is moved aside
 
 Every action takes ``--path P`` (a database file or a directory; default: TCMLIR_CACHE_DIR or
 the user cache directory). Reading actions on a cache that does not exist create nothing.
@@ -24,7 +25,15 @@ from typing import Any
 
 from .errors import CacheError
 from .kernel_cache import ArtifactRecord
-from .manage import TunedKey, find_entry, open_existing, prune, stats, tuned_keys
+from .manage import (
+    TunedKey,
+    find_entry,
+    open_existing,
+    prune,
+    set_aside_unusable,
+    stats,
+    tuned_keys,
+)
 from .paths import resolve_cache_path
 
 __all__ = ["add_cache_command", "human_date", "human_size"]
@@ -267,7 +276,16 @@ def _cmd_clear(args: argparse.Namespace) -> int:
     from .kernel_cache import KernelCache
     from .options_cache import OptionsCache
 
-    store = open_existing(args.path)
+    try:
+        store = open_existing(args.path)
+    except CacheError:
+        moved = set_aside_unusable(args.path)
+        if moved is None:
+            raise
+        print(f"the cache file {resolve_cache_path(args.path)} could not be read (damaged); "
+              f"moved it to {moved} (delete that when you do not need it); the next call "
+              "starts a new cache")
+        return 0
     if store is None:
         print(f"{_no_cache(args)}: nothing to clear")
         return 0

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import CacheError
-from .keys import artifact_digest, artifact_key_json
+from .keys import artifact_digest, artifact_key_json, text_bytes
 from .store import CacheCounters, CacheStore, logger, row_checksum
 
 __all__ = ["ArtifactRecord", "EvictionResult", "KernelCache", "artifact_checksum"]
@@ -78,7 +78,7 @@ def _intact(row: tuple) -> bool:
     digest, kind, arch, entry, key_json, payload, meta, _created, checksum = row
     try:
         return (checksum == artifact_checksum(digest, kind, arch, entry, key_json, payload, meta)
-                and digest == hashlib.sha256(key_json.encode("utf-8")).hexdigest())
+                and digest == hashlib.sha256(text_bytes(key_json)).hexdigest())
     except (TypeError, ValueError, UnicodeError):
         return False
 

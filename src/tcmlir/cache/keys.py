@@ -36,6 +36,7 @@ __all__ = [
     "parametric_signature_json",
     "ranks_dtypes_json",
     "signature_json",
+    "text_bytes",
     "tuned_family_hash",
     "tuned_key_hash",
 ]
@@ -45,6 +46,13 @@ ARTIFACT_KEY_FIELDS = (
     "source", "entry", "signature", "options", "arch", "kind",
     "tcmlir_version", "llvm_version", "toolchain",
 )
+
+
+def text_bytes(text: str) -> bytes:
+    """``text`` as UTF-8 for hashing: any Python string, a lone surrogate (``'\\ud800'``) in a
+    comment too, which strict UTF-8 refuses. ``surrogatepass`` writes it as its three bytes; a
+    valid string encodes as plain UTF-8, and no two strings give the same bytes."""
+    return text.encode("utf-8", "surrogatepass")
 
 
 def canonical_json(text: str) -> str:
@@ -156,13 +164,13 @@ def artifact_key_json(key: Mapping[str, str]) -> str:
 
 def artifact_digest(key: Mapping[str, str]) -> str:
     """sha256 hex digest of the artifact key: equal exactly when every field is equal."""
-    return hashlib.sha256(artifact_key_json(key).encode("utf-8")).hexdigest()
+    return hashlib.sha256(text_bytes(artifact_key_json(key))).hexdigest()
 
 
 def _hash_parts(*parts: str) -> str:
     h = hashlib.sha256()
     for part in parts:
-        data = part.encode("utf-8")
+        data = text_bytes(part)
         h.update(len(data).to_bytes(8, "little"))
         h.update(data)
     return h.hexdigest()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,11 +18,12 @@ from .errors import CacheError
 from .kernel_cache import ArtifactRecord, EvictionResult, KernelCache
 from .keys import tuned_key_hash
 from .options_cache import PROCESS_COUNTERS, OptionsCache, TunedRecord
-from .paths import resolve_cache_path
+from .paths import CACHE_FILE_NAME, resolve_cache_path
 from .store import CacheStore
+from .trust import classify
 
-__all__ = ["CacheStats", "TunedKey", "find_entry", "open_existing", "prune", "stats",
-           "tuned_keys"]
+__all__ = ["CacheStats", "TunedKey", "find_entry", "open_existing", "prune", "set_aside_unusable",
+           "stats", "tuned_keys"]
 
 MIN_KEY_PREFIX = 4
 
@@ -69,6 +71,29 @@ def open_existing(path: str | os.PathLike[str] | None = None) -> CacheStore | No
     if not resolved.is_file():
         return None
     return CacheStore(resolved)
+
+
+def set_aside_unusable(path: str | os.PathLike[str] | None = None) -> Path | None:
+    """Move an unreadable cache file (and its -wal/-shm) to ``<name>.unusable-<time>-<pid>``
+    and return where it went, for ``tcmlir cache clear`` on a damaged cache; None (nothing
+    moved) unless the file is named as tcmlir names its own (``cache.sqlite3``) and SQLite
+    cannot read it or it is no SQLite database at all (a damaged header). Another program's
+    SQLite database is never moved."""
+    resolved = resolve_cache_path(path)
+    if resolved.name != CACHE_FILE_NAME or not resolved.is_file():
+        return None
+    try:
+        identity = classify(resolved)
+    except Exception:  # noqa: BLE001 - locked or unreadable: not ours to judge, leave it
+        return None
+    if identity not in ("not-sqlite", "unrecognised"):
+        return None
+    dest = resolved.with_name(
+        f"{resolved.name}.unusable-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(f"{resolved}{suffix}", f"{dest}{suffix}")
+    return dest
 
 
 def tuned_keys(store: CacheStore, arch: str | None = None) -> list[TunedKey]:

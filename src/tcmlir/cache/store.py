@@ -18,7 +18,9 @@ mean; `options_cache` and `kernel_cache` build on it. Rules it enforces:
   failed ``quick_check``) is moved aside to ``<name>.corrupt-<time>-<pid>`` with a warning and
   a fresh database is created; a file that is not tcmlir's (recognised by the SQLite header's
   ``application_id`` or the schema) is a `CacheError` and is never moved. Rows carry checksums
-  (`row_checksum`) that the cache layers verify.
+  (`row_checksum`) that the cache layers verify; text that is no longer UTF-8 (a damaged page
+  SQLite's structure checks pass) reads as a string that fails its checksum, so the row is
+  dropped like any other damaged row instead of failing every read of it.
 * Faults: an SQLite error other than a lock or corruption (a full disk, a read-only file) is a
   `CacheError` saying what to do; a failed COMMIT is rolled back, so the connection stays usable.
 * No pickle: rows hold text, numbers, JSON text and bytes.
@@ -47,6 +49,7 @@ from .errors import (
     describe_failure,
     is_corruption,
     is_locked,
+    no_space_left,
 )
 from .paths import resolve_cache_path
 from .trust import (
@@ -143,8 +146,8 @@ def row_checksum(*parts: str | bytes | int | float) -> str:
     for part in parts:
         if isinstance(part, bytes | bytearray | memoryview):
             tag, data = b"b", bytes(part)
-        elif isinstance(part, str):
-            tag, data = b"s", part.encode("utf-8")
+        elif isinstance(part, str):  # (surrogates: damaged text, see `_read_text`)
+            tag, data = b"s", part.encode("utf-8", "surrogatepass")
         elif isinstance(part, bool):
             raise TypeError("row_checksum: bool is ambiguous, pass an int")
         elif isinstance(part, int):
@@ -156,6 +159,12 @@ def row_checksum(*parts: str | bytes | int | float) -> str:
         h.update(tag + len(data).to_bytes(8, "little"))
         h.update(data)
     return h.hexdigest()
+
+
+def _read_text(data: bytes) -> str:
+    """A TEXT column as str; bytes that are not UTF-8 (damage) become lone surrogates, which no
+    row checksum matches, instead of an error on every read of the row."""
+    return data.decode("utf-8", "surrogateescape")
 
 
 def create_schema(conn: sqlite3.Connection) -> None:
@@ -236,6 +245,12 @@ class CacheStore:
                 self._quarantine(f"it cannot be read ({exc})")
                 self._conn = self._connect_retrying()
         except sqlite3.OperationalError as exc:
+            full = no_space_left(self.path)
+            if full:
+                raise CacheError(
+                    f"cannot open the tcmlir cache at {self.path}: {full} ({exc}); free some "
+                    "space (`tcmlir cache prune` removes compiled artifacts), or set "
+                    "TCMLIR_CACHE_DIR to a disk with room") from exc
             if is_locked(exc):
                 raise CacheError(
                     f"cannot open the tcmlir cache at {self.path}: it stayed locked by another "
@@ -261,7 +276,7 @@ class CacheStore:
                 return self._connect_and_check(wait)
             except sqlite3.OperationalError as exc:
                 left = deadline - time.monotonic()
-                if not is_locked(exc) or left <= 0:
+                if not is_locked(exc) or left <= 0 or no_space_left(self.path):
                     raise
                 self.open_retries += 1
                 logger.debug("tcmlir cache %s is locked while opening (%s); retrying",
@@ -281,6 +296,7 @@ class CacheStore:
             refuse_foreign(self.path, self._identity)
         conn = sqlite3.connect(self.path, timeout=open_timeout_s, isolation_level=None,
                                check_same_thread=False)
+        conn.text_factory = _read_text
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(open_timeout_s * 1000)}")
             # takes effect only on a new database (before its first table): freed pages
@@ -295,6 +311,8 @@ class CacheStore:
                 if result != ["ok"]:
                     raise _CorruptFile("quick_check: " + "; ".join(map(str, result[:3])))
             self._ensure_schema(conn)
+            if conn.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
+                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")  # a damaged header
             self._identity = "ours"
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
         except BaseException:
@@ -396,7 +414,7 @@ class CacheStore:
                     with self._transaction(write=True) as conn:
                         create_schema(conn)
                     return on_corrupt
-                if is_locked(exc):
+                if is_locked(exc) and not no_space_left(self.path):
                     raise CacheError(
                         f"tcmlir cache {self.path} stayed locked for {self.busy_timeout_s:g} s "
                         "by another process; retry, or give this process its own cache "

@@ -13,7 +13,7 @@ So the database is trusted exactly as far as the file system keeps others out of
   (SQLite gives its ``-wal``/``-shm`` files the database's mode).
 * `classify`: whether a file is a tcmlir database, by its SQLite header (``application_id``
   = `APPLICATION_ID`, set on every database tcmlir creates) or, for files written before that
-  id existed, by its schema. Only a tcmlir database is ever moved aside as damaged; a user's
+  id existed or whose id was damaged, by its schema. Only a tcmlir database is ever moved aside as damaged; a user's
   file given as the cache path, or another program's SQLite database, is a `CacheError` and
   is never touched.
 
@@ -29,7 +29,7 @@ import stat
 from pathlib import Path
 from typing import Literal
 
-from .errors import CacheError
+from .errors import CacheError, is_corruption, no_space_left
 
 __all__ = [
     "APPLICATION_ID",
@@ -138,8 +138,9 @@ def create_private_file(path: Path) -> None:
 def classify(path: Path) -> Identity:
     """What the file at ``path`` is, read without changing it (see the module docstring):
     ``ours``, ``empty`` (no bytes, or an SQLite database without tables), ``not-sqlite``,
-    ``foreign`` (another program's SQLite database) or ``unrecognised`` (SQLite's header
-    without tcmlir's id, and no schema that can be read)."""
+    ``foreign`` (another program's SQLite database: its application id, or tables not
+    tcmlir's) or ``unrecognised`` (SQLite's header without tcmlir's id, and no schema that can
+    be read). A file with another id but tcmlir's tables is ours with a damaged header."""
     try:
         with open(path, "rb") as f:
             header = f.read(100)
@@ -149,12 +150,12 @@ def classify(path: Path) -> Identity:
         return "empty"
     if not header.startswith(SQLITE_MAGIC):
         return "not-sqlite"
+    other_id = False
     if len(header) >= 72:
         app_id = int.from_bytes(header[68:72], "big")
         if app_id == APPLICATION_ID:
             return "ours"
-        if app_id != 0:
-            return "foreign"
+        other_id = app_id != 0  # another program's, or our header damaged: the schema says
     try:
         conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         try:
@@ -163,17 +164,18 @@ def classify(path: Path) -> Identity:
         finally:
             conn.close()
     except sqlite3.DatabaseError as exc:
-        name = getattr(exc, "sqlite_errorname", "")
-        text = str(exc).lower()
-        if (name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "not a database" in text
-                or "malformed" in text):
+        if is_corruption(exc):
             return "unrecognised"
+        if other_id:  # another program's database, busy: not ours to wait for
+            return "foreign"
+        if no_space_left(path):  # not a lock: retrying would wait in vain and then blame one
+            raise
         # locked, busy, or a WAL file being set up by another process that is creating the
         # database right now: the opener retries (bounded), as for any locked database
         raise sqlite3.OperationalError(f"database is locked ({exc})") from exc
     if OUR_TABLES <= tables:
-        return "ours"
-    return "foreign" if tables else "empty"
+        return "ours"  # (with a damaged id, which opening it writes again)
+    return "foreign" if tables or other_id else "empty"
 
 
 def refuse_foreign(path: Path, identity: Identity) -> None:
@@ -181,11 +183,14 @@ def refuse_foreign(path: Path, identity: Identity) -> None:
     hint = ("tcmlir never overwrites or moves a file it did not create: give the cache a path "
             "of its own (a directory, or a new file name), or set TCMLIR_CACHE_DIR")
     if identity == "not-sqlite":
-        raise CacheError(f"{path} is not a tcmlir cache (it is not an SQLite database); {hint}")
+        raise CacheError(
+            f"{path} is not a usable tcmlir cache: it is not an SQLite database (a tcmlir "
+            "cache whose header was damaged, or another file); if it is a tcmlir cache, "
+            f"`tcmlir cache clear` moves it aside and starts a new one; {hint}")
     if identity == "foreign":
         raise CacheError(f"{path} is an SQLite database of another program, not a tcmlir "
                          f"cache; {hint}")
     if identity == "unrecognised":
         raise CacheError(f"{path} cannot be read and cannot be recognised as a tcmlir cache "
-                         f"(it may be damaged); {hint}; if it is an old tcmlir cache, delete "
-                         "it and tcmlir starts a new one")
+                         f"(it may be damaged); {hint}; if it is a tcmlir cache, `tcmlir cache "
+                         "clear` moves it aside and starts a new one")

@@ -74,8 +74,9 @@ class KernelContext(Protocol):
     def pointer(self, tensor: str) -> ir.Value: ...
     def extent(self, tensor: str, dim: int) -> ir.Value: ...
     def param(self, name: str) -> ir.Value: ...
-    def gather_code(self, tensor: str, statement: int, span: Span | None) -> int: ...
-    def fail(self, code: int) -> None: ...
+    def gather_code(self, tensor: str, statement: int, span: Span | None, dim: int = -1) -> int: ...
+    def fail(self, code: int, index: ir.Value | None = None,
+             extent: ir.Value | None = None) -> None: ...
 
 
 def _has_gather(e: tc.Expr) -> bool:
@@ -176,19 +177,19 @@ class ExprEmitter:
         for d, ie in enumerate(e.indices):
             v = self.index(ie)
             if _has_gather(ie) or to_isl(ie) is None:  # not proved in bounds at define
-                self.check_bounds(e, v, self.ctx.extent(e.tensor, d))
+                self.check_bounds(e, v, self.ctx.extent(e.tensor, d), d)
             idx.append(v)
         return self.offset(e.tensor, idx)
 
-    def check_bounds(self, e: tc.Read, v: ir.Value, extent: ir.Value) -> None:
+    def check_bounds(self, e: tc.Read, v: ir.Value, extent: ir.Value, dim: int) -> None:
         b = self.b
         ok = b.icmp_unsigned("<", v, extent)  # also rejects negatives
-        code = self.ctx.gather_code(e.tensor, self.statement, e.span)
+        code = self.ctx.gather_code(e.tensor, self.statement, e.span, dim)
         bad = b.append_basic_block(f"oob.{e.tensor}")
         cont = b.append_basic_block("inbounds")
         b.cbranch(ok, cont, bad)
         b.position_at_end(bad)
-        self.ctx.fail(code)
+        self.ctx.fail(code, v, extent)
         b.position_at_end(cont)
 
     def index(self, e: tc.Expr) -> ir.Value:

@@ -13,7 +13,9 @@ the whole AST when the root is not a block; groups run in order)::
 * ``lo``, ``hi``: the chunk of the group's *parallel loop* (below) this call runs: iterations
   whose iterator value lies in ``[lo, hi)``; ignored by groups without one;
 * ``err``: an ``i32`` set to ``1 + c`` when gather site ``c`` (`LoweredModule.gathers`) reads
-  outside its tensor; the function then returns at once.
+  outside its tensor; the function then returns at once. On a target that records the index
+  (`Target.records_index`, the host), ``err`` points at ``{i32 code, i32 pad, i64 index,
+  i64 extent}`` and the failed check also writes the index value and the dimension's extent.
 
 A group has a parallel loop when its root reaches a ``parallel`` mark through marks and ``if``s
 only (no loop or block above it) and the marked loop's condition is ``c <= e``/``c < e``; it then
@@ -52,6 +54,7 @@ class GatherSite:
     tensor: str
     statement: int
     span: Span | None = field(default=None, compare=False)
+    dim: int = -1  # the dimension checked (-1: not recorded, an image cached before it was)
 
 
 @dataclass(frozen=True)
@@ -243,11 +246,16 @@ class GroupWalker(_Function):
             self._extents[key] = self.owner.extent_value(self, self.fn.tensor(tensor).shape[dim])
         return self._extents[key]
 
-    def gather_code(self, tensor: str, statement: int, span: Span | None) -> int:
-        return self.owner.gather_code(tensor, statement, span)
+    def gather_code(self, tensor: str, statement: int, span: Span | None, dim: int = -1) -> int:
+        return self.owner.gather_code(tensor, statement, span, dim)
 
-    def fail(self, code: int) -> None:
-        self.builder.store(ir.Constant(I32, code), self.err)
+    def fail(self, code: int, index: ir.Value | None = None,
+             extent: ir.Value | None = None) -> None:
+        b = self.builder
+        b.store(ir.Constant(I32, code), self.err)
+        if index is not None and extent is not None and self.target.records_index:
+            b.store(index, b.gep(self.err, [ir.Constant(I64, 1)], source_etype=I64))
+            b.store(extent, b.gep(self.err, [ir.Constant(I64, 2)], source_etype=I64))
         self.builder.branch(self.exit)
 
     def lookup(self, name: str) -> ir.Value:
@@ -388,8 +396,8 @@ class Lowerer:
         self.promotion = None  # poly.promotion.Promotion of the compiled state, if any
         self._param_space = f"[{', '.join(fn.sizes)}] -> {{ : }}"
 
-    def gather_code(self, tensor: str, statement: int, span: Span | None) -> int:
-        self.gathers.append(GatherSite(tensor, statement, span))
+    def gather_code(self, tensor: str, statement: int, span: Span | None, dim: int = -1) -> int:
+        self.gathers.append(GatherSite(tensor, statement, span, dim))
         return len(self.gathers)
 
     def extent_value(self, f: _Function, size: tc.SizeExpr) -> ir.Value:

@@ -60,6 +60,8 @@ class Target:
     invariant_inputs = False
     # float + - * may be contracted into fused multiply-adds (nvcc's default -fmad=true)
     contract_floats = False
+    # a failed bounds check also writes the index and the extent after its code (`lower`'s err)
+    records_index = False
     # built-ins lowered to `llvm.<name>.<type>` intrinsics (name in TC -> intrinsic stem)
     intrinsics: ClassVar[Mapping[str, str]] = MappingProxyType({})
 
@@ -109,6 +111,7 @@ class HostTarget(Target):
 
     name = "cpu"
     reassociate_reductions = True
+    records_index = True
     intrinsics = MappingProxyType({
         "sqrt": "sqrt", "exp": "exp", "log": "log", "fabs": "fabs", "floor": "floor",
         "ceil": "ceil", "trunc": "trunc", "round": "round", "pow": "pow", "copysign": "copysign",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import re
 from dataclasses import dataclass
 
 from ..errors import ParseError, Source, Span
@@ -41,6 +42,7 @@ _IDENT_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_"
 _DIGITS = frozenset("0123456789")
 _IDENT_CHARS = _IDENT_START | _DIGITS
 _WHITESPACE = frozenset(" \t\r\n")
+_LINE_END = re.compile(r"[\r\n]")
 _MAX_INT_DIGITS = 100
 #: Longest identifier (docs/language.md, "Limits"): names reach LLVM, which truncates local names past
 #: 1024 characters (two long names could then clash), and PTX.
@@ -67,11 +69,11 @@ class _Lexer:
     def __init__(self, source: Source):
         self.source = source
         self.text = source.text
-        self.line_starts = [0] + [i + 1 for i, ch in enumerate(self.text) if ch == "\n"]
+        self.line_starts = source.line_starts
         self.tokens: list[Token] = []
 
     def span(self, start: int, end: int) -> Span:
-        # Same numbering as Source.position (only "\n" ends a line), without its O(n) scan.
+        # Source.position's numbering ("\n", "\r\n" and a lone "\r" end a line).
         line = bisect.bisect_right(self.line_starts, start)
         return Span(start, max(start, end), line, start - self.line_starts[line - 1] + 1)
 
@@ -90,8 +92,8 @@ class _Lexer:
             if ch in _WHITESPACE:
                 pos += 1
             elif ch == "#":
-                end = text.find("\n", pos)
-                pos = n if end < 0 else end
+                end = _LINE_END.search(text, pos)  # a lone "\r" ends a comment too
+                pos = n if end is None else end.start()
             elif ch in _IDENT_START:
                 pos = self.identifier(pos)
             elif ch in _DIGITS:

@@ -471,6 +471,9 @@ def bind_device_inputs(fn: Any, inputs: Any) -> DeviceBoundCall:
             if tensor.rank > 0:
                 raise CallError(f"{what} must be an array of rank {tensor.rank}, got a scalar")
             value = scalar_array(fn.name, tensor, value)
+        elif tensor.rank == 0 and not hasattr(value, "shape"):  # no array, no number
+            raise CallError(f"{fn.name}: scalar {tensor.name} ({tensor.dtype}) must be a number, "
+                            f"got {type(value).__module__}.{type(value).__qualname__}")
         view = classify(value, what)
         if view.dtype is not tensor.dtype:
             raise CallError(f"{what} must have dtype {tensor.dtype}, got {view.dtype} "

@@ -119,8 +119,9 @@ class CudaRunner:
         if not 1 <= code <= len(gathers):
             return CallError(f"{fn_name}: the GPU kernel reported unknown error code {code}")
         g = gathers[code - 1]
-        return CallError(f"{fn_name}: gather index out of bounds reading tensor {g.tensor} in "
-                         f"statement {g.statement}{_where(self._source, g)}")
+        dim = f" in dimension {g.dim}" if getattr(g, "dim", -1) >= 0 else ""
+        return CallError(f"{fn_name}: gather index out of bounds{dim} reading tensor {g.tensor} "
+                         f"in statement {g.statement}{_where(self._source, g)}")
 
 
 def _where(source: Any, g: Any) -> str:

@@ -7,7 +7,7 @@ loop's iterations are split into at most ``threads`` equal chunks, one call each
 kernel's `ThreadPoolExecutor` (ctypes releases the GIL during the call). A group runs as one call
 when it has no parallel loop, when ``threads == 1``, or when the loop has fewer than
 ``min_parallel_iterations`` iterations. A failed gather bounds check raises `CallError` naming
-the tensor and the statement.
+the tensor, the statement, the dimension, the index value and the extent.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from .. import ir as tc
 from ..binding import needs_zero_fill
 from ..errors import CallError, format_located
 
-__all__ = ["EntryPoint", "HostKernel"]
+__all__ = ["EntryPoint", "ErrorSlot", "HostKernel"]
 
 GROUP_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                             ctypes.c_void_p)
@@ -34,6 +34,14 @@ RANGE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
 # Sentinels for "no bound": far inside int64 so the kernel's start-alignment arithmetic
 # (lo - first, rounded up to the stride) cannot overflow.
 _LO, _HI = -(2**62), 2**62
+
+
+class ErrorSlot(ctypes.Structure):
+    """A group call's ``err`` (`codegen.lower`): ``code`` is 1 + the failed gather site (0: no
+    failure), ``index`` the value read and ``extent`` the extent it had to stay under."""
+
+    _fields_ = (("code", ctypes.c_int32), ("pad", ctypes.c_int32), ("index", ctypes.c_int64),
+                ("extent", ctypes.c_int64))
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,7 @@ class GatherInfo:
     tensor: str
     statement: int
     where: str
+    dim: int
 
 
 class HostKernel:
@@ -134,10 +143,10 @@ class HostKernel:
 
     def _run_group(self, entry: EntryPoint, ptrs: ctypes.Array, sizes: ctypes.Array) -> None:
         chunks = self._chunks(entry, sizes)
-        self._run_chunks(entry, chunks, ptrs, sizes, [ctypes.c_int32(0) for _ in chunks])
+        self._run_chunks(entry, chunks, ptrs, sizes, [ErrorSlot() for _ in chunks])
 
     def _run_chunks(self, entry: EntryPoint, chunks: Sequence[tuple[int, int]], ptrs: ctypes.Array,
-                    sizes: ctypes.Array, errs: Sequence[ctypes.c_int32]) -> None:
+                    sizes: ctypes.Array, errs: Sequence[ErrorSlot]) -> None:
         """Run one group's chunks (on the pool when there are several); ``errs`` start at 0."""
         if len(chunks) == 1:
             entry.call(ptrs, sizes, chunks[0][0], chunks[0][1], ctypes.byref(errs[0]))
@@ -148,8 +157,8 @@ class HostKernel:
             for f in futures:
                 f.result()
         for e in errs:
-            if e.value:
-                self._raise_gather(e.value)
+            if e.code:
+                self._raise_gather(e)
 
     def _chunks(self, entry: EntryPoint, sizes: ctypes.Array) -> list[tuple[int, int]]:
         if entry.range is None or self.threads == 1:
@@ -171,12 +180,15 @@ class HostKernel:
                 self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix=f"tc-{self.fn.name}")
             return self._pool
 
-    def _raise_gather(self, code: int) -> None:
+    def _raise_gather(self, err: ErrorSlot) -> None:
+        code = err.code
         if not 1 <= code <= len(self._gathers):
             raise CallError(f"{self.fn.name}: kernel reported unknown error code {code}")
         g = self._gathers[code - 1]
-        raise CallError(f"{self.fn.name}: gather index out of bounds reading tensor {g.tensor} "
-                        f"in statement {g.statement}{g.where}")
+        dim = f" in dimension {g.dim}" if g.dim >= 0 else ""
+        raise CallError(f"{self.fn.name}: gather index {err.index}{dim} of tensor {g.tensor} is "
+                        f"out of bounds (extent {err.extent}) in statement {g.statement}"
+                        f"{g.where}")
 
     def close(self) -> None:
         """Shut the thread pool down (the kernel stays callable; a new pool starts on demand)."""
@@ -196,4 +208,4 @@ def _gather_info(fn: tc.Function, site: object) -> GatherInfo:
     where = ""
     if fn.source is not None and span is not None:
         where = "\n" + format_located(fn.source, span, f"the gather of {tensor} is here")
-    return GatherInfo(tensor, k, where)
+    return GatherInfo(tensor, k, where, getattr(site, "dim", -1))

@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import ir as tc
 from ..binding import needs_zero_fill
-from .host import _HI, _LO, HostKernel
+from .host import _HI, _LO, ErrorSlot, HostKernel
 
 # Below this many statement instances a call runs on the calling thread: handing chunks to the
 # pool costs tens of microseconds, more than the whole kernel (z = x + y on 1024 floats ran in
@@ -72,7 +72,7 @@ class HostPlan:
         self._groups = tuple((entry, ((_LO, _HI),) if serial else tuple(kernel._chunks(entry, self._size_array)))
                              for entry in kernel.entries)
         self._pointers = (ctypes.c_void_p * max(1, self._n_tensors))()
-        self._errors = [[ctypes.c_int32(0) for _ in chunks] for _, chunks in self._groups]
+        self._errors = [[ErrorSlot() for _ in chunks] for _, chunks in self._groups]
         self._lock = threading.Lock()
         # every group on the calling thread: its JIT function called with prebuilt ctypes
         # arguments and no argtypes (ctypes converting five arguments through their
@@ -92,7 +92,7 @@ class HostPlan:
             pointers, errors, owned = self._pointers, self._errors, True
         else:  # another thread runs this plan: use private arrays
             pointers = (ctypes.c_void_p * max(1, self._n_tensors))()
-            errors = [[ctypes.c_int32(0) for _ in chunks] for _, chunks in self._groups]
+            errors = [[ErrorSlot() for _ in chunks] for _, chunks in self._groups]
             owned = False
         try:
             for (k, dtype), x in zip(self._inputs, inputs, strict=True):
@@ -106,14 +106,14 @@ class HostPlan:
                 pointers[k] = _address(a)
             if owned and self._serial is not None:
                 for f, args, err in self._serial:
-                    err.value = 0
+                    err.code = 0
                     f(*args)
-                    if err.value:
-                        self.kernel._raise_gather(err.value)
+                    if err.code:
+                        self.kernel._raise_gather(err)
             else:
                 for (entry, chunks), errs in zip(self._groups, errors, strict=True):
                     for e in errs:
-                        e.value = 0
+                        e.code = 0
                     self.kernel._run_chunks(entry, chunks, pointers, self._size_array, errs)
         finally:
             if owned:

@@ -35,7 +35,9 @@ import numpy as np
 import torch
 
 from ..api import TCFunction, define
+from ..array_kinds import convert_hint
 from ..binding import bind_sizes
+from ..call_args import order_inputs
 from ..dtypes import DType
 from ..errors import CallError, TCError
 from ..grad import GradError, GradProgram, derive
@@ -85,9 +87,7 @@ class _Kernels:
     def output_meta(self, args: Sequence[torch.Tensor]) -> list[tuple[tuple[int, ...], torch.dtype]]:
         ir = self.fn.ir
         for t, a in zip(ir.inputs, args, strict=True):
-            if a.dtype != torch_dtype(t.dtype):
-                raise CallError(f"{ir.name}: input {t.name} must have dtype {t.dtype}, got "
-                                f"{a.dtype} (convert it, e.g. x.to({torch_dtype(t.dtype)}))")
+            _check_dtype(ir.name, t, a)
         sizes = bind_sizes(ir, [tuple(int(s) for s in a.shape) for a in args])
         return [(tuple(e.evaluate(sizes) for e in t.shape), torch_dtype(t.dtype))
                 for t in ir.outputs]
@@ -111,6 +111,16 @@ class _Kernels:
         outs = self.host(*arrays)
         outs = outs if isinstance(outs, tuple) else (outs,)
         return tuple(torch.from_numpy(np.asarray(o)) for o in outs)
+
+
+def _check_dtype(entry: str, tensor: Any, x: Any) -> None:
+    """A `CallError` with torch's conversion (``A.float()``) when tensor ``x`` has another
+    dtype than input ``tensor``."""
+    if isinstance(x, torch.Tensor) and x.dtype != torch_dtype(tensor.dtype):
+        dtype = str(x.dtype).removeprefix("torch.")
+        raise CallError(f"{entry}: input {tensor.name} must have dtype {tensor.dtype}, got "
+                        f"{dtype} (convert it, e.g. "
+                        f"{convert_hint(x, tensor.dtype, tensor.name)})")
 
 
 def _schema(fn: TCFunction) -> str:
@@ -182,11 +192,16 @@ class TorchOp:
         `tcmlir.torch.dtensor`. DTensor is offered the proved ones and all-``Replicate``."""
         return dtensor.strategies(self.function.ir, [tuple(s) for s in shapes], ranks)
 
-    def __call__(self, *inputs: Any) -> Any:
+    def __call__(self, *inputs: Any, **named: Any) -> Any:
+        """Run on tensors (or Python scalars for scalar inputs), by position or by TC name."""
+        inputs = order_inputs(self.function.ir, inputs, named)
         if len(inputs) != len(self._inputs):
             names = ", ".join(t.name for t in self._inputs)
             raise CallError(f"{self.function.entry} takes {len(self._inputs)} input(s) "
                             f"({names}), got {len(inputs)}")
+        if not torch.compiler.is_compiling():  # (traced, the fake implementation checks)
+            for x, t in zip(inputs, self._inputs, strict=True):
+                _check_dtype(self.function.entry, t, x)  # torch's advice, before numpy's
         args = [x if isinstance(x, torch.Tensor) else torch.tensor(x, dtype=torch_dtype(t.dtype))
                 for x, t in zip(inputs, self._inputs, strict=True)]  # scalars: 0-d CPU tensors
         return self._custom(*args)

@@ -3,7 +3,8 @@
 Looks the signature up in the options cache first (a hit returns without tuning or
 compiling); otherwise runs `GeneticSearch` with the evaluator of the target (in-process on
 the CPU, worker processes on GPUs), shows generation / candidates / best time on a tqdm bar,
-ends after the current generation on Ctrl-C with the best so far, and stores the best
+ends after the current generation on Ctrl-C with the best so far (a second Ctrl-C aborts; see
+`tcmlir.interrupt`, installed from the tuning's first instant), and stores the best
 candidates in the cache. Candidates are verified against a reference computed once per run
 (`tune.verify`): a wrong one is logged, recorded as failed and never ranked, stored or
 returned. A cache hit is re-verified on these inputs the first time this process uses it; a
@@ -20,14 +21,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import signal
 import sys
-import threading
 from collections.abc import Sequence
 from typing import Any
 
 from ..errors import TCError
 from ..input_spec import host_copies
+from ..interrupt import stop_on_interrupt
 from ..options import MappingOptions
 from .config import TunerConfig
 from .evaluate import Evaluation, HostEvaluator, WorkerPoolEvaluator
@@ -64,29 +64,6 @@ def open_cache(cache: bool | str | Any) -> Any:
     return OptionsCache(str(cache))
 
 
-class _StopFlag:
-    """Ctrl-C sets the flag (the tuner ends after the current generation); a second one aborts."""
-
-    def __init__(self) -> None:
-        self.stop = False
-        self._old: Any = None
-
-    def __enter__(self) -> _StopFlag:
-        if threading.current_thread() is threading.main_thread():
-            self._old = signal.signal(signal.SIGINT, self._handler)
-        return self
-
-    def _handler(self, signum: int, frame: Any) -> None:
-        if self.stop:
-            raise KeyboardInterrupt
-        self.stop = True
-        log.warning("interrupted: finishing the current generation (Ctrl-C again to abort)")
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._old is not None:
-            signal.signal(signal.SIGINT, self._old)
-
-
 def autotune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
              population: int | None = None, cache: bool | str | Any = True,
              devices: Sequence[int] | None = None, config: TunerConfig | None = None,
@@ -96,8 +73,19 @@ def autotune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
 
     A cache hit for the exact signature returns the stored options without tuning, and says
     so (on stderr when ``progress`` is on, and in the ``tcmlir.tune`` log); ``retune=True``
-    skips the lookup, tunes again and stores the new result.
+    skips the lookup, tunes again and stores the new result. Ctrl-C: see the module docstring.
     """
+    with stop_on_interrupt():  # (the lookup too: a Ctrl-C there stops the tuning that follows)
+        return _autotune(fn, inputs, generations=generations, population=population,
+                         cache=cache, devices=devices, config=config, options=options,
+                         target=target, progress=progress, retune=retune)
+
+
+def _autotune(fn: Any, inputs: Sequence[Any], *, generations: int | None,
+              population: int | None, cache: bool | str | Any,
+              devices: Sequence[int] | None, config: TunerConfig | None,
+              options: MappingOptions | None, target: str | None, progress: bool,
+              retune: bool) -> MappingOptions:
     store = open_cache(cache)
     if store is not None and not retune:
         hit = store.lookup_record(fn, *inputs, exact=True, target=target)
@@ -230,7 +218,7 @@ def tune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
     search = GeneticSearch(space, config, start)
     bar = _progress(progress, config, fn.entry)
     try:
-        with _StopFlag() as flag:
+        with stop_on_interrupt() as flag:
             def on_generation(gen: int, result: TuningResult) -> None:
                 log.info("autotune %s: generation %d/%d: %d candidate(s) evaluated, %d wrong, "
                          "best %s", fn.entry, gen + 1, config.generations, len(result.evaluated),

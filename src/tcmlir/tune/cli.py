@@ -61,6 +61,7 @@ def add_commands(sub: Any) -> None:
 def _cmd_tune(args: argparse.Namespace) -> int:
     from .. import api
     from ..cli import load_definition, random_inputs
+    from ..interrupt import stop_on_interrupt
     from ..options import MappingOptions
     from .autotune import open_cache, tune
     from .config import TunerConfig
@@ -79,9 +80,10 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                          address=args.ray_address)
     inputs = random_inputs(fn.ir, sizes)
     target = api.resolve_target(args.target)
-    store = open_cache(args.cache if args.cache else True)
-    result = tune(fn, inputs, config=config, cache=store, target=target,
-                  progress=not args.no_progress)
+    with stop_on_interrupt():  # Ctrl-C from here on stops the tuning with the best so far
+        store = open_cache(args.cache if args.cache else True)
+        result = tune(fn, inputs, config=config, cache=store, target=target,
+                      progress=not args.no_progress)
     best = result.best
     print(best.options.to_json())
     line = f"{fn.entry} on {target}: best {best.time_s * 1e3:.4f} ms"
