@@ -85,7 +85,9 @@ def _compile_kernel(fn: TCFunction, target: str, options: MappingOptions, signat
     COMPILE_COUNTS["compile_kernel"] += 1
     if target == "cuda":
         from .cache.artifacts import load_cuda_kernel
+        from .codegen.nvptx import check_parameter_space
 
+        check_parameter_space(fn.ir, signature_only=True)  # before the passes: cheap and early
         arch = arch or fn.default_arch("cuda")
         t0 = time.perf_counter()
         fields = load_cuda_kernel(fn, signature, options, arch)
