@@ -51,9 +51,10 @@ def program(family: str, n: int) -> str:
 
 def stages(family: str, n: int, target: str) -> tuple[dict[str, float], str]:
     """Wall seconds per stage of compiling (and, on cpu, calling) ``program(family, n)``."""
+    from tcmlir.passes import PassManager, parse_pipeline
+
     import tcmlir as tc
     from tcmlir.codegen import host, nvptx
-    from tcmlir.passes import PassManager, parse_pipeline
     from tcmlir.poly.deps import compute_dependences
     from tcmlir.poly.gpu_mapping import check_coverage, kernel_marks
     from tcmlir.poly.loops import build_ast
