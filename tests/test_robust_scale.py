@@ -315,3 +315,20 @@ def test_a_statement_overwritten_many_times_is_analysed_against_its_last_writer(
     deps = compute_dependences(build_scop(tc.define(_same(200), target="cpu").ir, {"N": 5}))
     assert len(maps_of(deps.waw)) == 199
     assert sources and max(sources) <= 2, max(sources)
+
+
+def test_a_thousand_temporaries_on_cuda_are_refused_before_the_passes(monkeypatch):
+    """Temporaries count too when no pass inlines them (a chain of 1,000 statements)."""
+    import tcmlir.compiler as compiler
+
+    def no_lowering(*args, **kwargs):
+        raise AssertionError("the passes ran before the parameter space was checked")
+
+    monkeypatch.setattr(compiler, "lower", no_lowering)
+    monkeypatch.setenv("TCMLIR_ALWAYS_COMPILE", "1")
+    fn = tc.define(_chain(1000), target="cuda")
+    with pytest.raises(tc.CodegenError) as info:
+        fn.compile(np.ones(4, np.float32), arch="sm_90")
+    text = str(info.value)
+    assert text.startswith("<string>:542:3:") and "1001 tensor, 1 size and 1 flag" in text, text
+    assert "T540 is tensor 543 of at most 542" in text

@@ -415,11 +415,11 @@ def check_parameter_space(fn: tc.Function, *, signature_only: bool = False) -> N
     """A located `CodegenError` when the kernel ABI (8 bytes per tensor, per size and for the
     error flag) needs more parameter space than ptxas accepts, before any code is generated.
 
-    ``signature_only`` counts the inputs and outputs alone (the passes may add or inline
-    temporaries, never drop an input or an output): `compiler.compile_kernel` checks that
-    before the passes, so a definition with a thousand outputs is refused at once rather than
-    after scheduling, mapping and lowering them all; the full check runs again on the lowered
-    function."""
+    ``signature_only`` counts the inputs and outputs alone (``inline-temporaries`` may remove
+    temporaries, no pass drops an input or an output): `compiler.compile_kernel` checks before
+    the passes, so a definition with a thousand outputs or temporaries is refused at once
+    rather than after scheduling, mapping and lowering them all; the full check runs again on
+    the lowered function."""
     tensors = fn.inputs + fn.outputs if signature_only else fn.tensors
     fixed = 8 * (len(fn.sizes) + 1)
     need = 8 * len(tensors) + fixed
