@@ -332,3 +332,20 @@ def test_a_thousand_temporaries_on_cuda_are_refused_before_the_passes(monkeypatc
     text = str(info.value)
     assert text.startswith("<string>:542:3:") and "1001 tensor, 1 size and 1 flag" in text, text
     assert "T540 is tensor 543 of at most 542" in text
+
+
+def test_single_point_bands_below_promotion_copies_stay():
+    """Below an extension node (promotion's copies) isl computes no prefix schedule in general
+    ("cannot handle extension nodes" on promoted corpus trees): such a band stays."""
+    from tcmlir.poly.loops import sink_single_point_bands
+
+    tree = isl.Schedule.read_from_str(isl.DEFAULT_CONTEXT, """{
+      domain: "{ S0[i] : 0 <= i < 4; S1[i] : 0 <= i < 4 }",
+      child: { schedule: "[{ S0[i] -> [(i)]; S1[i] -> [(i)] }]",
+        child: { extension: "{ [t] -> C[t] }",
+          child: { sequence: [ { filter: "{ C[t] }" },
+            { filter: "{ S0[i]; S1[i] }",
+              child: { schedule: "[{ S0[i] -> [(0)]; S1[i] -> [(0)] }]",
+                child: { sequence: [ { filter: "{ S0[i] }" }, { filter: "{ S1[i] }" } ] } } } ]
+    } } } }""")
+    assert sink_single_point_bands(tree).plain_is_equal(tree)

@@ -112,10 +112,14 @@ def sink_single_point_bands(schedule: isl.Schedule) -> isl.Schedule:
 def _single_point(band: isl.ScheduleNode) -> bool:
     """Whether ``band`` takes one value per point of the outer schedule (and parameters),
     over all the statement instances that reach it together; with the AST options at their
-    defaults (a member asked to unroll, separate or isolate is left alone)."""
+    defaults (a member asked to unroll, separate or isolate is left alone) and no extension
+    node above it."""
     for m in range(band.band_n_member()):
         if band.band_member_get_ast_loop_type(m) != isl.ast_loop_type.default:
             return False
+    extension = isl.schedule_node_type.extension
+    if any(band.ancestor(k).get_type() == extension for k in range(1, band.get_tree_depth() + 1)):
+        return False  # (isl has no prefix schedule below the copies promotion adds)
     if not band.band_get_ast_build_options().is_empty():
         return False
     prefix = band.get_prefix_schedule_union_map().intersect_domain(band.get_domain())
