@@ -3,7 +3,9 @@
 The AST is built with the scop's context as the build context, so loops carry no guards for
 facts the sizes already imply (``N >= 1``, or the fixed values of a specialised scop). User
 nodes are calls ``S{k}(e0, e1, ...)`` with one argument per statement dimension; marks of the
-tree (``parallel``, ``kernel``, ...) become mark nodes, printed as comments.
+tree (``parallel``, ``kernel``, ...) become mark nodes, printed as comments. Bands that take
+one value per outer point are first moved below the sequence under them
+(`sink_single_point_bands`: the same loops, at a cost linear in the statements).
 """
 
 from __future__ import annotations
