@@ -51,7 +51,7 @@ from ..poly.gpu_mapping import (
     pin_unused,
     with_params,
 )
-from ..poly.legality import check_legal, member_is_parallel
+from ..poly.legality import check_legal, member_is_parallel, same_prefix
 from ..poly.scop import maps_of, sets_of
 from ..poly.state import CompileState
 from ..poly.tree import node_at, path_of
@@ -163,10 +163,7 @@ def _statement_of(deps: isl.UnionMap) -> str | None:
 
 
 def _active(node: isl.ScheduleNode, deps: isl.UnionMap) -> isl.UnionMap:
-    domain = node.get_domain()
-    prefix = node.get_prefix_schedule_union_map()
-    return (deps.intersect_domain(domain).intersect_range(domain)
-            .intersect(prefix.apply_range(prefix.reverse())))
+    return same_prefix(node, deps)
 
 
 def _map_kernel(state: CompileState, schedule: isl.Schedule, path: tuple[int, ...],

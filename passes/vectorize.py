@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from ..poly.legality import band_is_permutable, member_is_parallel
+from ..poly.legality import band_is_permutable, member_is_parallel, same_prefix
 from ..poly.state import CompileState
 from ..poly.tree import leaf_band_paths, node_at
 from .base import Pass, register
@@ -77,8 +77,7 @@ def unit_stride_members(node: isl.ScheduleNode, state: CompileState) -> list[int
     steps = _write_steps(node, state)
     if steps is None or steps.is_empty():
         return []
-    prefix = node.get_prefix_schedule_union_map()
-    steps = steps.intersect(prefix.apply_range(prefix.reverse()))
+    steps = same_prefix(node, steps)
     if steps.is_empty():
         return []
     n = node.band_n_member()

@@ -1,5 +1,5 @@
-"""Issue 12 item 15: limits that answer at once, and compile time that scales with the number
-of statements.
+"""Issue 12 item 15 and issue 36: limits that answer at once, and compile time that scales with
+the number of statements and outputs (`tools/fuzz_scale.py` times each stage).
 
 The linear versions of the isl proofs and analyses (per-dependence legality, per-array
 dataflow, band parallelism in one time space, the program order built in one step, the
@@ -20,9 +20,14 @@ import tcmlir as tc
 from tcmlir.lang.sema import MAX_RANK, MAX_STATEMENTS
 from tcmlir.poly import scheduler
 from tcmlir.poly.deps import compute_dependences
-from tcmlir.poly.legality import band_is_permutable, member_is_parallel, violations
+from tcmlir.poly.legality import (
+    band_is_permutable,
+    member_is_parallel,
+    same_prefix,
+    violations,
+)
 from tcmlir.poly.scop import build_scop, maps_of
-from tcmlir.poly.tree import bands
+from tcmlir.poly.tree import bands, node_at, path_of
 
 # ---------------------------------------------------------------- the direct formulations
 
@@ -89,6 +94,8 @@ def test_linear_analyses_agree_with_the_direct_ones_on_the_corpus():
         validity = state.deps.validity
         for node in bands(schedule):
             assert band_is_permutable(node, validity) == _direct_permutable(node, validity), name
+            for deps in (validity, state.deps.reduction):
+                assert same_prefix(node, deps).is_equal(_direct_active(node, deps)), name
             for m in range(node.band_n_member()):
                 for deps in (validity, state.deps.coincidence):
                     assert member_is_parallel(node, m, deps) == _direct_parallel(node, m, deps), \
@@ -158,3 +165,187 @@ def test_limits_answer_at_once():
         tc.define(_chain(MAX_STATEMENTS + 1))
     assert MAX_RANK == 16
     assert time.process_time() - started < 10
+
+
+# ---------------------------------------------------------------- issue 36: cost linear in the program
+
+
+def _same(n: int) -> str:
+    body = "\n".join("  O(i) = A(i)" for _ in range(n))
+    return f"def f(float(N) A) -> (O) {{\n{body}\n}}"
+
+
+def _outputs(n: int) -> str:
+    outs = ", ".join(f"O{k}" for k in range(n))
+    body = "\n".join(f"  O{k}(i) = A(i)" for k in range(n))
+    return f"def f(float(N) A) -> ({outs}) {{\n{body}\n}}"
+
+
+def _cuda_compile_seconds(n: int, a: np.ndarray) -> float:
+    fn = tc.define(_same(n), target="cuda")
+    started = time.process_time()
+    kernel = fn.compile(a, arch="sm_90")
+    spent = time.process_time() - started
+    assert kernel.ptx.count("st.global") >= 1
+    return spent
+
+
+def test_a_cuda_compile_grows_about_linearly_with_the_statements(monkeypatch):
+    """A definition of many statements ``O(i) = A(i)`` mapped to threads: isl built the AST of
+    its degenerate thread band in time quadratic in the statements with a large constant, and
+    map-reduction paired every statement with every other (~1,000 statements: 224 s). A
+    ratio of CPU times (4x the statements must cost well under 16x), not a wall-clock bound."""
+    monkeypatch.setenv("TCMLIR_ALWAYS_COMPILE", "1")
+    a = np.ones(37, np.float32)
+    _cuda_compile_seconds(8, a)  # imports, LLVM's initialisation
+    small = _cuda_compile_seconds(60, a)
+    large = _cuda_compile_seconds(240, a)
+    assert large < 10 * max(small, 0.05), (small, large)
+
+
+def test_single_point_bands_sink_below_the_sequence_with_the_same_loops():
+    from tcmlir.compiler import lower
+    from tcmlir.poly.loops import sink_single_point_bands
+
+    fn = tc.define(_same(5), target="cuda")
+    state = lower(fn.ir, {"N": 37}, tc.MappingOptions.default_for(fn, "cuda"), "cuda")
+    sunk = sink_single_point_bands(state.schedule)
+    assert not sunk.plain_is_equal(state.schedule)
+    # above the sequence of the 5 statements only the kernel mark and filters remain
+    seq = [p for p in _paths(sunk) if node_at(sunk, p).get_type() == isl.schedule_node_type.sequence]
+    assert len(seq) == 1 and node_at(sunk, seq[0]).n_children() == 5
+    for depth in range(len(seq[0])):
+        assert node_at(sunk, seq[0][:depth]).get_type() != isl.schedule_node_type.band
+    context = isl.AstBuild.from_context(state.scop.context.params())
+    before = context.node_from_schedule(state.schedule).to_C_str()
+    assert "S4(" in before
+    # the same loops, whatever the build context (the GPU one adds the thread ranges)
+    assert context.node_from_schedule(sunk).to_C_str() == before
+
+
+def _paths(schedule: isl.Schedule) -> list[tuple[int, ...]]:
+    found: list[tuple[int, ...]] = []
+
+    def visit(node: isl.ScheduleNode) -> bool:
+        found.append(path_of(node))
+        return True
+
+    schedule.get_root().foreach_descendant_top_down(visit)
+    return found
+
+
+def test_host_groups_take_only_the_tensors_they_touch(rng):
+    """n independent outputs are n host groups: each group's body took every tensor (IR and
+    LLVM time in groups x tensors: ~1,000 outputs took 248 s and 4.8 GB for a cpu call)."""
+    loads = {}
+    a = rng.standard_normal(13).astype(np.float32)
+    for n in (20, 40):
+        fn = tc.define(_outputs(n), target="cpu")
+        kernel = fn.compile(a)
+        out = kernel.launch(a)
+        for o in out:
+            np.testing.assert_array_equal(o, a)
+        loads[n] = kernel.llvm_ir.count(" = load ptr")
+    assert loads[40] <= 2 * loads[20] + 8, loads
+
+
+def test_a_thousand_outputs_on_cuda_are_refused_before_the_passes(monkeypatch):
+    """The kernel parameter space (8 bytes a tensor) is checked on the inputs and outputs
+    before anything is scheduled: no pass runs."""
+    import tcmlir.compiler as compiler
+
+    def no_lowering(*args, **kwargs):
+        raise AssertionError("the passes ran before the parameter space was checked")
+
+    monkeypatch.setattr(compiler, "lower", no_lowering)
+    monkeypatch.setenv("TCMLIR_ALWAYS_COMPILE", "1")
+    fn = tc.define(_outputs(1000), target="cuda")
+    with pytest.raises(tc.CodegenError) as info:
+        fn.compile(np.ones(4, np.float32), arch="sm_90")
+    text = str(info.value)
+    assert "1001 tensor, 1 size and 1 flag parameters" in text, text
+    assert "more than the 4352 bytes of kernel parameter space" in text
+    assert text.startswith("<string>:1:") and "O541 is tensor 543 of at most 542" in text
+    assert "fix:" in text
+
+
+_OVERWRITES = """def f(float(N) A) -> (O, P) {
+  O(i) = A(i)
+  O(j) = A(j) + 1 where j in 0:3
+  P(i) +=! O(k) * A(i) where k in 0:N
+  O(i) = O(i) + 2
+  O(i) +=! A(k) where k in 0:N
+  P(i) = O(i)
+}"""
+
+
+@pytest.mark.filterwarnings("ignore:.*stays in bounds only when")
+def test_windowed_dataflow_agrees_with_the_whole_array_analysis(monkeypatch):
+    """An array many statements access is analysed one sink statement at a time against the
+    sources since its writes are covered; forced on every array, the dependences are the
+    same relations as the analysis of the whole array."""
+    from tcmlir.poly import deps as deps_module
+
+    programs = [(case.source, case.entry, case.sizes[0]) for case in CASES[::3]]
+    programs += [(_OVERWRITES, None, {"N": 7}), (_same(30), None, {"N": 5}),
+                 (_chain(30), None, None)]
+    for source, entry, sizes in programs:
+        scop = build_scop(tc.define(source, entry, target="cpu").ir, sizes)
+        monkeypatch.setattr(deps_module, "WINDOW_FROM", 10**9)
+        whole = compute_dependences(scop)
+        monkeypatch.setattr(deps_module, "WINDOW_FROM", 0)
+        windowed = compute_dependences(scop)
+        for kind in ("raw", "war", "waw", "reduction", "validity", "coincidence"):
+            assert getattr(whole, kind).is_equal(getattr(windowed, kind)), (source[:40], kind)
+
+
+def test_a_statement_overwritten_many_times_is_analysed_against_its_last_writer(monkeypatch):
+    """``O(i) = A(i)`` 200 times: each write of O is compared with the one before it, not with
+    all 199 (isl's dataflow over every source was quadratic: 10 s for 1,000 statements)."""
+    from tcmlir.poly import deps as deps_module
+
+    sources: list[int] = []
+    real = deps_module._PerArrayFlow._flow
+
+    def counted(self, sink_maps, must_maps, may_maps, kill_maps):
+        sources.append(len(must_maps) + len(may_maps) + len(kill_maps))
+        return real(self, sink_maps, must_maps, may_maps, kill_maps)
+
+    monkeypatch.setattr(deps_module._PerArrayFlow, "_flow", counted)
+    deps = compute_dependences(build_scop(tc.define(_same(200), target="cpu").ir, {"N": 5}))
+    assert len(maps_of(deps.waw)) == 199
+    assert sources and max(sources) <= 2, max(sources)
+
+
+def test_a_thousand_temporaries_on_cuda_are_refused_before_the_passes(monkeypatch):
+    """Temporaries count too when no pass inlines them (a chain of 1,000 statements)."""
+    import tcmlir.compiler as compiler
+
+    def no_lowering(*args, **kwargs):
+        raise AssertionError("the passes ran before the parameter space was checked")
+
+    monkeypatch.setattr(compiler, "lower", no_lowering)
+    monkeypatch.setenv("TCMLIR_ALWAYS_COMPILE", "1")
+    fn = tc.define(_chain(1000), target="cuda")
+    with pytest.raises(tc.CodegenError) as info:
+        fn.compile(np.ones(4, np.float32), arch="sm_90")
+    text = str(info.value)
+    assert text.startswith("<string>:542:3:") and "1001 tensor, 1 size and 1 flag" in text, text
+    assert "T540 is tensor 543 of at most 542" in text
+
+
+def test_single_point_bands_below_promotion_copies_stay():
+    """Below an extension node (promotion's copies) isl computes no prefix schedule in general
+    ("cannot handle extension nodes" on promoted corpus trees): such a band stays."""
+    from tcmlir.poly.loops import sink_single_point_bands
+
+    tree = isl.Schedule.read_from_str(isl.DEFAULT_CONTEXT, """{
+      domain: "{ S0[i] : 0 <= i < 4; S1[i] : 0 <= i < 4 }",
+      child: { schedule: "[{ S0[i] -> [(i)]; S1[i] -> [(i)] }]",
+        child: { extension: "{ [t] -> C[t] }",
+          child: { sequence: [ { filter: "{ C[t] }" },
+            { filter: "{ S0[i]; S1[i] }",
+              child: { schedule: "[{ S0[i] -> [(0)]; S1[i] -> [(0)] }]",
+                child: { sequence: [ { filter: "{ S0[i] }" }, { filter: "{ S1[i] }" } ] } } } ]
+    } } } }""")
+    assert sink_single_point_bands(tree).plain_is_equal(tree)

@@ -85,7 +85,13 @@ def _compile_kernel(fn: TCFunction, target: str, options: MappingOptions, signat
     COMPILE_COUNTS["compile_kernel"] += 1
     if target == "cuda":
         from .cache.artifacts import load_cuda_kernel
+        from .codegen.nvptx import check_parameter_space
+        from .passes import parse_pipeline
 
+        # before the passes, cheap and early: the tensors no pass removes (only
+        # inline-temporaries removes temporaries; split-k adds one, counted after lowering)
+        inlines = "inline-temporaries" in (p.name for p in parse_pipeline(options.to_pipeline("cuda")))
+        check_parameter_space(fn.ir, signature_only=inlines)
         arch = arch or fn.default_arch("cuda")
         t0 = time.perf_counter()
         fields = load_cuda_kernel(fn, signature, options, arch)

@@ -215,12 +215,14 @@ class _Function:
 class GroupWalker(_Function):
     """Walks one group's AST into its body function; implements `exprs.KernelContext`."""
 
-    def __init__(self, owner: Lowerer, llfn: ir.Function, parallel: bool):
-        nbuf = len(owner.fn.tensors)
+    def __init__(self, owner: Lowerer, llfn: ir.Function, parallel: bool,
+                 tensors: tuple[str, ...] | None = None):
+        names = tuple(t.name for t in owner.fn.tensors) if tensors is None else tensors
+        nbuf = len(names)
         super().__init__(owner, llfn, llfn.args[nbuf])
         self.target: Target = owner.target
         self.fn = owner.fn
-        self.buffers = {t.name: llfn.args[i] for i, t in enumerate(owner.fn.tensors)}
+        self.buffers = {name: llfn.args[i] for i, name in enumerate(names)}
         self.lo, self.hi, self.err = llfn.args[nbuf + 1], llfn.args[nbuf + 2], llfn.args[nbuf + 3]
         self.env: dict[str, ir.Value] = {}
         self.parallel = parallel
@@ -238,6 +240,9 @@ class GroupWalker(_Function):
         return self.parallel and not self._chunked and self.loop_depth == 0
 
     def pointer(self, tensor: str) -> ir.Value:
+        if tensor not in self.buffers:  # `group_tensors` missed an access: a compiler bug
+            raise AssertionError(f"tensor {tensor} is not a parameter of {self.llfn.name} "
+                                 f"(it has {', '.join(self.buffers)})")
         return self.buffers[tensor]
 
     def extent(self, tensor: str, dim: int) -> ir.Value:
@@ -413,17 +418,19 @@ class Lowerer:
         return LoweredModule(self.module, tuple(groups), tuple(self.gathers),
                              tuple(t.name for t in self.fn.tensors), self.fn.sizes)
 
-    def new_body(self, name: str) -> ir.Function:
+    def new_body(self, name: str, tensors: tuple[str, ...] | None = None) -> ir.Function:
         """The internal, always-inlined body ``{name}.body(tensors..., sizes, lo, hi, err)``:
-        one noalias pointer per tensor (the target's address space), then the group ABI."""
-        nbuf = len(self.fn.tensors)
+        one noalias pointer per tensor (the target's address space; ``tensors``: only those,
+        by name, else all of the function's), then the group ABI."""
+        names = tuple(t.name for t in self.fn.tensors) if tensors is None else tensors
+        nbuf = len(names)
         body_ty = ir.FunctionType(ir.VoidType(), [self.target.pointer] * nbuf + [PTR, I64, I64, PTR])
         body = ir.Function(self.module, body_ty, f"{name}.body")
         body.linkage = "internal"
         body.attributes.add("alwaysinline")
         body.attributes.add("nounwind")
-        for i, t in enumerate(self.fn.tensors):
-            body.args[i].name = t.name
+        for i, tensor in enumerate(names):
+            body.args[i].name = tensor
             body.args[i].add_attribute("noalias")
         for a, n in zip(body.args[nbuf:], ("sizes", "lo", "hi", "err"), strict=True):
             a.name = n
@@ -431,27 +438,32 @@ class Lowerer:
 
     def group(self, g: int, node: isl.AstNode) -> Group:
         name = f"{self.name}_{g}"
-        body = self.new_body(name)
+        tensors = group_tensors(self.fn, node)
+        body = self.new_body(name, tensors)
         loop = find_parallel_loop(node)
-        walker = GroupWalker(self, body, parallel=loop is not None)
+        walker = GroupWalker(self, body, parallel=loop is not None, tensors=tensors)
         walker.node(node)
         walker.finish()
-        self.wrapper(name, body)
+        self.wrapper(name, body, tensors)
         range_name = None
         if loop is not None and walker._chunked:
             range_name = f"{name}_range"
             self.range_function(range_name, loop)
         return Group(name, range_name)
 
-    def wrapper(self, name: str, body: ir.Function) -> None:
+    def wrapper(self, name: str, body: ir.Function, tensors: tuple[str, ...]) -> None:
+        """The group's entry point (the host ABI: all tensors' pointers in one array): loads
+        the pointers of ``tensors`` and calls ``body`` with them."""
         fnty = ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64, PTR])
         fn = ir.Function(self.module, fnty, name)
         buffers, sizes, lo, hi, err = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         ptrs = []
-        for i in range(len(self.fn.tensors)):
-            slot = b.gep(buffers, [ir.Constant(I64, i)], inbounds=True, source_etype=PTR)
-            p = b.load(slot, typ=PTR, name=self.fn.tensors[i].name)
+        position = {t.name: i for i, t in enumerate(self.fn.tensors)}
+        for tensor in tensors:
+            slot = b.gep(buffers, [ir.Constant(I64, position[tensor])], inbounds=True,
+                         source_etype=PTR)
+            p = b.load(slot, typ=PTR, name=tensor)
             if self.target.pointer.addrspace != 0:
                 p = b.addrspacecast(p, self.target.pointer)
             ptrs.append(p)
@@ -471,6 +483,30 @@ class Lowerer:
         for i, v in enumerate((first, end, inc)):
             b.store(v, b.gep(fn.args[1], [ir.Constant(I64, i)], inbounds=True, source_etype=I64))
         f.finish()
+
+
+def group_tensors(fn: tc.Function, node: isl.AstNode) -> tuple[str, ...]:
+    """The tensors the statements called in ``node`` write or read (gather indices included),
+    in ``fn.tensors`` order: a host group's body takes only these, so a definition with many
+    groups and many tensors lowers in time linear in its size, not in groups x tensors."""
+    used: set[str] = set()
+    seen: set[int] = set()
+
+    def visit(n: isl.AstNode) -> bool:
+        if n.get_type() == isl.ast_node_type.user:
+            call = n.user_get_expr()
+            if call.get_type() == isl.ast_expr_type.op and call.get_op_type() == _T.call:
+                m = _STMT.match(call.get_op_arg(0).get_id().get_name())
+                if m is not None and int(m.group(1)) < len(fn.statements):
+                    seen.add(int(m.group(1)))
+        return True
+
+    node.foreach_descendant_top_down(visit)
+    for k in seen:
+        st = fn.statements[k]
+        used.add(st.tensor)
+        used.update(e.tensor for e in tc.walk(st.rhs) if isinstance(e, tc.Read))
+    return tuple(t.name for t in fn.tensors if t.name in used)
 
 
 def lower_function(fn: tc.Function, ast: isl.AstNode, target: Target,

@@ -423,16 +423,23 @@ def _has_statement(node: isl.AstNode) -> bool:
 PARAM_SPACE_BYTES = 4352
 
 
-def check_parameter_space(fn: tc.Function) -> None:
+def check_parameter_space(fn: tc.Function, *, signature_only: bool = False) -> None:
     """A located `CodegenError` when the kernel ABI (8 bytes per tensor, per size and for the
-    error flag) needs more parameter space than ptxas accepts, before any code is generated."""
+    error flag) needs more parameter space than ptxas accepts, before any code is generated.
+
+    ``signature_only`` counts the inputs and outputs alone (``inline-temporaries`` may remove
+    temporaries, no pass drops an input or an output): `compiler.compile_kernel` checks before
+    the passes, so a definition with a thousand outputs or temporaries is refused at once
+    rather than after scheduling, mapping and lowering them all; the full check runs again on
+    the lowered function."""
+    tensors = fn.inputs + fn.outputs if signature_only else fn.tensors
     fixed = 8 * (len(fn.sizes) + 1)
-    need = 8 * len(fn.tensors) + fixed
+    need = 8 * len(tensors) + fixed
     if need <= PARAM_SPACE_BYTES:
         return
     most = (PARAM_SPACE_BYTES - fixed) // 8
-    culprit = fn.tensors[max(0, min(most, len(fn.tensors) - 1))]
-    what = (f"the CUDA kernels of {fn.name} would take {len(fn.tensors)} tensor, "
+    culprit = tensors[max(0, min(most, len(tensors) - 1))]
+    what = (f"the CUDA kernels of {fn.name} would take {len(tensors)} tensor, "
             f"{len(fn.sizes)} size and 1 flag parameters of 8 bytes: {need} bytes, more than "
             f"the {PARAM_SPACE_BYTES} bytes of kernel parameter space ptxas accepts "
             f"(PTX ISA 8.0); {culprit.name} is tensor {most + 1} of at most {most}")

@@ -15,7 +15,8 @@ import islpy as isl
 
 from .scop import maps_of
 
-__all__ = ["band_is_permutable", "check_legal", "member_is_parallel", "violations"]
+__all__ = ["band_is_permutable", "check_legal", "member_is_parallel", "same_prefix",
+           "violations"]
 
 
 def violations(schedule: isl.Schedule, validity: isl.UnionMap) -> isl.UnionMap:
@@ -73,6 +74,21 @@ def _time_pairs(node: isl.ScheduleNode, deps: isl.UnionMap, members: int) -> tup
         sched = sched.flat_range_product(isl.UnionMap.from_union_pw_aff(partial.get_at(m)))
     active = deps.intersect_domain(domain).intersect_range(domain)
     return maps_of(active.apply_domain(sched).apply_range(sched)), n_prefix
+
+
+def same_prefix(node: isl.ScheduleNode, pairs: isl.UnionMap) -> isl.UnionMap:
+    """The pairs of instance pairs ``pairs`` (dependences, say) between instances below
+    ``node`` whose outer schedule (``node``'s prefix schedule) is the same.
+
+    Each pair goes to its source's and its sink's prefix time (``[a -> b] -> P(a)`` and
+    ``[a -> b] -> P(b)``) and the two are intersected: linear in the maps of ``pairs``, where
+    ``pairs ∩ (P ∘ P⁻¹)`` builds every statement pair first (quadratic)."""
+    domain = node.get_domain()
+    prefix = node.get_prefix_schedule_union_map()
+    pairs = pairs.intersect_domain(domain).intersect_range(domain)
+    at_source = pairs.domain_map().apply_range(prefix)
+    at_sink = pairs.range_map().apply_range(prefix)
+    return at_source.intersect(at_sink).domain().unwrap()
 
 
 def _range_dim(umap: isl.UnionMap) -> int:
