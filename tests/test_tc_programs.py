@@ -9,6 +9,8 @@ the cpu target. With a GPU (``gpu`` mark): the same programs against the referen
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from corpus import as_tuple, assert_outputs_close, run_program
@@ -273,3 +275,15 @@ def test_row_programs_on_gpu(name, rng):
         ref = run_program(tc.define(src, target="numpy"), inputs)
         got = run_program(tc.define(src, target="cuda"), inputs)
         assert_outputs_close(got, ref, 1e-4, context=f"{name} {n}x{k}")
+
+
+def test_tensors_read_across_threads_are_not_noalias():
+    """A tensor one statement writes (thread 0's combine) and another reads after a barrier
+    must not be ``noalias`` in the kernel: LLVM then kept ``tmp(n)`` loaded before the barrier in
+    a register (the H100 gave softmax-tmp at 5x4097 values 500x too large); inputs keep it."""
+    kernel = tc.define(SOFTMAX_TMP, target="cuda").compile(
+        np.zeros((5, 4097), np.float32), target="cuda", arch="sm_90")
+    entry = next(line for line in kernel.llvm_ir.splitlines()
+                 if line.startswith("define ptx_kernel"))
+    assert re.search(r'noalias (align 16 )?%"I"', entry), entry
+    assert not re.search(r'noalias (align 16 )?%"tmp"', entry), entry

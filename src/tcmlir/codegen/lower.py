@@ -421,7 +421,8 @@ class Lowerer:
     def new_body(self, name: str, tensors: tuple[str, ...] | None = None) -> ir.Function:
         """The internal, always-inlined body ``{name}.body(tensors..., sizes, lo, hi, err)``:
         one noalias pointer per tensor (the target's address space; ``tensors``: only those,
-        by name, else all of the function's), then the group ABI."""
+        by name, else all of the function's) except the ``shared_tensors`` of the kernel being
+        built (`communicated_tensors`), then the group ABI."""
         names = tuple(t.name for t in self.fn.tensors) if tensors is None else tensors
         nbuf = len(names)
         body_ty = ir.FunctionType(ir.VoidType(), [self.target.pointer] * nbuf + [PTR, I64, I64, PTR])
@@ -429,9 +430,11 @@ class Lowerer:
         body.linkage = "internal"
         body.attributes.add("alwaysinline")
         body.attributes.add("nounwind")
+        shared = getattr(self, "shared_tensors", frozenset())
         for i, tensor in enumerate(names):
             body.args[i].name = tensor
-            body.args[i].add_attribute("noalias")
+            if tensor not in shared:
+                body.args[i].add_attribute("noalias")
         for a, n in zip(body.args[nbuf:], ("sizes", "lo", "hi", "err"), strict=True):
             a.name = n
         return body
@@ -507,6 +510,26 @@ def group_tensors(fn: tc.Function, node: isl.AstNode) -> tuple[str, ...]:
         used.add(st.tensor)
         used.update(e.tensor for e in tc.walk(st.rhs) if isinstance(e, tc.Read))
     return tuple(t.name for t in fn.tensors if t.name in used)
+
+
+def communicated_tensors(fn: tc.Function, statements: set[int]) -> frozenset[str]:
+    """Tensors that ``statements`` (one kernel's) write and then read elsewhere than at the
+    written element by the same statement: another statement reads them (softmax's ``tmp(n)``
+    summed by thread 0's combine, then read by every thread after a barrier), or the writer reads
+    other elements. Their pointers get no ``noalias``: it tells LLVM that nothing else touches
+    the memory during the call, so it kept a value loaded before a barrier in a register across
+    the barrier and another thread's store (other threads are invisible to that attribute)."""
+    out: set[str] = set()
+    for k in statements:
+        st = fn.statements[k]
+        for j in statements:
+            for rd in (x for x in tc.walk(fn.statements[j].rhs) if isinstance(x, tc.Read)):
+                if rd.tensor != st.tensor:
+                    continue
+                own = tuple(getattr(i, "name", None) for i in rd.indices) == st.lhs
+                if j != k or not own:
+                    out.add(st.tensor)
+    return frozenset(out)
 
 
 def lower_function(fn: tc.Function, ast: isl.AstNode, target: Target,

@@ -470,6 +470,10 @@ class _KernelLowerer(Lowerer):
             name = f"{self.name}_k{k}"
             before = len(self.gathers)
             self.kernel_shared_bytes = 0  # set by a generator that needs dynamic shared memory
+            from .gpu_rows import phase_statements
+            from .lower import communicated_tensors
+
+            self.shared_tensors = communicated_tensors(self.fn, phase_statements(node))
             body = self.kernel_body(name, node, guards)
             self.kernel_entry(name, body)
             self.launch_bounds(name, block, _has_row_mark(node))
@@ -523,7 +527,8 @@ class _KernelLowerer(Lowerer):
         for a, n in zip(fn.args, names, strict=True):
             a.name = n
         for a in fn.args[:nbuf]:
-            a.add_attribute("noalias")
+            if a.name not in self.shared_tensors:  # (`lower.communicated_tensors`)
+                a.add_attribute("noalias")
             if a.name in self.aligned:  # the call guarantees it (`Signature`'s alignment)
                 a.attributes.align = ALIGN_BYTES
         b = ir.IRBuilder(fn.append_basic_block("entry"))
