@@ -73,14 +73,7 @@ def test_rel_error_catches_wrong_values_and_shapes():
         zoo.rel_error((r, r), r)
 
 
-PAD_SELECT_PROMOTION = pytest.mark.xfail(
-    strict=True, raises=AssertionError,
-    reason="known bug: at small sizes the default cuda options promote I of a convolution padded "
-           "through ?: to shared memory, and promotion asserts that the guarded access I(h+kh-1) "
-           "leaves the buffer's box (poly/promotion.py); medium and large sizes compile")
-
-
-@pytest.mark.parametrize("name", ["mm_odd", pytest.param("conv2d_pad_select", marks=PAD_SELECT_PROMOTION),
+@pytest.mark.parametrize("name", ["mm_odd", "conv2d_pad_select",  # (promotion of a ?:-guarded read: fixed)
                                   "conv2d_stride2", "softmax_1000", "embedding_bag_sum",
                                   "full_sum_where", "perm4_heads", "mm_fp16"])
 def test_representative_workloads_compile_to_ptx(name):

@@ -301,10 +301,11 @@ def _queue(_fast: Any, plan: Any, events: Sequence[Any]) -> None:
     """An event before each kernel of ``plan`` and one after the last (cuda-python)."""
     from ..runtime.cuda_memory import check, driver
 
-    for i, ((f, gx, gy, gz, bx, by, bz, shared), (name, _, _)) in enumerate(
+    for i, ((f, gx, gy, gz, bx, by, bz, *dyn), (name, _, _)) in enumerate(
             zip(plan._kernels, plan._launch_info, strict=True)):
         events[i].record()
-        check(driver.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, 0, plan.block.address, 0),
+        check(driver.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, dyn[0] if dyn else 0, 0,
+                                    plan.block.address, 0),
               "cuLaunchKernel", context=f"profiling kernel {name}")
     events[-1].record()
 
@@ -320,9 +321,9 @@ def _queue_direct(fast: Any, plan: Any, events: Sequence[Any]) -> None:
     # `DirectCalls.launch` takes no argtypes: handles and addresses as c_void_p
     record, launch, address = fast.event_record, fast.launch, fast.pointer(plan.block.address)
     handles = [int(e.handle) for e in events]
-    for i, ((f, gx, gy, gz, bx, by, bz, shared), (name, _, _)) in enumerate(
+    for i, ((f, gx, gy, gz, bx, by, bz, *dyn), (name, _, _)) in enumerate(
             zip(plan._kernels, plan._launch_info, strict=True)):
-        err = record(handles[i], None) or launch(fast.pointer(int(f)), gx, gy, gz, bx, by, bz, shared,
+        err = record(handles[i], None) or launch(fast.pointer(int(f)), gx, gy, gz, bx, by, bz, dyn[0] if dyn else 0,
                                                  None, address, None)
         if err:
             raise CudaError(f"profiling kernel {name}: {error_text(err)}")
