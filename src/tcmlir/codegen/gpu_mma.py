@@ -412,6 +412,23 @@ class _Emitter:
             return None
         return pitch, chunk
 
+    def fragment_pairs(self):
+        """This thread's accumulators in pairs of neighbouring columns: their slots and the
+        (row, first column) within the block's tile, by the C fragment layout."""
+        mark = self.mark
+        bm, bn, _ = mark.tile
+        wm_rows, wn_cols = bm // mark.warps[0], bn // mark.warps[1]
+        warp = self.tid // 32
+        wm, wn = warp // mark.warps[1], warp % mark.warps[1]
+        for mi in range(self.mi):
+            for ni in range(self.ni):
+                for half in range(2):
+                    regs = (2 * half, 2 * half + 1)
+                    r, c = c_element(self.lane, regs[0])
+                    base = (mi * self.ni + ni) * 4
+                    yield ((base + regs[0], base + regs[1]), wm * wm_rows + mi * 16 + r,
+                           wn * wn_cols + ni * 8 + c)
+
     def epilogue_staged(self, m0: ir.Value, n0: ir.Value) -> None:
         """Accumulators (rounded) into a padded ``BM x (BN + chunk)`` tile in the operand ring,
         a barrier, then every thread moves 16-byte row pieces to global memory: coalesced
@@ -419,27 +436,18 @@ class _Emitter:
         b, mark, plan = self.b, self.mark, self.plan
         pitch, chunk = self.staged_epilogue()  # type: ignore[misc]
         bm, bn, _ = mark.tile
-        wm_rows, wn_cols = bm // mark.warps[0], bn // mark.warps[1]
-        warp = self.tid // 32
-        wm, wn = warp // mark.warps[1], warp % mark.warps[1]
         out = self.w.fn.tensor(plan.out)
         mty = _store_type(out.dtype)
         tile = b.bitcast(self.ring, mty.as_pointer(3))
-        for mi in range(self.mi):
-            for ni in range(self.ni):
-                for half in range(2):
-                    regs = (2 * half, 2 * half + 1)
-                    r, c = c_element(self.lane, regs[0])
-                    row = wm * wm_rows + mi * 16 + r
-                    col = wn * wn_cols + ni * 8 + c
-                    vty = ir.VectorType(mty, 2)
-                    vec = ir.Constant(vty, ir.Undefined)
-                    for j, reg in enumerate(regs):
-                        v = self.finish(b.load(self.slot_acc((mi * self.ni + ni) * 4 + reg), typ=F32),
-                                        b.add(m0, row.wide().v), b.add(n0, (col + j).wide().v))
-                        vec = b.insert_element(vec, v, ir.Constant(I32, j))
-                    ptr = b.gep(tile, [(row * pitch + col).v], inbounds=True, source_etype=mty)
-                    b.store(vec, b.bitcast(ptr, vty.as_pointer(3)), align=2 * (out.dtype.bits // 8))
+        for slots, row, col in self.fragment_pairs():
+            vty = ir.VectorType(mty, 2)
+            vec = ir.Constant(vty, ir.Undefined)
+            for j, slot in enumerate(slots):
+                v = self.finish(b.load(self.slot_acc(slot), typ=F32),
+                                b.add(m0, row.wide().v), b.add(n0, (col + j).wide().v))
+                vec = b.insert_element(vec, v, ir.Constant(I32, j))
+            ptr = b.gep(tile, [(row * pitch + col).v], inbounds=True, source_etype=mty)
+            b.store(vec, b.bitcast(ptr, vty.as_pointer(3)), align=2 * (out.dtype.bits // 8))
         b.call(self.fn("llvm.nvvm.barrier0", ir.VoidType(), []), [])
         per_row = bn // chunk
         total = bm * per_row
@@ -497,54 +505,46 @@ class _Emitter:
     def epilogue(self, m0: ir.Value, n0: ir.Value) -> None:
         b, mark, plan = self.b, self.mark, self.plan
         bm, bn, _ = mark.tile
-        wm_rows, wn_cols = bm // mark.warps[0], bn // mark.warps[1]
-        warp = self.tid // 32
-        wm, wn = warp // mark.warps[1], warp % mark.warps[1]
         out = self.w.fn.tensor(plan.out)
         mty = _store_type(out.dtype)
         base = self.w.pointer(plan.out)
         sm, sn = plan.out_stride(plan.m), plan.out_stride(plan.n)
         big_m, big_n = self.sizes[plan.m], self.sizes[plan.n]
         pairs = sn == 1 and big_n % 2 == 0 and plan.out in getattr(self.w.owner, "aligned", ())
-        for mi in range(self.mi):
-            for ni in range(self.ni):
-                for half in range(2):
-                    regs = (2 * half, 2 * half + 1)
-                    r, c = c_element(self.lane, regs[0])
-                    m = b.add(m0, (wm * wm_rows + mi * 16 + r).wide().v)
-                    n = b.add(n0, (wn * wn_cols + ni * 8 + c).wide().v)
-                    vals = [self.finish(b.load(self.slot_acc((mi * self.ni + ni) * 4 + reg), typ=F32),
-                                        m, b.add(n, ir.Constant(I64, j)))
-                            for j, reg in enumerate(regs)]
-                    off = b.add(self.offsets[plan.out], b.add(b.mul(m, ir.Constant(I64, sm)),
-                                                              b.mul(n, ir.Constant(I64, sn))))
-                    ok_m = b.icmp_unsigned("<", m, ir.Constant(I64, big_m))
+        for slots, row, col in self.fragment_pairs():
+            m = b.add(m0, row.wide().v)
+            n = b.add(n0, col.wide().v)
+            vals = [self.finish(b.load(self.slot_acc(slot), typ=F32), m, b.add(n, ir.Constant(I64, j)))
+                    for j, slot in enumerate(slots)]
+            off = b.add(self.offsets[plan.out], b.add(b.mul(m, ir.Constant(I64, sm)),
+                                                      b.mul(n, ir.Constant(I64, sn))))
+            ok_m = b.icmp_unsigned("<", m, ir.Constant(I64, big_m))
 
-                    def store(off=off, vals=vals, n=n, ok_m=ok_m) -> None:
-                        if pairs:
-                            vty = ir.VectorType(mty, 2)
-                            vec = ir.Constant(vty, ir.Undefined)
-                            for j, v in enumerate(vals):
-                                vec = b.insert_element(vec, v, ir.Constant(I32, j))
-                            ptr = b.gep(base, [off], inbounds=True, source_etype=mty)
-                            b.store(vec, ptr, align=2 * (out.dtype.bits // 8))
-                            return
-                        for j, v in enumerate(vals):
-                            nj = b.add(n, ir.Constant(I64, j))
-                            ptr = b.gep(base, [b.add(off, ir.Constant(I64, j * sn))], inbounds=True,
-                                        source_etype=mty)
-                            _if(b, b.icmp_unsigned("<", nj, ir.Constant(I64, big_n)),
-                                lambda v=v, ptr=ptr: b.store(v, ptr), "mma.col")
+            def store(off=off, vals=vals, n=n, ok_m=ok_m) -> None:
+                if pairs:
+                    vty = ir.VectorType(mty, 2)
+                    vec = ir.Constant(vty, ir.Undefined)
+                    for j, v in enumerate(vals):
+                        vec = b.insert_element(vec, v, ir.Constant(I32, j))
+                    ptr = b.gep(base, [off], inbounds=True, source_etype=mty)
+                    b.store(vec, ptr, align=2 * (out.dtype.bits // 8))
+                    return
+                for j, v in enumerate(vals):
+                    nj = b.add(n, ir.Constant(I64, j))
+                    ptr = b.gep(base, [b.add(off, ir.Constant(I64, j * sn))], inbounds=True,
+                                source_etype=mty)
+                    _if(b, b.icmp_unsigned("<", nj, ir.Constant(I64, big_n)),
+                        lambda v=v, ptr=ptr: b.store(v, ptr), "mma.col")
 
-                    full_m, full_n = big_m % bm == 0, big_n % bn == 0
-                    cond = None if full_m else ok_m
-                    if pairs and not full_n:  # n even and pairs start even: both or neither fit
-                        ok_n = b.icmp_unsigned("<", n, ir.Constant(I64, big_n))
-                        cond = ok_n if cond is None else b.and_(cond, ok_n)
-                    if cond is None:
-                        store()
-                    else:
-                        _if(b, cond, store, "mma.row")
+            full_m, full_n = big_m % bm == 0, big_n % bn == 0
+            cond = None if full_m else ok_m
+            if pairs and not full_n:  # n even and pairs start even: both or neither fit
+                ok_n = b.icmp_unsigned("<", n, ir.Constant(I64, big_n))
+                cond = ok_n if cond is None else b.and_(cond, ok_n)
+            if cond is None:
+                store()
+            else:
+                _if(b, cond, store, "mma.row")
 
 
 def _clamp(b: ir.IRBuilder, v: ir.Value, extent: int) -> ir.Value:
