@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from ..errors import PipelineError
-from ..poly.contraction import MmaMark, contraction_plan
+from ..poly.contraction import MmaMark, contraction_plan, wgmma_problem
 from ..poly.gpu_mapping import BLOCK_PARAMS, KernelMark, with_params
 from ..poly.state import CompileState
 from .base import Pass, register
@@ -106,8 +106,6 @@ class MapMma(Pass):
         mark = MmaMark(plan.statement, (bm, bn, bk), (self.warps[0], self.warps[1]), self.stages, grid,
                        self.wgmma)
         if self.wgmma:
-            from ..codegen.gpu_wgmma import wgmma_problem
-
             why = wgmma_problem(plan, mark.tile, mark.warps)
             if why is not None:
                 raise PipelineError(f"map-mma: {why}")

@@ -284,3 +284,31 @@ def test_fused_epilogues_on_gpu(src, sizes, wgmma, rng):
     want = tc.define(src, target="numpy")(*arrays)
     np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64),
                                rtol=1e-2, atol=1e-2)
+
+
+# ---------------------------------------------------------------- the tuner's space
+
+def test_tuner_searches_tensor_core_mappings(tmp_path_factory):
+    import random
+
+    from tcmlir.tune.space import MMA_FIELDS, space_for
+
+    fn = tc.define(FORMS["nn"][0], target="cuda")
+    sizes = {"M": 264, "N": 136, "K": 40}
+    space = space_for(fn.ir, "cuda", None, sizes)
+    assert set(MMA_FIELDS) <= set(space.fields)
+    assert not space_for(fn.ir, "cuda", None, None).tensor_cores  # parametric: no plan
+    bad = tc.MappingOptions.naive().tensor_cores((128, 128, 64), (2, 2), 3, wgmma=True)
+    assert "warps = (BM/16, 1)" in space.why_invalid(bad)
+    big = tc.MappingOptions.naive().tensor_cores((128, 256, 64), (8, 1), 6, wgmma=True)
+    assert "shared memory" in space.why_invalid(big)
+    rng = random.Random(7)
+    drawn = [space.sample(rng, tc.MappingOptions.default_for(fn, "cuda", sizes)) for _ in range(40)]
+    with_tc = [o for o in drawn if o.mma_tile]
+    assert with_tc and all(space.is_valid(o) for o in drawn)
+    if shutil.which("ptxas"):
+        arrays = _inputs(fn, sizes, np.random.default_rng(0))
+        for opts in with_tc[:4]:  # what the tuner would time compiles and assembles
+            kernel = fn.compile(*arrays, target="cuda", arch="sm_90", options=opts)
+            arch = "sm_90a" if ".target sm_90a" in kernel.ptx else "sm_90"
+            ptxas_verbose(tmp_path_factory.mktemp("space"), kernel.ptx, "cand", arch=arch)

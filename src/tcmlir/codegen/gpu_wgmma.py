@@ -26,24 +26,13 @@ from llvmlite import ir
 
 from ..dtypes import DType
 from ..errors import CodegenError
+from ..poly.contraction import WGMMA_ROW_HALVES as ROW_HALVES
+from ..poly.contraction import wgmma_problem
 from .gpu_mma import _V, F32, I32, I64, _Emitter
 from .target import declare
 
-__all__ = ["WgmmaEmitter", "wgmma_problem"]
+__all__ = ["WgmmaEmitter"]
 
-ROW_HALVES = 64  # BK: one 128-byte swizzled row per operand row
-
-
-def wgmma_problem(plan, tile: tuple[int, int, int], warps: tuple[int, int]) -> str | None:
-    """Why this plan and tile cannot use wgmma (None: they can)."""
-    bm, bn, bk = tile
-    if bk != ROW_HALVES:
-        return f"wgmma needs BK = {ROW_HALVES}"
-    if bm % 64 or warps != (bm // 16, 1):
-        return f"wgmma needs BM a multiple of 64 and warps = (BM/16, 1), got {tile}, {warps}"
-    if bn not in (64, 128, 256):
-        return f"wgmma needs BN of 64, 128 or 256, got {bn}"
-    return None
 
 
 class WgmmaEmitter(_Emitter):

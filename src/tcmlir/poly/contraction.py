@@ -32,7 +32,7 @@ from .. import ir
 from ..dtypes import DType
 
 __all__ = ["ContractionPlan", "MmaMark", "Operand", "contraction_plan", "mma_tile_choice",
-           "parse_mma_mark"]
+           "parse_mma_mark", "wgmma_problem"]
 
 _HALF = (DType.FLOAT16, DType.BFLOAT16)
 CHUNK = 8  # halves per 16-byte copy
@@ -233,6 +233,21 @@ def parse_mma_mark(name: str) -> MmaMark | None:
     return MmaMark(v[0], (v[1], v[2], v[3]), (v[4], v[5]), v[6], (v[7], v[8], v[9]),
                    m.group(11) is not None)
 
+
+
+WGMMA_ROW_HALVES = 64  # BK of wgmma: one 128-byte swizzled row per operand row
+
+
+def wgmma_problem(plan: ContractionPlan | None, tile: tuple[int, int, int], warps: tuple[int, int]) -> str | None:
+    """Why this plan and tile cannot use wgmma (None: they can)."""
+    bm, bn, bk = tile
+    if bk != WGMMA_ROW_HALVES:
+        return f"wgmma needs BK = {WGMMA_ROW_HALVES}"
+    if bm % 64 or warps != (bm // 16, 1):
+        return f"wgmma needs BM a multiple of 64 and warps = (BM/16, 1), got {tile}, {warps}"
+    if bn not in (64, 128, 256):
+        return f"wgmma needs BN of 64, 128 or 256, got {bn}"
+    return None
 
 
 # ---------------------------------------------------------------- tile choice

@@ -182,7 +182,7 @@ def tune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
 
         import_ray()  # before any work: without Ray the error says what to install
         # the GPUs are the cluster's: the default limits, and a reference computed on the host
-        space = space_for(fn.ir, target)
+        space = space_for(fn.ir, target, None, sizes)
         host = host_copies(fn.ir, inputs, "the reference check and the Ray workers")
         reference = compute_reference(fn, host, "cpu")
         evaluator: Any = RayEvaluator(fn, host, config, target, reference)
@@ -190,7 +190,7 @@ def tune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
     elif target == "cuda":
         from .space import cuda_limits
 
-        space = space_for(fn.ir, target, cuda_limits((config.devices or (0,))[0]))
+        space = space_for(fn.ir, target, cuda_limits((config.devices or (0,))[0]), sizes)
         # the reference and the worker processes read host data: device inputs are copied
         # once here (logged); the caller's arrays stay where they are
         host = host_copies(fn.ir, inputs, "the reference check of the candidates and the "

@@ -7,7 +7,10 @@ tiling, block, grid, unrolling, register tiles, shared/private promotion, double
 programs (softmax, layernorm, reductions: `gpu_defaults.reduction_defaults`) the one-kernel
 ``row_block`` (with ``mixed_rows`` for programs of rows and column reductions:
 `gpu_defaults.mixed_defaults`), and for contractions `split_k` (1, 2, 4, 8 or 16 chunks of the
-reduction: `passes/split_k.py`). Candidates that
+reduction: `passes/split_k.py`); for half-precision contractions the tensor-core mapping
+(`passes/map_mma.py`: ``mma_tile`` — off among the choices —, ``mma_warps``, ``mma_stages``,
+``mma_wgmma``; a combination the pass or the instruction refuses, or that needs more shared
+memory than the device has, is filtered with the reason). Candidates that
 break a device limit (threads per block, block and grid dimensions, shared memory), whose
 register tile does not divide their tiles or needs too many registers are filtered before
 compiling (`SearchSpace.why_invalid`, the reason recorded); the limits default to those of
@@ -64,6 +67,7 @@ class SearchSpace:
     rows: bool = False  # a row program (`gpu_defaults.reduction_defaults`): search map-rows too
     mixed: bool = False  # rows and column reductions (`gpu_defaults.mixed_defaults`): map-mixed
     contraction: bool = False  # a (batched) contraction with a splittable reduction: split_k too
+    tensor_cores: bool = False  # a half-precision contraction (poly.contraction): the mma fields
 
     def _draw(self, rng: random.Random, field: str) -> Any:
         return _FIELDS[field](self, rng)
@@ -72,7 +76,7 @@ class SearchSpace:
     def fields(self) -> tuple[str, ...]:
         if self.target != "cuda":
             return CPU_FIELDS
-        extra = ("split_k",) * self.contraction
+        extra = ("split_k",) * self.contraction + MMA_FIELDS * self.tensor_cores
         if self.mixed:
             return (*CUDA_FIELDS, "row_block", "mixed_rows", *extra)
         return (*CUDA_FIELDS, "row_block", *extra) if self.rows else (*CUDA_FIELDS, *extra)
@@ -111,6 +115,8 @@ class SearchSpace:
         if opts.use_shared_memory and opts.max_shared_memory > lim.max_shared_bytes:
             return (f"shared memory request {opts.max_shared_memory} B > "
                     f"{lim.max_shared_bytes} B per block")
+        if opts.mma_tile:
+            return _mma_problem(opts, lim)
         return None
 
     def is_valid(self, opts: MappingOptions) -> bool:
@@ -140,6 +146,39 @@ class SearchSpace:
         return a
 
 
+def _mma_problem(opts: MappingOptions, lim: DeviceLimits) -> str | None:
+    """Why the tensor-core fields of ``opts`` cannot compile (None: they can)."""
+    from ..passes.map_mma import MapMma
+    from ..poly.contraction import wgmma_problem
+
+    if opts.parametric or opts.split_k > 1 or opts.row_block:
+        return "tensor cores need fixed sizes and do not combine with split_k or row_block"
+    if len(opts.mma_warps) != 2 or opts.mma_stages < 2:
+        return "tensor cores need mma_warps (WM, WN) and mma_stages >= 2"
+    try:
+        MapMma(opts.mma_tile, opts.mma_warps, opts.mma_stages, opts.mma_wgmma)
+    except ValueError as exc:
+        return str(exc)
+    bm, bn, bk = opts.mma_tile
+    if 32 * opts.mma_warps[0] * opts.mma_warps[1] > lim.max_threads_per_block:
+        return f"{32 * opts.mma_warps[0] * opts.mma_warps[1]} threads per block"
+    if opts.mma_stages * (bm + bn) * bk * 2 > lim.max_shared_bytes:
+        return (f"{opts.mma_stages} stages of {bm}x{bk} and {bn}x{bk} halves > "
+                f"{lim.max_shared_bytes} B of shared memory")
+    if opts.mma_wgmma:  # (the operand layouts were checked by the plan: wgmma takes any)
+        why = wgmma_problem(None, opts.mma_tile, opts.mma_warps)
+        if why is not None:
+            return why
+    elif (bm // opts.mma_warps[0] // 16) * (bn // opts.mma_warps[1] // 8) > 32:
+        return "mma.sync warp tile above 64 x 64 (its accumulators would spill)"
+    return None
+
+
+MMA_FIELDS = ("mma_tile", "mma_warps", "mma_stages", "mma_wgmma")
+_MMA_TILES = ((), (128, 256, 64), (128, 128, 64), (64, 256, 64), (64, 128, 64), (128, 64, 64),
+              (128, 128, 32), (64, 128, 32), (128, 64, 32), (64, 64, 32))
+
+
 def _tiles(space: SearchSpace, rng: random.Random) -> tuple[int, ...]:
     if rng.random() < 0.15:
         return ()
@@ -163,6 +202,11 @@ def _register_tile(space: SearchSpace, rng: random.Random) -> tuple[int, ...]:
 
 
 _FIELDS: dict[str, Callable[[SearchSpace, random.Random], Any]] = {
+    # the tensor-core mapping of a half-precision contraction (passes/map_mma): () leaves it off
+    "mma_tile": lambda s, r: r.choice(_MMA_TILES),
+    "mma_warps": lambda s, r: r.choice(((8, 1), (4, 1), (2, 2), (2, 4), (4, 2))),
+    "mma_stages": lambda s, r: r.choice((2, 3, 4, 5)),
+    "mma_wgmma": lambda s, r: r.random() < 0.6,
     # a row program's one-kernel mapping (map-rows): 0 leaves it off
     "row_block": lambda s, r: r.choice((0, 32, 64, 128, 256, 512, 1024)),
     # a mixed program's: column reductions inside the row kernel, or column kernels after it
@@ -188,19 +232,24 @@ _FIELDS: dict[str, Callable[[SearchSpace, random.Random], Any]] = {
 }
 
 
-def space_for(fn: ir.Function, target: str, limits: DeviceLimits | None = None) -> SearchSpace:
+def space_for(fn: ir.Function, target: str, limits: DeviceLimits | None = None,
+              sizes: Any = None) -> SearchSpace:
+    """The space of ``fn`` on ``target`` (``sizes``: the tuning call's, which decide whether
+    the tensor-core fields apply: `poly.contraction.contraction_plan`)."""
     from ..gpu_defaults import mixed_defaults, reduction_defaults
     from ..options import _is_batched_contraction, _is_contraction
     from ..passes.split_k import splittable_statements
+    from ..poly.contraction import contraction_plan
 
     depth = max((len(s.ranges) for s in fn.statements), default=1)
     rows = target == "cuda" and reduction_defaults(fn) is not None
     mixed = target == "cuda" and not rows and mixed_defaults(fn) is not None
     contraction = (target == "cuda" and bool(splittable_statements(fn))
                    and (_is_contraction(fn.statements) or _is_batched_contraction(fn.statements)))
+    tensor_cores = target == "cuda" and not isinstance(contraction_plan(fn, sizes), str)
     return SearchSpace(target=target, depth=max(1, depth), cores=os.cpu_count() or 1,
                        limits=limits or DeviceLimits(), rows=rows, mixed=mixed,
-                       contraction=contraction)
+                       contraction=contraction, tensor_cores=tensor_cores)
 
 
 def cuda_limits(device: int = 0) -> DeviceLimits:
