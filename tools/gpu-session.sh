@@ -9,6 +9,7 @@
 #             tools/bench_launch.py (host time per cached call), tools/host_costs.py (its pieces)
 #   mma       compute-sanitizer on small tensor-core kernels, tools/bench_mma.py (tensor cores
 #             beside cuBLAS; MMA_VARIANTS=1 adds the ladder of mappings)
+#   zoo       tools/zoo.py --quick (the workload zoo beside eager and torch.compile; zoo.json)
 #   tune      tools/tune_gpu.py (autotuning matmul and softmax on 1 and, if present, 2 GPUs)
 # Logs go to $OUT (./gpu-out when unset); a summary line per step is printed at the end.
 # TCMLIR_REQUIRE_GPU=1 is set: GPU tests fail rather than skip when the GPU is unusable, and a
@@ -87,12 +88,16 @@ if has mma; then  # tensor cores: memcheck, racecheck, synccheck on small kernel
     timeout 200 python3 tools/bench_mma.py --variants >>"$OUT/mma-bench.log" 2>&1; echo "mma variants: exit $?" >>"$OUT/.sum-mma"
   fi
 fi
+if has zoo; then  # the workload zoo's quick set beside eager and torch.compile (issue: speed that holds)
+  timeout "${ZOO_LIMIT:-480}" python3 tools/zoo.py --quick --budget "${ZOO_BUDGET:-400}" --json "$OUT/zoo.json" \
+    >"$OUT/zoo.log" 2>&1; echo "zoo: exit $?" >"$OUT/.sum-zoo"
+fi
 if has tune; then
   timeout 500 python3 tools/tune_gpu.py --json "$OUT/tune.json" >"$OUT/tune.log" 2>&1
   echo "tune: exit $?" >"$OUT/.sum-tune"
 fi
 cat "$OUT"/.sum-* 2>/dev/null; rm -f "$OUT"/.sum-*
 grep -h -E "^(FAILED|ERROR) " "$OUT"/gpu-tests-*.log 2>/dev/null | head -40
-tail -n 40 "$OUT"/mma-bench.log "$OUT"/bench.log "$OUT"/smoke.log "$OUT"/launch.log "$OUT"/host_costs.log "$OUT"/tune.log 2>/dev/null
+tail -n 40 "$OUT"/mma-bench.log "$OUT"/zoo.log "$OUT"/bench.log "$OUT"/smoke.log "$OUT"/launch.log "$OUT"/host_costs.log "$OUT"/tune.log 2>/dev/null
 if [ -e "$OUT/.tests-failed" ]; then rm -f "$OUT/.tests-failed"; exit 1; fi
 exit 0
