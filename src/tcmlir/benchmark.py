@@ -30,11 +30,14 @@ def format_seconds(seconds: float) -> str:
 
 @dataclass(frozen=True, eq=False)
 class BenchmarkResult(Sequence[float]):
-    """Seconds per run of one kernel (``times``, in run order), which kernel and where."""
+    """Seconds per run of one kernel (``times``, in run order), which kernel and where;
+    ``path``: what each run timed (on the host the warm call a user's repeated call takes,
+    `runtime.host_calls.WARM_CALL`, or the full call when the inputs need binding in full)."""
 
     times: tuple[float, ...]
     entry: str = ""
     target: str = ""
+    path: str = ""
 
     def __post_init__(self) -> None:
         times = tuple(float(t) for t in self.times)
@@ -43,9 +46,11 @@ class BenchmarkResult(Sequence[float]):
         object.__setattr__(self, "times", times)
 
     @classmethod
-    def of(cls, times: Iterable[float], entry: str = "", target: str = "") -> BenchmarkResult:
-        """The result of these per-run seconds (any iterable) of kernel ``entry`` on ``target``."""
-        return cls(tuple(times), entry, target)
+    def of(cls, times: Iterable[float], entry: str = "", target: str = "",
+           path: str = "") -> BenchmarkResult:
+        """The result of these per-run seconds (any iterable) of kernel ``entry`` on
+        ``target``, each run timing ``path``."""
+        return cls(tuple(times), entry, target, path)
 
     @property
     def runs(self) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -337,7 +338,9 @@ def output_shapes(fn: ir.Function, sizes: Mapping[str, int]) -> dict[str, tuple[
 def check_outputs(fn: ir.Function, sizes: Mapping[str, int], outputs: Sequence[Any] | None,
                   inputs: Sequence[Any] = ()) -> dict[str, np.ndarray] | None:
     """Validate user-given output arrays (shape, dtype, byte order, contiguity, writability,
-    no memory shared with an input or another output)."""
+    no memory shared with an input or another output): numpy arrays or torch CPU tensors
+    (written through a numpy view of their memory; one that requires grad is refused).
+    Returns the numpy arrays (views) to write, by output name."""
     if outputs is None:
         return None
     if not isinstance(outputs, list | tuple):
@@ -346,10 +349,16 @@ def check_outputs(fn: ir.Function, sizes: Mapping[str, int], outputs: Sequence[A
         raise CallError(f"{fn.name} has {len(fn.outputs)} output(s), got {len(outputs)} in outputs=")
     shapes = output_shapes(fn, sizes)
     result: dict[str, np.ndarray] = {}
-    for tensor, arr in zip(fn.outputs, outputs, strict=True):
-        if not isinstance(arr, np.ndarray):
-            raise CallError(f"{fn.name}: output {tensor.name} must be a numpy array here, "
-                            f"got {_describe(arr)}")
+    for tensor, given in zip(fn.outputs, outputs, strict=True):
+        arr = _host_memory_of(given)
+        if arr is None:
+            raise CallError(f"{fn.name}: output {tensor.name} must be a numpy array or a torch "
+                            f"CPU tensor here, got {_describe(given)}")
+        if getattr(given, "requires_grad", False):
+            raise CallError(f"{fn.name}: output {tensor.name} requires grad; outputs= writes "
+                            "it in place, which autograd would not see (as torch refuses out= "
+                            f"for such tensors): pass {tensor.name}.detach() or a tensor "
+                            "without grad")
         if tuple(arr.shape) != shapes[tensor.name]:
             raise CallError(f"{fn.name}: output {tensor.name} must have shape "
                             f"{shapes[tensor.name]}, got {tuple(arr.shape)}")
@@ -408,7 +417,8 @@ def _host_memory_of(x: Any) -> np.ndarray | None:
     or None for anything else (scalars, device arrays)."""
     if isinstance(x, np.ndarray):
         return x
-    if array_library(x) == "torch" and getattr(getattr(x, "device", None), "type", None) == "cpu":
+    if array_library(x) == "torch" and getattr(getattr(x, "device", None), "type", None) == "cpu" \
+            and getattr(x, "layout", None) is getattr(sys.modules.get("torch"), "strided", 0):
         return torch_numpy(x)
     return None
 

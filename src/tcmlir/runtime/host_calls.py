@@ -1,0 +1,117 @@
+"""The warm calls of a host plan (``target="cpu"``) for the inputs' kind: numpy or torch CPU.
+
+Place: `tcmlir.api.TCFunction._launch` files what `host_calls` returns under the inputs'
+`signature.call_key` after a call with them passed every check; a later call with an equal
+key goes straight to it (`TCFunction.__call__`), and `TCFunction._benchmark` times it (the
+call a user makes, `WARM_CALL`).
+
+* numpy arrays (C-contiguous) and scalars: `host_plan.HostPlan.call` as it is.
+* torch CPU tensors (contiguous; a tensor that requires grad is read through its data, as
+  the full path reads ``x.detach()``): the same plan, each tensor's ``data_ptr()`` taken as
+  its address (no numpy view made per call) and the outputs, fresh numpy arrays, returned as
+  tensors sharing their memory (``torch.from_numpy``) when the first array input is a torch
+  tensor, as `array_kinds.in_input_kind` does. The call key of a torch tensor does not say
+  which device it is on (``get_device()`` is -1 on the CPU and on the ``meta`` device), so
+  the call checks ``is_cpu`` of each tensor and returns `MISS` when one is not: the full
+  path then says what is wrong.
+
+Inputs of any other kind (non-contiguous arrays, buffer-protocol objects, ...) are not
+`host_ready`: they bind in full on every call, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..array_kinds import array_library, torch_from_numpy
+from ..errors import CallError
+from .torch_fast import MISS
+
+__all__ = ["WARM_CALL", "host_calls", "host_ready"]
+
+#: What `TCFunction._benchmark` times on the host when every input is `host_ready`.
+WARM_CALL = "warm call (the prepared plan a repeated call takes, fresh outputs each run)"
+
+_SCALARS = (bool, int, float)
+
+
+def _is_torch_tensor(x: Any) -> bool:
+    return array_library(x) == "torch" and hasattr(x, "data_ptr") and hasattr(x, "is_cpu")
+
+
+def host_ready(x: Any) -> bool:
+    """Whether a host plan's warm call takes ``x`` as it is (no copy, no conversion)."""
+    cls = type(x)
+    if cls is np.ndarray:
+        return bool(x.flags.c_contiguous)
+    if cls in _SCALARS or isinstance(x, np.generic):
+        return True
+    if _is_torch_tensor(x):
+        return bool(x.is_cpu and x.is_contiguous() and x.layout is _torch().strided
+                    and not x.is_neg() and not x.is_conj())
+    return False
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def host_calls(plan: Any, fn_ir: Any, inputs: Sequence[Any]
+               ) -> tuple[Callable[[Sequence[Any], Any], Any], Callable[[Sequence[Any]], Any]]:
+    """``(call(inputs, stream), plain(inputs))`` for inputs of this kind and call key (every
+    one `host_ready`): ``plain`` runs the plan and returns the outputs in the inputs' kind,
+    or `MISS` (torch inputs not on the CPU); ``call`` also refuses a ``stream``."""
+    tensors = tuple(i for i, x in enumerate(inputs) if _is_torch_tensor(x))
+    run = plan.call
+    if tensors:
+        first = next((x for t, x in zip(fn_ir.inputs, inputs, strict=False) if t.rank > 0),
+                     None)
+        wrap = _torch_outputs(plan) if first is not None and _is_torch_tensor(first) else None
+        plain = _torch_call(run, tensors, wrap)
+    else:
+        plain = run
+    name = plan.kernel.fn.name
+
+    def call(inputs: Sequence[Any], stream: Any) -> Any:
+        if stream is not None:
+            raise CallError(f"{name}: stream= is for target='cuda'; this kernel runs on the "
+                            "host")
+        return plain(inputs)
+
+    return call, plain
+
+
+def _torch_outputs(plan: Any) -> Callable[[Any], Any]:
+    """The plan's numpy output(s) as torch tensors sharing their memory."""
+    dtypes = [d for _, _, d, _ in plan.fresh_outputs]
+    convert = (_torch().from_numpy if all(np.dtype(d).name != "bfloat16" for d in dtypes)
+               else torch_from_numpy)
+    if len(dtypes) == 1:
+        return convert
+    return lambda outs: tuple(convert(o) for o in outs)
+
+
+def _torch_call(run: Callable[[Sequence[Any]], Any], tensors: tuple[int, ...],
+                wrap: Callable[[Any], Any] | None) -> Callable[[Sequence[Any]], Any]:
+    if len(tensors) == 1:
+        (i,) = tensors
+
+        def plain(inputs: Sequence[Any]) -> Any:
+            if not inputs[i].is_cpu:
+                return MISS
+            out = run(inputs)
+            return out if wrap is None else wrap(out)
+    else:
+        def plain(inputs: Sequence[Any]) -> Any:
+            for i in tensors:
+                if not inputs[i].is_cpu:
+                    return MISS
+            out = run(inputs)
+            return out if wrap is None else wrap(out)
+
+    return plain
