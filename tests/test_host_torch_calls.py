@@ -153,3 +153,16 @@ def test_benchmark_and_profile_time_the_warm_call(monkeypatch):
                                               "launch_s": 1e-6})
     assert prof.timed == WARM_CALL
     assert f"timed: {WARM_CALL}" in str(prof) and prof.to_dict()["timed"] == WARM_CALL
+
+
+@pytest.mark.parametrize("tc_type, dtype", [("bfloat16", "bfloat16"), ("float16", "float16"),
+                                             ("double", "float64"), ("int32", "int32")])
+def test_warm_torch_call_keeps_the_dtype(binds, tc_type, dtype):
+    fn = tc.define(ADD.replace("float", tc_type), target="cpu")
+    a = torch.arange(13).to(getattr(torch, dtype))
+    b = torch.ones(13).to(getattr(torch, dtype))
+    fn(a, b)
+    out = fn(a, b)
+    assert binds["n"] == 1
+    assert out.dtype == a.dtype
+    assert torch.equal(out, a + b)
