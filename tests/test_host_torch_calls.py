@@ -166,3 +166,28 @@ def test_warm_torch_call_keeps_the_dtype(binds, tc_type, dtype):
     assert binds["n"] == 1
     assert out.dtype == a.dtype
     assert torch.equal(out, a + b)
+
+
+def test_buffer_protocol_inputs_bind_and_take_the_plan(binds):
+    import array
+
+    fn = tc.define(ADD, target="cpu")
+    a = array.array("f", range(10))
+    b = memoryview(np.full(10, 0.5, np.float32))
+    first = fn(a, b)
+    out = fn(a, b)
+    assert binds["n"] == 1
+    assert type(out) is np.ndarray
+    np.testing.assert_array_equal(out, np.arange(10, dtype=np.float32) + 0.5)
+    np.testing.assert_array_equal(first, out)
+    # a strided memoryview binds (copied) in full every call; a wrong format is the usual error
+    strided = memoryview(np.arange(20, dtype=np.float32))[::2]
+    np.testing.assert_array_equal(fn(strided, b), np.arange(0, 20, 2) + 0.5)
+    np.testing.assert_array_equal(fn(strided, b), np.arange(0, 20, 2) + 0.5)
+    assert binds["n"] == 3
+    with pytest.raises(CallError, match="input A must have dtype float32, got float64"):
+        fn(array.array("d", range(10)), b)
+    u8 = tc.define(ADD.replace("float", "uint8"), target="cpu")
+    np.testing.assert_array_equal(u8(bytes(range(5)), bytearray(5)), np.arange(5))
+    with pytest.raises(CallError, match=r"input A must be an array, got builtins\.str"):
+        fn("abc", b)

@@ -26,8 +26,8 @@ from .errors import CallError
 from .lang.ranges import SIZE_LIMIT
 from .signature import ArgSpec, Signature
 
-__all__ = ["BoundCall", "bind_host_inputs", "bind_sizes", "host_signature", "host_views",
-           "is_cuda_dlpack", "needs_zero_fill", "output_shapes", "scalar_array"]
+__all__ = ["BoundCall", "bind_host_inputs", "bind_sizes", "buffer_view", "host_signature",
+           "host_views", "is_cuda_dlpack", "needs_zero_fill", "output_shapes", "scalar_array"]
 
 
 @dataclass(frozen=True)
@@ -182,6 +182,12 @@ def _as_host_array(fn: ir.Function, tensor: ir.Tensor, value: Any) -> np.ndarray
         except Exception as exc:  # noqa: BLE001 - foreign array types raise anything
             raise CallError(f"{fn.name}: input {tensor.name}: cannot view {_describe(value)} "
                             f"as an array ({exc})") from None
+    elif (view := buffer_view(value)) is not None:  # array.array, memoryview, bytearray
+        try:
+            arr = np.asarray(view)
+        except (TypeError, ValueError) as exc:  # a format numpy does not read
+            raise CallError(f"{fn.name}: input {tensor.name}: cannot view {_describe(value)} "
+                            f"as an array ({exc})") from None
     elif tensor.rank == 0:
         raise CallError(f"{fn.name}: scalar {tensor.name} ({tensor.dtype}) must be a number, "
                         f"got {_describe(value)}")
@@ -194,6 +200,18 @@ def _as_host_array(fn: ir.Function, tensor: ir.Tensor, value: Any) -> np.ndarray
             f"(convert it, e.g. {convert_hint(value, tensor.dtype, tensor.name)})")
     check_byte_order(f"{fn.name}: input {tensor.name}", arr)
     return arr
+
+
+def buffer_view(value: Any) -> memoryview | None:
+    """A memoryview of an object exposing the buffer protocol (``array.array``,
+    ``memoryview``, ``bytearray``, ``mmap``, ...), or None for one that does not. numpy
+    reads it without copying (``np.asarray(view)``: its shape, strides and format)."""
+    if isinstance(value, str | memoryview):
+        return value if isinstance(value, memoryview) else None
+    try:
+        return memoryview(value)
+    except TypeError:
+        return None
 
 
 def check_byte_order(what: str, arr: np.ndarray) -> None:

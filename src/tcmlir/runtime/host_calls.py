@@ -1,4 +1,4 @@
-"""The warm calls of a host plan (``target="cpu"``) for the inputs' kind: numpy or torch CPU.
+"""The warm calls of a host plan (``target="cpu"``) for the inputs' kind: numpy, torch CPU, buffers.
 
 Place: `tcmlir.api.TCFunction._launch` files what `host_calls` returns under the inputs'
 `signature.call_key` after a call with them passed every check; a later call with an equal
@@ -15,7 +15,11 @@ call a user makes, `WARM_CALL`).
   the call checks ``is_cpu`` of each tensor and returns `MISS` when one is not: the full
   path then says what is wrong.
 
-Inputs of any other kind (non-contiguous arrays, buffer-protocol objects, ...) are not
+* objects exposing only the buffer protocol (``array.array``, ``memoryview``,
+  ``bytearray``, C-contiguous): each read as a numpy view (``np.asarray(memoryview(x))``, as
+  the full binder reads it) before the plan's call; outputs are numpy arrays.
+
+Inputs of any other kind (non-contiguous arrays, other array libraries, ...) are not
 `host_ready`: they bind in full on every call, as before.
 """
 
@@ -27,7 +31,9 @@ from typing import Any
 import numpy as np
 
 from ..array_kinds import array_library, torch_from_numpy
+from ..binding import buffer_view
 from ..errors import CallError
+from ..signature import call_key
 from .torch_fast import MISS
 
 __all__ = ["WARM_CALL", "host_calls", "host_ready"]
@@ -52,7 +58,16 @@ def host_ready(x: Any) -> bool:
     if _is_torch_tensor(x):
         return bool(x.is_cpu and x.is_contiguous() and x.layout is _torch().strided
                     and not x.is_neg() and not x.is_conj())
+    if _is_buffer(x):
+        return memoryview(x).c_contiguous
     return False
+
+
+def _is_buffer(x: Any) -> bool:
+    """An object keyed by what its buffer exposes (`signature.call_key`)."""
+    return call_key((x,)) is not None and buffer_view(x) is not None \
+        and not isinstance(x, np.generic | np.ndarray | bool | int | float) \
+        and array_library(x) == "numpy"
 
 
 def _torch() -> Any:
@@ -68,6 +83,9 @@ def host_calls(plan: Any, fn_ir: Any, inputs: Sequence[Any]
     or `MISS` (torch inputs not on the CPU); ``call`` also refuses a ``stream``."""
     tensors = tuple(i for i, x in enumerate(inputs) if _is_torch_tensor(x))
     run = plan.call
+    buffers = tuple(i for i, x in enumerate(inputs) if _is_buffer(x))
+    if buffers:
+        run = _viewing(run, buffers)
     if tensors:
         first = next((x for t, x in zip(fn_ir.inputs, inputs, strict=False) if t.rank > 0),
                      None)
@@ -84,6 +102,19 @@ def host_calls(plan: Any, fn_ir: Any, inputs: Sequence[Any]
         return plain(inputs)
 
     return call, plain
+
+
+def _viewing(run: Callable[[Sequence[Any]], Any], buffers: tuple[int, ...]
+             ) -> Callable[[Sequence[Any]], Any]:
+    """``run`` on the inputs with each buffer-protocol object at ``buffers`` read as a numpy
+    array (a view, as the full binder's)."""
+    def call(inputs: Sequence[Any]) -> Any:
+        inputs = list(inputs)
+        for i in buffers:
+            inputs[i] = np.asarray(memoryview(inputs[i]))
+        return run(inputs)
+
+    return call
 
 
 def _torch_outputs(plan: Any) -> Callable[[Any], Any]:
