@@ -191,3 +191,21 @@ def test_buffer_protocol_inputs_bind_and_take_the_plan(binds):
     np.testing.assert_array_equal(u8(bytes(range(5)), bytearray(5)), np.arange(5))
     with pytest.raises(CallError, match=r"input A must be an array, got builtins\.str"):
         fn("abc", b)
+
+
+def test_the_guarded_entry_serves_torch_cpu_calls_and_sees_the_knobs(binds, monkeypatch):
+    fn = tc.define(ADD, target="cpu")
+    a, b = (torch.from_numpy(x) for x in _pair(20))
+    fn(a, b)
+    assert fn._fast is not None
+    # the entry alone serves the warm call: the key's lookup is never reached
+    monkeypatch.setattr(api, "call_key", lambda inputs: pytest.fail("looked the key up"))
+    np.testing.assert_array_equal(fn(a, b).numpy(), a.numpy() + b.numpy())
+    assert binds["n"] == 1
+    monkeypatch.undo()  # (both patches)
+    monkeypatch.setattr(api, "bind_host_inputs", lambda *x, **k: pytest.fail("bound"))
+    fn(a, b)
+    # a hot knob changed: the entry misses, the call binds in full again
+    monkeypatch.setenv("TCMLIR_GATHER_CHECK", "async")
+    with pytest.raises(pytest.fail.Exception, match="bound"):
+        fn(a, b)

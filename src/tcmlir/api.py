@@ -187,7 +187,8 @@ class TCFunction:
         # call_key -> (hot knobs, plan.call, the plan's call without a stream argument or None,
         # its call into given outputs or None)
         self._plans: dict[tuple, tuple[tuple, Any, Any, Any]] = {}
-        # the latest torch plan's guarded call (`runtime.torch_fast`), tried before the key
+        # the latest torch plan's guarded call (`runtime.torch_fast`, a host plan's
+        # `runtime.host_calls`), tried before the key
         self._fast: Callable[[Sequence[Any]], Any] | None = None
         self._lock = threading.Lock()
 
@@ -242,6 +243,7 @@ class TCFunction:
         if fast is not None and options is None and outputs is None and stream is None \
                 and devices is None:
             done = fast(inputs)  # the latest torch plan, guarded by its inputs' call key
+            # (MISS also: a host plan's torch inputs off the CPU; the full path says why)
             if done is not MISS:
                 return done
         options = as_mapping_options(options)

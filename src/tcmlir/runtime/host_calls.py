@@ -32,6 +32,7 @@ import numpy as np
 
 from ..array_kinds import array_library, torch_from_numpy
 from ..binding import buffer_view
+from ..config import hot_path_token
 from ..errors import CallError
 from ..signature import call_key
 from .torch_fast import MISS
@@ -76,11 +77,13 @@ def _torch() -> Any:
     return torch
 
 
-def host_calls(plan: Any, fn_ir: Any, inputs: Sequence[Any]
-               ) -> tuple[Callable[[Sequence[Any], Any], Any], Callable[[Sequence[Any]], Any]]:
-    """``(call(inputs, stream), plain(inputs))`` for inputs of this kind and call key (every
-    one `host_ready`): ``plain`` runs the plan and returns the outputs in the inputs' kind,
-    or `MISS` (torch inputs not on the CPU); ``call`` also refuses a ``stream``."""
+def host_calls(plan: Any, fn_ir: Any, inputs: Sequence[Any]) -> tuple[Any, ...]:
+    """``(call(inputs, stream), plain(inputs), None, entry)`` for inputs of this kind and
+    call key (every one `host_ready`), as `TCFunction._remember` takes them: ``plain`` runs
+    the plan and returns the outputs in the inputs' kind, or `MISS` (torch inputs not on the
+    CPU); ``call`` also refuses a ``stream``; ``entry(key, token)`` (every input a torch
+    tensor, else None): ``plain`` guarded by the key's class, shape, dtype and strides and
+    the hot-path knobs, tried before the call key is computed (as a torch CUDA plan's)."""
     tensors = tuple(i for i, x in enumerate(inputs) if _is_torch_tensor(x))
     run = plan.call
     buffers = tuple(i for i, x in enumerate(inputs) if _is_buffer(x))
@@ -101,7 +104,30 @@ def host_calls(plan: Any, fn_ir: Any, inputs: Sequence[Any]
                             "host")
         return plain(inputs)
 
-    return call, plain
+    entry = _torch_entry(plain) if len(tensors) == len(inputs) else None
+    return call, plain, None, entry
+
+
+def _torch_entry(plain: Callable[[Sequence[Any]], Any]
+                 ) -> Callable[[tuple, tuple], Callable[[Sequence[Any]], Any]]:
+    def make_entry(key: tuple, token: tuple) -> Callable[[Sequence[Any]], Any]:
+        checks = tuple((cls, shape, dtype, strides) for cls, shape, dtype, strides, *_ in key)
+        n = len(checks)
+
+        def entry(inputs: Sequence[Any]) -> Any:
+            if len(inputs) != n:
+                return MISS
+            for x, (cls, shape, dtype, strides) in zip(inputs, checks, strict=True):
+                if x.__class__ is not cls or x.dtype is not dtype or x.shape != shape \
+                        or x.stride() != strides:
+                    return MISS
+            if hot_path_token() != token:
+                return MISS
+            return plain(inputs)
+
+        return entry
+
+    return make_entry
 
 
 def _viewing(run: Callable[[Sequence[Any]], Any], buffers: tuple[int, ...]
