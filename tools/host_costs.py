@@ -52,25 +52,28 @@ def _timer(calls: int, sync: Callable[[], Any] = lambda: None) -> Callable[..., 
 def cpu_call(calls: int) -> int:
     """``--cpu-call``: a warm call on the cpu target with numpy inputs, with torch CPU
     tensors and torch's own op, in µs per call (median of 5 loops of ``calls`` calls; softmax
-    ``calls // 20``), one torch thread. Measured on the 2-core dev machine (shared, noisy):
+    ``calls // 20``), one torch thread. Measured on the 2-core dev machine, shared (load
+    average ~4), two runs each, before = main at 21baa41 (``PYTHONPATH=<main>/src``), after =
+    branch i34call:
 
-    ======================================  ============  ==========
-    row                                     before (main  after (this
-                                            21baa41)      change)
-    ======================================  ============  ==========
-    add 1024 floats, numpy inputs               7.3           7.0
-    add 1024 floats, torch CPU inputs         341             7.6
-    torch.add                                   2.2           2.2
-    softmax 128x1024, numpy inputs            170           170
-    softmax 128x1024, torch CPU inputs        420           175
-    torch.softmax(x, 1)                        80            80
-    add: kernel.benchmark (torch) median       18 (a         7.5 (warm call)
-                                               slow path)
-    ======================================  ============  ==========
+    ========================================  ===============  ===============
+    row                                       before           after
+    ========================================  ===============  ===============
+    add 1024 floats, numpy inputs             4.5 / 11.0       4.9 / 7.0
+    add 1024 floats, torch CPU inputs         204 / 294        5.6 / 8.9
+    torch.add                                 1.4 / 1.4        1.5 / 1.4
+    add: kernel.benchmark(ta, tb) median      130 / 64 (a      7.0 / 3.7 (the
+                                              slow path)       warm call)
+    softmax 128x1024, numpy inputs            120 / 145        122 / 126
+    softmax 128x1024, torch CPU inputs        353 / 531        127 / 145
+    torch.softmax(x, 1)                       80 / 91          80 / 93
+    ========================================  ===============  ===============
 
-    Before, a call with torch CPU tensors bound in full every time (views, size binding,
-    memory check, options JSON); now it takes the prepared host plan
-    (`tcmlir.runtime.host_calls`), within 1.1x of the numpy-input call.
+    Before, a call with torch CPU tensors bound in full every time (numpy views, size
+    binding, the host memory check, the options' JSON); now it takes the prepared host plan
+    (`tcmlir.runtime.host_calls`: ``data_ptr()`` addresses, outputs back through
+    ``torch.from_numpy``), within 1.1-1.3x of the numpy-input call; ``kernel.benchmark``
+    times that warm call (its ``path``) instead of `HostKernel.run`'s per-call packing.
     """
     import numpy as np
     import torch

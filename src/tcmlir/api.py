@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import ir
 from .array_kinds import empty_call, given_outputs, has_zero_extent, in_input_kind
-from .benchmark import BenchmarkResult
+from .benchmark import BenchmarkResult, clock
 from .binding import allocate_outputs, bind_host_inputs, check_outputs
 from .call_args import as_mapping_options, order_inputs
 from .config import get_config, hot_path_token
@@ -454,7 +453,7 @@ class TCFunction:
             from .reference import run
 
             outs = allocate_outputs(self.ir, bound.sizes)
-            return _clock(lambda: run(self.ir, bound.arrays, bound.sizes, outs), runs), \
+            return clock(lambda: run(self.ir, bound.arrays, bound.sizes, outs), runs), \
                 "reference interpreter (inputs bound once)"
         if bound.signature != kernel.signature and not kernel.options.parametric:
             raise CallError(f"{self.entry}: kernel compiled for {kernel.signature.to_json()} "
@@ -465,8 +464,8 @@ class TCFunction:
 
             plan = host_plan(kernel.runner, kernel.compiled_ir or self.ir, bound.sizes)
             warm = host_calls(plan, self.ir, inputs)[1]
-            return _clock(lambda: warm(inputs), runs), WARM_CALL
-        return _clock(lambda: self._launch(kernel, inputs, None), runs), \
+            return clock(lambda: warm(inputs), runs), WARM_CALL
+        return clock(lambda: self._launch(kernel, inputs, None), runs), \
             "full call (inputs bound, and non-contiguous ones copied, on every run)"
 
     def profile(self, *inputs: Any, options: OptionsArg = None, runs: int = 20,
@@ -486,15 +485,6 @@ class TCFunction:
         inputs, options = order_inputs(self.ir, inputs, named), as_mapping_options(options)
         return profile_function(self, inputs, options=options, runs=runs, ceilings=ceilings,
                                 devices=devices)
-
-
-def _clock(run: Callable[[], Any], runs: int) -> list[float]:
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return times
 
 
 def _bind_any(fn: TCFunction, inputs: Sequence[Any]) -> Any:

@@ -13,11 +13,12 @@ per-run seconds, so code written when ``benchmark`` returned a list keeps workin
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
-__all__ = ["BenchmarkResult", "format_seconds"]
+__all__ = ["BenchmarkResult", "clock", "format_seconds"]
 
 
 def format_seconds(seconds: float) -> str:
@@ -26,6 +27,16 @@ def format_seconds(seconds: float) -> str:
         if abs(seconds) >= scale:
             return f"{seconds / scale:.3g} {unit}"
     return f"{seconds / 1e-9:.3g} ns"
+
+
+def clock(run: Callable[[], Any], runs: int) -> list[float]:
+    """Wall-clock seconds of each of ``runs`` calls of ``run()`` (the host's timer)."""
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return times
 
 
 @dataclass(frozen=True, eq=False)
