@@ -210,7 +210,7 @@ def buffer_view(value: Any) -> memoryview | None:
         return value if isinstance(value, memoryview) else None
     try:
         return memoryview(value)
-    except TypeError:
+    except (TypeError, ValueError, BufferError):  # (ValueError: a format it cannot export)
         return None
 
 

@@ -87,7 +87,7 @@ def _buffer_key(x: Any) -> tuple:
     # what numpy reads through it (`binding.buffer_view`)
     try:
         view = memoryview(x)
-    except TypeError:
+    except (TypeError, ValueError, BufferError):
         raise _NoKey from None
     return (x.__class__, view.shape, view.format, view.strides, view.readonly)
 

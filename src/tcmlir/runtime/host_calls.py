@@ -66,9 +66,9 @@ def host_ready(x: Any) -> bool:
 
 def _is_buffer(x: Any) -> bool:
     """An object keyed by what its buffer exposes (`signature.call_key`)."""
-    return call_key((x,)) is not None and buffer_view(x) is not None \
-        and not isinstance(x, np.generic | np.ndarray | bool | int | float) \
-        and array_library(x) == "numpy"
+    return not isinstance(x, np.generic | np.ndarray | bool | int | float) \
+        and array_library(x) == "numpy" and call_key((x,)) is not None \
+        and buffer_view(x) is not None
 
 
 def _torch() -> Any:
