@@ -1,6 +1,7 @@
 """Host cost of each piece of a warm tcmlir CUDA call, beside torch's (needs a GPU and torch).
 
     python tools/host_costs.py [--calls 20000]
+    python tools/host_costs.py --cpu-call [--calls 2000]   # the cpu target, no GPU (`cpu_call`)
 
 Each row is the median over 5 loops of ``--calls`` calls, in microseconds per call, with no
 synchronisation inside a loop (like `tools/bench_launch.py`'s enqueue figure, but a tight loop
@@ -24,12 +25,103 @@ from collections.abc import Callable
 from typing import Any
 
 ADD = "def add(float(N) x, float(N) y) -> (z) { z(i) = x(i) + y(i) }"
+SOFTMAX = """def softmax(float(N, D) X) -> (Y, mx, s) {
+    mx(n) max=! X(n, d)
+    Y(n, d) = exp(X(n, d) - mx(n))
+    s(n) +=! Y(n, d)
+    Y(n, d) = Y(n, d) / s(n)
+}"""
+
+
+def _timer(calls: int, sync: Callable[[], Any] = lambda: None) -> Callable[..., None]:
+    def row(name: str, f: Callable[[], Any], calls: int = calls) -> None:
+        for _ in range(max(1, min(1000, calls // 2))):
+            f()
+        runs = []
+        for _ in range(5):
+            start = time.perf_counter()
+            for _ in range(calls):
+                f()
+            runs.append((time.perf_counter() - start) / calls * 1e6)
+        sync()
+        print(f"{name:<40} {statistics.median(runs):9.2f} us", flush=True)
+
+    return row
+
+
+def cpu_call(calls: int) -> int:
+    """``--cpu-call``: a warm call on the cpu target with numpy inputs, with torch CPU
+    tensors and torch's own op, in µs per call (median of 5 loops of ``calls`` calls; softmax
+    ``calls // 20``), one torch thread. Measured on the 2-core dev machine, shared (load
+    average ~4), two runs each, before = main at 21baa41 (``PYTHONPATH=<main>/src``), after =
+    branch i34call:
+
+    ========================================  ===============  ===============
+    row                                       before           after
+    ========================================  ===============  ===============
+    add 1024 floats, numpy inputs             4.5 / 11.0       4.9 / 7.0
+    add 1024 floats, torch CPU inputs         204 / 294        5.6 / 8.9
+    torch.add                                 1.4 / 1.4        1.5 / 1.4
+    add: kernel.benchmark(ta, tb) median      130 / 64 (a      7.0 / 3.7 (the
+                                              slow path)       warm call)
+    softmax 128x1024, numpy inputs            120 / 145        122 / 126
+    softmax 128x1024, torch CPU inputs        353 / 531        127 / 145
+    torch.softmax(x, 1)                       80 / 91          80 / 93
+    ========================================  ===============  ===============
+
+    Before, a call with torch CPU tensors bound in full every time (numpy views, size
+    binding, the host memory check, the options' JSON); now it takes the prepared host plan
+    (`tcmlir.runtime.host_calls`: ``data_ptr()`` addresses, outputs back through
+    ``torch.from_numpy``), within 1.1-1.3x of the numpy-input call; ``kernel.benchmark``
+    times that warm call (its ``path``) instead of `HostKernel.run`'s per-call packing.
+    """
+    import numpy as np
+    import torch
+
+    import tcmlir as tc
+    from tcmlir.signature import call_key
+
+    torch.set_num_threads(1)
+    row = _timer(calls)
+    add = tc.define(ADD, target="cpu")
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal(1024).astype(np.float32) for _ in range(2))
+    ta, tb = torch.from_numpy(a.copy()), torch.from_numpy(b.copy())
+    add(a, b)
+    add(ta, tb)
+    row("add: numpy a + b", lambda: a + b)
+    row("add: tcmlir fn(a, b), numpy", lambda: add(a, b))
+    row("add: tcmlir fn(ta, tb), torch CPU", lambda: add(ta, tb))
+    row("add: torch.add(ta, tb)", lambda: torch.add(ta, tb))
+    row("call_key((ta, tb))", lambda: call_key((ta, tb)))
+    hit = add._plans.get(call_key((ta, tb)))
+    if hit is not None and hit[2] is not None:
+        row("the plan's torch call", lambda: hit[2]((ta, tb)))
+    kernel = add.compile(ta, tb)
+    bench = kernel.benchmark(ta, tb, runs=max(5, calls // 10))
+    print(f"{'add: kernel.benchmark(ta, tb) median':<40} {bench.median * 1e6:9.2f} us  "
+          f"({getattr(bench, 'path', '') or 'path not reported'})")
+    sm = tc.define(SOFTMAX, target="cpu")
+    x = rng.standard_normal((128, 1024)).astype(np.float32)
+    tx = torch.from_numpy(x.copy())
+    sm(x)
+    sm(tx)
+    few = max(1, calls // 20)
+    row("softmax 128x1024: fn(x), numpy", lambda: sm(x), few)
+    row("softmax 128x1024: fn(tx), torch CPU", lambda: sm(tx), few)
+    row("softmax 128x1024: torch.softmax(tx, 1)", lambda: torch.softmax(tx, 1), few)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--calls", type=int, default=20000)
+    ap.add_argument("--cpu-call", action="store_true",
+                    help="the cpu target's warm call: numpy vs torch CPU inputs vs torch "
+                         "(no GPU needed; see cpu_call)")
     args = ap.parse_args(argv)
+    if args.cpu_call:
+        return cpu_call(min(args.calls, 2000))
     import torch
 
     import tcmlir as tc
@@ -40,17 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         sys.exit("host_costs: no CUDA device")
 
-    def row(name: str, f: Callable[[], Any]) -> None:
-        for _ in range(1000):
-            f()
-        runs = []
-        for _ in range(5):
-            start = time.perf_counter()
-            for _ in range(args.calls):
-                f()
-            runs.append((time.perf_counter() - start) / args.calls * 1e6)
-        torch.cuda.synchronize()
-        print(f"{name:<40} {statistics.median(runs):7.2f} us", flush=True)
+    row = _timer(args.calls, torch.cuda.synchronize)
 
     x, y = torch.randn(1024, device="cuda"), torch.randn(1024, device="cuda")
     z = torch.empty_like(x)

@@ -14,16 +14,13 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from . import ir
-from .array_kinds import empty_call, has_zero_extent, in_input_kind
-from .benchmark import BenchmarkResult
+from .array_kinds import empty_call, given_outputs, has_zero_extent, in_input_kind
+from .benchmark import BenchmarkResult, clock
 from .binding import allocate_outputs, bind_host_inputs, check_outputs
 from .call_args import as_mapping_options, order_inputs
 from .config import get_config, hot_path_token
@@ -34,6 +31,7 @@ from .lang import check, parse
 from .lang.printer import format_def
 from .log import setup_logging
 from .options import MappingOptions
+from .runtime.host_calls import host_calls, host_ready
 from .runtime.torch_fast import MISS
 from .signature import Signature, call_key
 
@@ -138,11 +136,15 @@ class Kernel:
     def benchmark(self, *inputs: Any, runs: int = 5) -> BenchmarkResult:
         """Time ``runs`` runs on ``inputs`` (CUDA events after a warm-up run on the GPU, a wall
         clock on the host): a `BenchmarkResult` with ``median``, ``min`` and ``runs``, which is
-        also the sequence of the seconds per run."""
+        also the sequence of the seconds per run, and ``path``, what was timed. On the cpu
+        target a run is the call a user's repeated call makes: the kernel's prepared plan on
+        these inputs (numpy arrays or torch CPU tensors, outputs allocated and returned in the
+        inputs' kind), or, for inputs a call binds in full every time (non-contiguous ones,
+        which it copies), that full call."""
         if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
             raise TCError(f"benchmark: runs must be an integer >= 1, got {runs!r}")
-        times = self.function._benchmark(self, inputs, runs)
-        return BenchmarkResult.of(times, self.function.entry, self.target)
+        times, path = self.function._benchmark(self, inputs, runs)
+        return BenchmarkResult.of(times, self.function.entry, self.target, path)
 
     def __repr__(self) -> str:
         """``<tcmlir kernel matmul target=cuda arch=sm_90 options=3f2a9c1e sizes=M=64,...>``:
@@ -184,7 +186,8 @@ class TCFunction:
         # call_key -> (hot knobs, plan.call, the plan's call without a stream argument or None,
         # its call into given outputs or None)
         self._plans: dict[tuple, tuple[tuple, Any, Any, Any]] = {}
-        # the latest torch plan's guarded call (`runtime.torch_fast`), tried before the key
+        # the latest torch plan's guarded call (`runtime.torch_fast`, a host plan's
+        # `runtime.host_calls`), tried before the key
         self._fast: Callable[[Sequence[Any]], Any] | None = None
         self._lock = threading.Lock()
 
@@ -239,6 +242,7 @@ class TCFunction:
         if fast is not None and options is None and outputs is None and stream is None \
                 and devices is None:
             done = fast(inputs)  # the latest torch plan, guarded by its inputs' call key
+            # (MISS also: a host plan's torch inputs off the CPU; the full path says why)
             if done is not MISS:
                 return done
         options = as_mapping_options(options)
@@ -255,8 +259,11 @@ class TCFunction:
                 if hit is not None and hit[0] == hot_path_token():
                     if outputs is None:
                         if stream is None and hit[2] is not None:
-                            return hit[2](inputs)  # no stream given: one call frame less
-                        return hit[1](inputs, stream)
+                            done = hit[2](inputs)  # no stream given: one call frame less
+                            if done is not MISS:  # (MISS: torch tensors off the CPU)
+                                return done
+                        else:
+                            return hit[1](inputs, stream)
                     if stream is None and hit[3] is not None:
                         done = hit[3](inputs, outputs)  # None: not the plan's case, see below
                         if done is not None:
@@ -397,8 +404,8 @@ class TCFunction:
             from .runtime.host_plan import host_plan
 
             plan = host_plan(kernel.runner, kernel.compiled_ir or self.ir, bound.sizes)
-            if remember and all(_host_ready(x) for x in inputs):
-                self._remember(inputs, _host_call(plan), plan.call)
+            if remember and all(host_ready(x) for x in inputs):
+                self._remember(inputs, *host_calls(plan, self.ir, inputs))
             return in_input_kind(self.ir, inputs, plan.call(list(bound.arrays.values())))
         outs = check_outputs(self.ir, bound.sizes, outputs, inputs)
         if outs is None:
@@ -409,9 +416,10 @@ class TCFunction:
             run(self.ir, bound.arrays, bound.sizes, outs)
         else:
             kernel.runner.run({**bound.arrays, **outs}, bound.sizes)
+        if outputs is not None:
+            return given_outputs(outputs)
         results = tuple(outs[t.name] for t in self.ir.outputs)
-        result = results[0] if len(results) == 1 else results
-        return result if outputs is not None else in_input_kind(self.ir, inputs, result)
+        return in_input_kind(self.ir, inputs, results[0] if len(results) == 1 else results)
 
     def _remember(self, inputs: Sequence[Any], call: Callable[..., Any],
                   plain: Callable[..., Any] | None = None,
@@ -433,25 +441,32 @@ class TCFunction:
                 if entry is not None:
                     self._fast = entry(key, token)
 
-    def _benchmark(self, kernel: Kernel, inputs: Sequence[Any], runs: int) -> list[float]:
+    def _benchmark(self, kernel: Kernel, inputs: Sequence[Any], runs: int
+                   ) -> tuple[list[float], str]:
+        """Seconds per run and what a run is (`Kernel.benchmark`)."""
         if kernel.target == "cuda":
             from .runtime.cuda_launch import benchmark_cuda
 
-            return benchmark_cuda(kernel, inputs, runs)
+            return benchmark_cuda(kernel, inputs, runs), "launch sequence (CUDA events)"
         bound = bind_host_inputs(self.ir, inputs)
-        outs = allocate_outputs(self.ir, bound.sizes)
-        arrays = {**bound.arrays, **outs}
-        times = []
-        for _ in range(runs):
-            start = time.perf_counter()
-            if kernel.target == "numpy":
-                from .reference import run
+        if kernel.target == "numpy":
+            from .reference import run
 
-                run(self.ir, bound.arrays, bound.sizes, outs)
-            else:
-                kernel.runner.run(arrays, bound.sizes)
-            times.append(time.perf_counter() - start)
-        return times
+            outs = allocate_outputs(self.ir, bound.sizes)
+            return clock(lambda: run(self.ir, bound.arrays, bound.sizes, outs), runs), \
+                "reference interpreter (inputs bound once)"
+        if bound.signature != kernel.signature and not kernel.options.parametric:
+            raise CallError(f"{self.entry}: kernel compiled for {kernel.signature.to_json()} "
+                            f"benchmarked with {bound.signature.to_json()}")
+        if all(host_ready(x) for x in inputs):
+            from .runtime.host_calls import WARM_CALL
+            from .runtime.host_plan import host_plan
+
+            plan = host_plan(kernel.runner, kernel.compiled_ir or self.ir, bound.sizes)
+            warm = host_calls(plan, self.ir, inputs)[1]
+            return clock(lambda: warm(inputs), runs), WARM_CALL
+        return clock(lambda: self._launch(kernel, inputs, None), runs), \
+            "full call (inputs bound, and non-contiguous ones copied, on every run)"
 
     def profile(self, *inputs: Any, options: OptionsArg = None, runs: int = 20,
                 ceilings: Any = None, devices: Sequence[int] | None = None,
@@ -470,23 +485,6 @@ class TCFunction:
         inputs, options = order_inputs(self.ir, inputs, named), as_mapping_options(options)
         return profile_function(self, inputs, options=options, runs=runs, ceilings=ceilings,
                                 devices=devices)
-
-
-def _host_ready(x: Any) -> bool:
-    """Whether a host plan can take ``x`` as it is (what `HostPlan.call` assumes)."""
-    if type(x) is np.ndarray:
-        return bool(x.flags.c_contiguous)
-    return type(x) in (bool, int, float) or isinstance(x, np.generic)
-
-
-def _host_call(plan: Any) -> Callable[[Sequence[Any], Any], Any]:
-    def call(inputs: Sequence[Any], stream: Any) -> Any:
-        if stream is not None:
-            raise CallError(f"{plan.kernel.fn.name}: stream= is for target='cuda'; this kernel "
-                            "runs on the host")
-        return plan.call(inputs)
-
-    return call
 
 
 def _bind_any(fn: TCFunction, inputs: Sequence[Any]) -> Any:

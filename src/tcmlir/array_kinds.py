@@ -26,8 +26,8 @@ import numpy as np
 from .dtypes import DType
 from .errors import CallError
 
-__all__ = ["array_library", "convert_hint", "empty_call", "has_zero_extent", "in_input_kind",
-           "torch_from_numpy", "torch_numpy"]
+__all__ = ["array_library", "convert_hint", "empty_call", "given_outputs", "has_zero_extent",
+           "in_input_kind", "torch_from_numpy", "torch_numpy"]
 
 # torch's conversion methods (``x.float()``); other dtypes are spelt ``x.to(torch.<dtype>)``
 _TORCH_METHODS = {
@@ -78,6 +78,12 @@ def in_input_kind(fn_ir: Any, inputs: Sequence[Any], result: Any) -> Any:
     if isinstance(result, tuple):
         return tuple(torch_from_numpy(r) for r in result)
     return torch_from_numpy(result)
+
+
+def given_outputs(outputs: Any) -> Any:
+    """What a call with ``outputs=`` returns: the user's own objects (one, or a tuple)."""
+    given = tuple(outputs) if isinstance(outputs, list | tuple) else (outputs,)
+    return given[0] if len(given) == 1 else given
 
 
 def has_zero_extent(inputs: Sequence[Any]) -> bool:
@@ -144,7 +150,7 @@ def empty_call(fn: Any, inputs: Sequence[Any], outputs: Sequence[Any] | None) ->
     if given_outs is not None:
         for name, arr in given_outs.items():
             arr[...] = outs[name]
-        results = tuple(given_outs[t.name] for t in fn.ir.outputs)
+        return given_outputs(outputs)
     else:
         first = _first_array(fn.ir, inputs)
         results = tuple(outs[t.name] if first is None else _like(first, outs[t.name])

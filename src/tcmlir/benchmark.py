@@ -13,11 +13,12 @@ per-run seconds, so code written when ``benchmark`` returned a list keeps workin
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
-__all__ = ["BenchmarkResult", "format_seconds"]
+__all__ = ["BenchmarkResult", "clock", "format_seconds"]
 
 
 def format_seconds(seconds: float) -> str:
@@ -28,13 +29,26 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds / 1e-9:.3g} ns"
 
 
+def clock(run: Callable[[], Any], runs: int) -> list[float]:
+    """Wall-clock seconds of each of ``runs`` calls of ``run()`` (the host's timer)."""
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return times
+
+
 @dataclass(frozen=True, eq=False)
 class BenchmarkResult(Sequence[float]):
-    """Seconds per run of one kernel (``times``, in run order), which kernel and where."""
+    """Seconds per run of one kernel (``times``, in run order), which kernel and where;
+    ``path``: what each run timed (on the host the warm call a user's repeated call takes,
+    `runtime.host_calls.WARM_CALL`, or the full call when the inputs need binding in full)."""
 
     times: tuple[float, ...]
     entry: str = ""
     target: str = ""
+    path: str = ""
 
     def __post_init__(self) -> None:
         times = tuple(float(t) for t in self.times)
@@ -43,9 +57,11 @@ class BenchmarkResult(Sequence[float]):
         object.__setattr__(self, "times", times)
 
     @classmethod
-    def of(cls, times: Iterable[float], entry: str = "", target: str = "") -> BenchmarkResult:
-        """The result of these per-run seconds (any iterable) of kernel ``entry`` on ``target``."""
-        return cls(tuple(times), entry, target)
+    def of(cls, times: Iterable[float], entry: str = "", target: str = "",
+           path: str = "") -> BenchmarkResult:
+        """The result of these per-run seconds (any iterable) of kernel ``entry`` on
+        ``target``, each run timing ``path``."""
+        return cls(tuple(times), entry, target, path)
 
     @property
     def runs(self) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,8 +26,8 @@ from .errors import CallError
 from .lang.ranges import SIZE_LIMIT
 from .signature import ArgSpec, Signature
 
-__all__ = ["BoundCall", "bind_host_inputs", "bind_sizes", "host_signature", "host_views",
-           "is_cuda_dlpack", "needs_zero_fill", "output_shapes", "scalar_array"]
+__all__ = ["BoundCall", "bind_host_inputs", "bind_sizes", "buffer_view", "host_signature",
+           "host_views", "is_cuda_dlpack", "needs_zero_fill", "output_shapes", "scalar_array"]
 
 
 @dataclass(frozen=True)
@@ -181,6 +182,12 @@ def _as_host_array(fn: ir.Function, tensor: ir.Tensor, value: Any) -> np.ndarray
         except Exception as exc:  # noqa: BLE001 - foreign array types raise anything
             raise CallError(f"{fn.name}: input {tensor.name}: cannot view {_describe(value)} "
                             f"as an array ({exc})") from None
+    elif (view := buffer_view(value)) is not None:  # array.array, memoryview, bytearray
+        try:
+            arr = np.asarray(view)
+        except (TypeError, ValueError) as exc:  # a format numpy does not read
+            raise CallError(f"{fn.name}: input {tensor.name}: cannot view {_describe(value)} "
+                            f"as an array ({exc})") from None
     elif tensor.rank == 0:
         raise CallError(f"{fn.name}: scalar {tensor.name} ({tensor.dtype}) must be a number, "
                         f"got {_describe(value)}")
@@ -193,6 +200,18 @@ def _as_host_array(fn: ir.Function, tensor: ir.Tensor, value: Any) -> np.ndarray
             f"(convert it, e.g. {convert_hint(value, tensor.dtype, tensor.name)})")
     check_byte_order(f"{fn.name}: input {tensor.name}", arr)
     return arr
+
+
+def buffer_view(value: Any) -> memoryview | None:
+    """A memoryview of an object exposing the buffer protocol (``array.array``,
+    ``memoryview``, ``bytearray``, ``mmap``, ...), or None for one that does not. numpy
+    reads it without copying (``np.asarray(view)``: its shape, strides and format)."""
+    if isinstance(value, str | memoryview):
+        return value if isinstance(value, memoryview) else None
+    try:
+        return memoryview(value)
+    except (TypeError, ValueError, BufferError):  # (ValueError: a format it cannot export)
+        return None
 
 
 def check_byte_order(what: str, arr: np.ndarray) -> None:
@@ -337,7 +356,9 @@ def output_shapes(fn: ir.Function, sizes: Mapping[str, int]) -> dict[str, tuple[
 def check_outputs(fn: ir.Function, sizes: Mapping[str, int], outputs: Sequence[Any] | None,
                   inputs: Sequence[Any] = ()) -> dict[str, np.ndarray] | None:
     """Validate user-given output arrays (shape, dtype, byte order, contiguity, writability,
-    no memory shared with an input or another output)."""
+    no memory shared with an input or another output): numpy arrays or torch CPU tensors
+    (written through a numpy view of their memory; one that requires grad is refused).
+    Returns the numpy arrays (views) to write, by output name."""
     if outputs is None:
         return None
     if not isinstance(outputs, list | tuple):
@@ -346,10 +367,16 @@ def check_outputs(fn: ir.Function, sizes: Mapping[str, int], outputs: Sequence[A
         raise CallError(f"{fn.name} has {len(fn.outputs)} output(s), got {len(outputs)} in outputs=")
     shapes = output_shapes(fn, sizes)
     result: dict[str, np.ndarray] = {}
-    for tensor, arr in zip(fn.outputs, outputs, strict=True):
-        if not isinstance(arr, np.ndarray):
-            raise CallError(f"{fn.name}: output {tensor.name} must be a numpy array here, "
-                            f"got {_describe(arr)}")
+    for tensor, given in zip(fn.outputs, outputs, strict=True):
+        arr = _host_memory_of(given)
+        if arr is None:
+            raise CallError(f"{fn.name}: output {tensor.name} must be a numpy array or a torch "
+                            f"CPU tensor here, got {_describe(given)}")
+        if getattr(given, "requires_grad", False):
+            raise CallError(f"{fn.name}: output {tensor.name} requires grad; outputs= writes "
+                            "it in place, which autograd would not see (as torch refuses out= "
+                            f"for such tensors): pass {tensor.name}.detach() or a tensor "
+                            "without grad")
         if tuple(arr.shape) != shapes[tensor.name]:
             raise CallError(f"{fn.name}: output {tensor.name} must have shape "
                             f"{shapes[tensor.name]}, got {tuple(arr.shape)}")
@@ -408,7 +435,8 @@ def _host_memory_of(x: Any) -> np.ndarray | None:
     or None for anything else (scalars, device arrays)."""
     if isinstance(x, np.ndarray):
         return x
-    if array_library(x) == "torch" and getattr(getattr(x, "device", None), "type", None) == "cpu":
+    if array_library(x) == "torch" and getattr(getattr(x, "device", None), "type", None) == "cpu" \
+            and getattr(x, "layout", None) is getattr(sys.modules.get("torch"), "strided", 0):
         return torch_numpy(x)
     return None
 

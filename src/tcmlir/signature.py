@@ -5,8 +5,8 @@ the shapes by binding the definition's size names. Both are hashable and JSON-fr
 in-memory compile cache and the persistent cache keys.
 
 `call_key` is the hot path's version: one hashable tuple read straight off the user's objects
-(type, shape, dtype, strides and device of each array; the type of each scalar) without
-converting anything, so a cached call finds its prepared launch plan in one dict lookup.
+(type, shape, dtype, strides and device of each array; the type of each scalar; the shape,
+format and strides of an object exposing only the buffer protocol) without converting anything, so a cached call finds its prepared launch plan in one dict lookup.
 """
 
 from __future__ import annotations
@@ -78,6 +78,20 @@ def _scalar_key(x: Any) -> type:
     return x.__class__
 
 
+class _NoKey(Exception):
+    """An object of a keyed class that cannot be keyed after all (`_buffer_key`)."""
+
+
+def _buffer_key(x: Any) -> tuple:
+    # an object exposing only the buffer protocol (array.array, memoryview, bytearray, ...):
+    # what numpy reads through it (`binding.buffer_view`)
+    try:
+        view = memoryview(x)
+    except (TypeError, ValueError, BufferError):
+        raise _NoKey from None
+    return (x.__class__, view.shape, view.format, view.strides, view.readonly)
+
+
 def _keyer_for(cls: type) -> Callable[[Any], Any] | None:
     if cls is np.ndarray:
         return _numpy_key
@@ -88,7 +102,11 @@ def _keyer_for(cls: type) -> Callable[[Any], Any] | None:
         return _torch_key
     if module == "cupy" and hasattr(cls, "__cuda_array_interface__"):
         return _cupy_key
-    return None  # other array types take the full binding path on every call
+    if module in ("torch", "cupy", "numpy") or cls is str or any(
+            hasattr(cls, a) for a in ("__array__", "__array_interface__", "__dlpack__",
+                                      "__cuda_array_interface__")):
+        return None  # other array types take the full binding path on every call
+    return _buffer_key  # (its objects may not expose a buffer: then no key)
 
 
 _KEYERS: dict[type, Callable[[Any], Any] | None] = {}
@@ -102,12 +120,15 @@ def call_key(inputs: Sequence[Any]) -> tuple | None:
     and pass or fail the same checks; only the data pointers (and scalar values) differ.
     """
     parts = []
-    for x in inputs:
-        cls = x.__class__
-        keyer = _KEYERS.get(cls, False)
-        if keyer is False:
-            keyer = _KEYERS[cls] = _keyer_for(cls)
-        if keyer is None:
-            return None
-        parts.append(keyer(x))
+    try:
+        for x in inputs:
+            cls = x.__class__
+            keyer = _KEYERS.get(cls, False)
+            if keyer is False:
+                keyer = _KEYERS[cls] = _keyer_for(cls)
+            if keyer is None:
+                return None
+            parts.append(keyer(x))
+    except _NoKey:
+        return None
     return tuple(parts)

@@ -3,8 +3,9 @@
     profile_function(fn, inputs, options, runs)   # fn.profile(*inputs)
       (devices=[...]: `split_profile.profile_split`, the split call's parts and transfers)
       -> fn.compile(...) -> profile_kernel(kernel, inputs, runs)        # kernel.profile(*inputs)
-           times:      the whole call (median of ``runs``; CUDA events on the GPU, wall clock on
-                       the host) and each launched kernel on its own (`_cuda_times`, `_host_times`);
+           times:      the whole call (median of ``runs``; CUDA events on the GPU, a wall clock
+                       on the host around the warm call a user makes; `Profile.timed` says
+                       which) and each launched kernel on its own (`_cuda_times`, `_host_times`);
                        on the GPU also the host's wall clock per call in the launch path
                        (`_host_call_s`: the ``[host]`` advice)
            structure:  `structure.kernel_structures` (statements, mapping, strides, promotion)
@@ -63,12 +64,15 @@ def profile_kernel(kernel: Any, inputs: Sequence[Any], *, runs: int = 20,
     host_s = 0.0
     if kernel.target == "cuda":
         whole, per, host_s = _cuda_times(kernel, inputs, runs)
+        timed = "launch sequence (CUDA events)"
     else:
-        whole, per = _host_times(kernel, inputs, runs, len(structures))
-    return build_profile(kernel, time_s=statistics.median(whole),
+        whole, per, timed = _host_times(kernel, inputs, runs, len(structures))
+    prof = build_profile(kernel, time_s=statistics.median(whole),
                          kernel_times=[statistics.median(t) for t in per], ceilings=ceil,
                          runs=runs, structures=structures,
                          kernel_fn=None if state is None else state.fn, host_s=host_s)
+    prof.timed = timed
+    return prof
 
 
 def _structures(kernel: Any) -> tuple[tuple[KernelStructure, ...], Any]:
@@ -197,12 +201,14 @@ def _loop_shapes(kernel: Any, structures: Sequence[KernelStructure],
 
 
 def _host_times(kernel: Any, inputs: Sequence[Any], runs: int,
-                n_groups: int) -> tuple[list[float], list[list[float]]]:
-    """Wall-clock seconds of the whole call and of each top-level loop group (cpu), or of the
-    reference interpreter (numpy, one 'kernel')."""
-    whole = kernel.benchmark(*inputs, runs=runs + 1)[1:]  # the first run warms up
+                n_groups: int) -> tuple[list[float], list[list[float]], str]:
+    """Wall-clock seconds of the whole call (`Kernel.benchmark`: on the cpu target the warm
+    call a user's repeated call makes) and of each top-level loop group (cpu), or of the
+    reference interpreter (numpy, one 'kernel'); and what the whole call's runs timed."""
+    result = kernel.benchmark(*inputs, runs=runs + 1)
+    whole = list(result[1:])  # the first run warms up
     if kernel.target == "numpy":
-        return whole, [whole]
+        return whole, [whole], result.path
     import ctypes
 
     from ..binding import allocate_outputs, bind_host_inputs
@@ -226,7 +232,7 @@ def _host_times(kernel: Any, inputs: Sequence[Any], runs: int,
             runner._run_group(entry, ptrs, size_arr)
             times.append(time.perf_counter() - start)
         per.append(times)
-    return whole, per
+    return whole, per, result.path
 
 
 def _cuda_times(kernel: Any, inputs: Sequence[Any], runs: int

@@ -161,6 +161,7 @@ class Profile(_Rates):
     split: str = ""                      # how it was split, or why not
     host_s: float = 0.0                  # cuda: the host's seconds per call in the launch path
     bandwidth_ceiling: float = 0.0       # the bandwidth of the call's read/write mix
+    timed: str = ""                      # what time_s timed (`BenchmarkResult.path`)
 
     @property
     def transfer_bytes_between_devices(self) -> int:
@@ -181,7 +182,7 @@ class Profile(_Rates):
             "transfer_bytes": self.transfer_bytes, "transfer_s": self.transfer_s,
             "transfer_bytes_between_devices": self.transfer_bytes_between_devices,
             "devices": list(self.devices), "split": self.split, "host_s": self.host_s,
-            "bandwidth_ceiling": self.bandwidth_ceiling,
+            "bandwidth_ceiling": self.bandwidth_ceiling, "timed": self.timed,
             "parts": [p.to_dict() for p in self.parts],
             "ceilings": self.ceilings.to_dict(),
             "kernels": [k.to_dict() for k in self.kernels], "advice": list(self.advice),
@@ -200,6 +201,8 @@ class Profile(_Rates):
             f"{format_si(self.bytes, 'B')} minimal DRAM traffic"
             f"{'' if self.exact else ' (upper bound: gathers)'}",
         ]
+        if self.timed:
+            head.append(f"timed: {self.timed}")
         if self.flops_formula:
             head.append(f"  flops = {self.flops_formula}")
         if self.bytes_formula:

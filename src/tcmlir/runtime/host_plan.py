@@ -34,6 +34,8 @@ _char_at = ctypes.c_char.from_buffer
 
 _UNTYPED = ctypes.CFUNCTYPE(None)
 
+_SCALARS = (bool, int, float)
+
 
 def _raw(fn: Any) -> Any:
     """``fn`` (a ctypes function) as a prototype without argument types: called with ctypes
@@ -66,6 +68,8 @@ class HostPlan:
              np.zeros if needs_zero_fill(fn, t, sizes) else np.empty)
             for t in (*fn.outputs, *fn.temporaries))
         self._n_outputs = len(fn.outputs)
+        # (slot, shape, numpy dtype, np.empty or np.zeros) of each output, in order
+        self.fresh_outputs = self._fresh[: self._n_outputs]
         self._n_tensors = len(tensors)
         self._size_array = (ctypes.c_int64 * max(1, len(fn.sizes)))(*(sizes[s] for s in fn.sizes))
         serial = tc.instance_count(fn, sizes) < SERIAL_INSTANCES
@@ -85,7 +89,8 @@ class HostPlan:
                 for (entry, chunks), errs in zip(self._groups, self._errors, strict=True))
 
     def call(self, inputs: Sequence[Any]) -> Any:
-        """Run on ``inputs`` (numpy arrays of the plan's signature, or scalars for rank-0 ones)."""
+        """Run on ``inputs`` (C-contiguous numpy arrays or torch CPU tensors of the plan's
+        signature, or scalars for rank-0 ones); returns numpy outputs."""
         keep = []  # converted scalars: alive until the kernel returns
         fresh = []
         if self._lock.acquire(blocking=False):
@@ -96,10 +101,15 @@ class HostPlan:
             owned = False
         try:
             for (k, dtype), x in zip(self._inputs, inputs, strict=True):
-                if type(x) is not np.ndarray:
+                cls = x.__class__
+                if cls is np.ndarray:
+                    pointers[k] = _address(x)
+                elif cls in _SCALARS or isinstance(x, np.generic):
                     x = np.asarray(x, dtype=dtype)
                     keep.append(x)
-                pointers[k] = _address(x)
+                    pointers[k] = _address(x)
+                else:  # a contiguous torch CPU tensor (`host_calls.host_ready`)
+                    pointers[k] = x.data_ptr()
             for k, shape, dtype, make in self._fresh:
                 a = make(shape, dtype)
                 fresh.append(a)
