@@ -93,7 +93,7 @@ class Sharded:
 def call_sharded(fn: Any, *inputs: Any, devices: Sequence[int], options: Any = None) -> Any:
     """``fn(*inputs, devices=devices)`` with the outputs left on the parts' devices: one
     `Sharded` per output (a tuple for several). CUDA target only."""
-    from ..api import resolve_target
+    from ..targets import resolve_target
     from .execute import split_call
 
     target = resolve_target(fn.target)

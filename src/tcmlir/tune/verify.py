@@ -323,8 +323,8 @@ def verify_for_call(fn: Any, inputs: Sequence[Any], options: MappingOptions,
     (device arrays in place), into poisoned outputs; the reference is `compute_reference` on
     a host copy of the inputs (device inputs are copied once, and the log says so).
     """
-    from ..api import resolve_target
     from ..input_spec import host_copies
+    from ..targets import resolve_target
 
     target = resolve_target(target or fn.target)
     if target == "numpy":
