@@ -339,9 +339,11 @@ def _cmd_dump(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m tcmlir.dump ARGS``: the same as ``tcmlir dump ARGS`` (its exit status)."""
-    from .cli import main as tcmlir_main
+    from .cli_args import CommandParser, run_command
 
-    return tcmlir_main(["dump", *(sys.argv[1:] if argv is None else argv)])
+    parser = CommandParser(prog="tcmlir")
+    add_dump_command(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    return run_command(parser, ["dump", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
