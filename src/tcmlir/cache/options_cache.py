@@ -37,7 +37,7 @@ from .keys import (
 )
 from .store import CacheCounters, CacheError, CacheStore, logger, row_checksum
 
-__all__ = ["DEFAULT_TOP_K", "PROCESS_COUNTERS", "OptionsCache", "TunedRecord",
+__all__ = ["DEFAULT_TOP_K", "PROCESS_COUNTERS", "OptionsCache", "TunedRecord", "TunedRow",
            "log_size_distance"]
 
 # lookups of tuned options by every OptionsCache of this process (`tcmlir.cache.stats`)
@@ -101,7 +101,7 @@ def _sizes_json(sizes: Mapping[str, int] | None, sig: Signature) -> str:
 
 
 @dataclass(frozen=True)
-class _Row:
+class TunedRow:
     """A tuned_options row as read, before its checksum is trusted."""
 
     id: int
@@ -318,7 +318,7 @@ class OptionsCache:
         existing = conn.execute(_SELECT + " WHERE key_hash = ? AND options = ?",
                                 (key_hash, options)).fetchone()
         if existing is not None:
-            row = _Row(*existing)
+            row = TunedRow(*existing)
             if row.is_intact() and row.time_s <= time_s:
                 return False
             conn.execute("DELETE FROM tuned_options WHERE id = ?", (row.id,))
@@ -330,11 +330,11 @@ class OptionsCache:
         return True
 
     def _read_rows(self, where: str, params: tuple,
-                   usable: Callable[[str], str | None] | None = None) -> list[_Row]:
+                   usable: Callable[[str], str | None] | None = None) -> list[TunedRow]:
         """Rows matching ``where``, fastest first; damaged ones (a checksum that does not
         match, or options ``usable`` rejects: it returns why) are deleted and counted."""
         rows = self.db.read(
-            lambda conn: [_Row(*r) for r in conn.execute(
+            lambda conn: [TunedRow(*r) for r in conn.execute(
                 f"{_SELECT} WHERE {where} ORDER BY time_s, id", params)], [])
         intact, broken, unusable = [], [], []
         for r in rows:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..signature import Signature
 from .errors import CacheError
-from .options_cache import TUNED_COLUMNS, _Row
+from .options_cache import TUNED_COLUMNS, TunedRow
 from .store import logger
 from .trust import SQLITE_MAGIC
 
@@ -148,7 +148,7 @@ def _read_sqlite_export(path: Path) -> tuple[list[tuple], list[str], int]:
     try:
         conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         try:
-            rows = [_Row(*r) for r in conn.execute(
+            rows = [TunedRow(*r) for r in conn.execute(
                 f"SELECT id, {', '.join(TUNED_COLUMNS)} FROM tuned_options")]
             try:
                 (artifacts,) = conn.execute("SELECT COUNT(*) FROM artifacts").fetchone()
