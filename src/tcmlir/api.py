@@ -12,6 +12,7 @@ call with an equal key and the same hot knobs goes straight to the plan.
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 import time
@@ -90,6 +91,12 @@ class TCFunction:
         return f"<tcmlir function {self.entry} target={self.target}>"
 
     # ------------------------------------------------------------ signatures
+
+    def definer(self) -> Callable[..., TCFunction]:
+        """`define` bound to this definition's source text and name: a picklable callable that
+        makes the function again in another process (``fn.definer()(target="cuda")``). The
+        tuner's worker processes receive it, so `tune` never imports `api`."""
+        return functools.partial(define, self.source.text, self.entry)
 
     def input_spec(self, inputs: Sequence[Any], target: str | None = None) -> InputSpec:
         """The signature and size values a call on ``target`` (default: the function's) binds

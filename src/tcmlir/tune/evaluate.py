@@ -250,7 +250,7 @@ class WorkerPoolEvaluator:
         if reference is not None:
             ref_path = os.path.join(self._tmp.name, "reference.npz")
             reference.save(ref_path)
-        self._args = (fn.source.text, fn.entry, path, config, target, ref_path, input_kind)
+        self._args = (fn.definer(), path, config, target, ref_path, input_kind)
         self.workers: dict[int, WorkerProcess] = {}
         self.compilers: list[WorkerProcess] = []
         self.restarts = 0
@@ -266,7 +266,7 @@ class WorkerPoolEvaluator:
             count = default_compile_workers(config) if target == "cuda" else 0
             if count and self._identity is not None:
                 arch, signature, sizes = self._identity
-                self._compile_args = (fn.source.text, fn.entry, arch, signature, sizes)
+                self._compile_args = (fn.definer(), arch, signature, sizes)
                 for _ in range(count):
                     self.compilers.append(self._compiler())
                 for worker in self.compilers:

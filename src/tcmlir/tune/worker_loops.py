@@ -105,7 +105,7 @@ def _load_inputs(path: str) -> list[Any]:
         return [data[f"arg{i}"] for i in range(len(data.files))]
 
 
-def gpu_worker_main(conn: Any, device: int, source: str, entry: str, inputs_path: str,
+def gpu_worker_main(conn: Any, device: int, definer: Any, inputs_path: str,
                     config: Any, target: str = "cuda", reference_path: str | None = None,
                     input_kind: str | None = None) -> None:  # pragma: no cover - child
     """A GPU worker's loop (see the module docstring); ``target="cpu"`` runs the same loop
@@ -117,9 +117,7 @@ def gpu_worker_main(conn: Any, device: int, source: str, entry: str, inputs_path
     faulthandler.enable()  # a native crash prints where it happened (on the tuner's stderr)
     os.environ["CUDA_VISIBLE_DEVICES"] = str(device)
     try:
-        import tcmlir
-
-        fn = tcmlir.define(source, entry, target=target)
+        fn = definer(target=target)  # `TCFunction.definer`: tcmlir.define of the tuned source
         inputs = _load_inputs(inputs_path)
         # None: too large for the interpreter, the default options' kernel is the reference
         reference = (Reference.load(reference_path) if reference_path is not None
@@ -190,20 +188,18 @@ def _unpacked(fn: Any, opts: MappingOptions, bound: Any, payload: bytes) -> Any:
     return cuda_kernel_from(fn, opts, bound.signature, bound.sizes, fields)
 
 
-def compile_worker_main(conn: Any, source: str, entry: str, arch: str, signature_json: str,
+def compile_worker_main(conn: Any, definer: Any, arch: str, signature_json: str,
                         sizes: dict[str, int]) -> None:  # pragma: no cover - child
     """A compile worker: cuda candidates in (options JSON), packed kernels out."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     faulthandler.enable()
     os.environ["CUDA_VISIBLE_DEVICES"] = ""  # compiling needs no GPU and must not take one
     try:
-        import tcmlir
-
         from .. import compiler
         from ..cache.kernel_image import pack_cuda_kernel
         from ..signature import Signature
 
-        fn = tcmlir.define(source, entry, target="cuda")
+        fn = definer(target="cuda")
         signature = Signature.from_json(signature_json)
         conn.send(("ready", None))
     except BaseException:  # noqa: BLE001 - report anything to the parent
