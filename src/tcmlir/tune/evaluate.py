@@ -60,9 +60,8 @@ import numpy as np
 from ..errors import TCError
 from ..options import MappingOptions
 from .config import TunerConfig
-from .verify import Reference, compute_reference, run_checked, to_host
-from .worker import WorkerProcess
-from .worker_loops import FAULT_ENV
+from .verify import Reference, compile_candidate, compute_reference, run_checked, to_host
+from .worker import FAULT_ENV, WorkerProcess
 
 __all__ = ["FAULT_ENV", "FINAL_ROUNDS", "WRONG_RESULT", "Evaluation", "HostEvaluator",
            "WorkerPoolEvaluator", "compile_candidate", "default_compile_workers",
@@ -150,22 +149,6 @@ def remeasured(candidates: Sequence[MappingOptions],
     return [Evaluation(opts, math.inf, 0, error=a) if isinstance(a, str)
             else Evaluation(opts, a[0], a[2], spread_s=a[1])
             for opts, a in zip(candidates, answers, strict=True)]
-
-
-def compile_candidate(fn: Any, inputs: Sequence[Any], opts: MappingOptions, target: str) -> Any:
-    """A `Kernel` for ``opts`` (through the artifact cache, not the in-memory kernel table)."""
-    from .. import compiler
-
-    if target == "cuda":
-        from ..runtime.arrays import bind_device_inputs
-
-        bound = bind_device_inputs(fn.ir, inputs)
-    else:
-        from ..binding import bind_host_inputs
-
-        bound = bind_host_inputs(fn.ir, inputs)
-    return compiler.compile_kernel(fn, target, opts, bound.signature, bound.sizes, None)
-
 
 
 class HostEvaluator:

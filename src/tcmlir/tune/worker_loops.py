@@ -1,4 +1,5 @@
-"""What a tuning worker process does (started by `tune.worker`, driven by `tune.evaluate`).
+"""What a tuning worker process does: `main` (the child of `tune.worker.WorkerProcess`) runs
+one of the loops below, driven by `tune.evaluate`.
 
 `gpu_worker_main` evaluates candidates on one device: it loads the tuning inputs, makes them
 resident on the device once (in the kind of the caller's inputs where that library is there:
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import faulthandler
 import json
+import multiprocessing.connection as mp_connection
 import os
 import signal
 import time
@@ -30,11 +32,10 @@ import numpy as np
 
 from ..errors import CudaError, LaunchConfigError, TCError
 from ..options import MappingOptions
+from .worker import FAULT_ENV
 
-__all__ = ["FAULT_ENV", "compile_worker_main", "fault_action", "gpu_worker_main",
+__all__ = ["FAULT_ENV", "compile_worker_main", "fault_action", "gpu_worker_main", "main",
            "resident_inputs"]
-
-FAULT_ENV = "TCMLIR_TUNE_FAULT"
 
 
 def fault_action(opts_json: str, stage: str = "") -> str | None:
@@ -172,7 +173,7 @@ def gpu_worker_main(conn: Any, device: int, definer: Any, inputs_path: str,
 
 
 def _compile(fn: Any, inputs: Sequence[Any], opts: MappingOptions, target: str) -> Any:
-    from .evaluate import compile_candidate
+    from .verify import compile_candidate
 
     return compile_candidate(fn, inputs, opts, target)
 
@@ -221,3 +222,15 @@ def compile_worker_main(conn: Any, definer: Any, arch: str, signature_json: str,
             conn.send(("error", f"{type(exc).__name__} while compiling: {first}"))
 
 
+def main(fd: int) -> None:  # pragma: no cover - runs in the child
+    """The child's side: read the role and arguments from the socket ``fd``, run the loop."""
+    conn = mp_connection.Connection(fd)
+    try:
+        role, args = conn.recv()
+    except (EOFError, OSError):
+        return
+    loop = {"gpu": gpu_worker_main, "compile": compile_worker_main}[role]
+    try:
+        loop(conn, *args)
+    except (EOFError, OSError):  # the tuner went away: nothing left to do
+        pass
