@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import ir
-from .array_kinds import empty_call, has_zero_extent, in_input_kind
+from .array_kinds import has_zero_extent, in_input_kind
 from .binding import allocate_outputs, bind_host_inputs, check_outputs
 from .call_args import as_mapping_options, order_inputs
 from .config import get_config, hot_path_token
+from .empty_calls import empty_call
 from .errors import CallError, Source, TCError
 from .input_spec import InputSpec, bind_input_spec
 from .interrupt import stop_on_interrupt

@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .array_kinds import empty_call, has_zero_extent
+from .array_kinds import has_zero_extent
 from .benchmark import BenchmarkResult
+from .empty_calls import empty_call
 from .errors import TCError
 from .log import options_digest as digest_of_json
 
