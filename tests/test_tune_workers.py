@@ -102,7 +102,8 @@ def test_a_worker_that_fails_to_start_says_why(tmp_path):
 
 def test_a_worker_killed_while_starting_is_reported_not_waited_for():
     fn = tc.define(MATMUL, target="cpu")
-    worker = WorkerProcess("gpu", (0, fn.definer(), "/nonexistent", TunerConfig(), "cpu"), "tuning worker for GPU 0")
+    worker = WorkerProcess("gpu", (0, fn.definer(), "/nonexistent", TunerConfig(), "cpu"),
+                           "tuning worker for GPU 0")
     worker.proc.kill()
     with pytest.raises(tc.TCError, match="was killed by SIGKILL while starting"):
         worker.wait_ready(120.0)
