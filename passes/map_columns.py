@@ -35,7 +35,7 @@ import islpy as isl
 
 from .. import ir as tc
 from ..dtypes import DType
-from ..gpu_defaults import SM_COUNT
+from ..gpu_device import SM_COUNT
 from ..poly.gpu_mapping import BLOCK_PARAMS, THREAD_PARAMS, KernelMark, pin_unused
 from ..poly.scop import sets_of
 from ..poly.state import CompileState

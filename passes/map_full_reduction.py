@@ -29,7 +29,7 @@ from __future__ import annotations
 import islpy as isl
 
 from ..dtypes import DType
-from ..gpu_defaults import SM_COUNT
+from ..gpu_device import SM_COUNT
 from ..poly.gpu_mapping import (
     BLOCK_PARAMS,
     THREAD_PARAMS,

@@ -56,7 +56,7 @@ import islpy as isl
 
 from .. import ir as tc
 from ..errors import PipelineError
-from ..gpu_defaults import SM_COUNT
+from ..gpu_device import SM_COUNT
 from ..poly.gpu_mapping import BLOCK_PARAMS, THREAD_PARAMS, with_params
 from ..poly.scop import sets_of
 from ..poly.state import CompileState

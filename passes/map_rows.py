@@ -56,7 +56,7 @@ import islpy as isl
 from .. import ir as tc
 from ..dtypes import DType
 from ..errors import PipelineError
-from ..gpu_defaults import SM_COUNT
+from ..gpu_device import SM_COUNT
 from ..poly.gpu_mapping import (
     BLOCK_PARAMS,
     THREAD_PARAMS,

@@ -340,13 +340,13 @@ def native_calls(driver: FakeDriver) -> Any:
 def device_array(host: np.ndarray) -> Any:
     """A CUDA-array-interface object whose "device" memory is ``host``'s (the fake's model)."""
     from tcmlir.dtypes import DType
-    from tcmlir.runtime.arrays import _typestr
+    from tcmlir.runtime.arrays import typestr
 
     class FakeDeviceArray:
         def __init__(self, array: np.ndarray):
             self.array = array
             self.__cuda_array_interface__ = {
-                "shape": array.shape, "typestr": _typestr(DType.from_numpy(array.dtype)),
+                "shape": array.shape, "typestr": typestr(DType.from_numpy(array.dtype)),
                 "data": (array.ctypes.data, False), "version": 3, "strides": None}
 
     return FakeDeviceArray(host)

@@ -97,7 +97,7 @@ def test_compile_worker_compiles_and_survives_bad_candidates(monkeypatch):
     monkeypatch.setenv("TCMLIR_ALWAYS_COMPILE", "1")
     monkeypatch.setenv(FAULT_ENV, "compile-crash:unroll_factor=8")
     fn, bound = _bound(32, 16, 24)
-    args = (fn.source.text, fn.entry, "sm_90", bound.signature.to_json(), dict(bound.sizes))
+    args = (fn.definer(), "sm_90", bound.signature.to_json(), dict(bound.sizes))
     worker = WorkerProcess("compile", args, "compile worker")
     try:
         assert worker.wait_ready(120.0) is None

@@ -143,7 +143,7 @@ def test_cuda_candidates_compile_on_ray_cpu_tasks(ray_cluster):
     fn = tc.define(MATMUL, target="cuda")
     bound = bind_device_inputs(fn.ir, list(inputs(16, 8, 12)))
     task = ray_cluster.remote(compile_cuda).options(num_cpus=1, num_gpus=0, max_retries=0)
-    ref = task.remote(MATMUL, "mm", "sm_90", bound.signature.to_json(), dict(bound.sizes),
+    ref = task.remote(fn.definer(), "sm_90", bound.signature.to_json(), dict(bound.sizes),
                       MappingOptions.naive().to_json())
     kind, payload = ray_cluster.get(ref, timeout=120)
     assert kind == "ok"

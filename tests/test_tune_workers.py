@@ -58,7 +58,7 @@ SCRIPT = textwrap.dedent('''
     # a compile worker, as a cuda tuning starts them
     cfn = tc.define(MATMUL, target="cuda")
     bound = bind_device_inputs(cfn.ir, [a, b])
-    worker = WorkerProcess("compile", (cfn.source.text, cfn.entry, "sm_90",
+    worker = WorkerProcess("compile", (cfn.definer(), "sm_90",
                                        bound.signature.to_json(), dict(bound.sizes)),
                            "compile worker", env={"CUDA_VISIBLE_DEVICES": ""})
     try:
@@ -92,7 +92,7 @@ def test_a_module_level_script_tunes_and_its_body_runs_once(tmp_path):
 def test_a_worker_that_fails_to_start_says_why(tmp_path):
     fn = tc.define(MATMUL, target="cpu")
     missing = str(tmp_path / "no-such-inputs.npz")
-    worker = WorkerProcess("gpu", (0, fn.source.text, fn.entry, missing, TunerConfig(), "cpu"),
+    worker = WorkerProcess("gpu", (0, fn.definer(), missing, TunerConfig(), "cpu"),
                            "tuning worker for GPU 0")
     with pytest.raises(tc.TCError, match=r"(?s)tuning worker for GPU 0 failed to start.*"
                                           r"no-such-inputs"):
@@ -102,8 +102,17 @@ def test_a_worker_that_fails_to_start_says_why(tmp_path):
 
 def test_a_worker_killed_while_starting_is_reported_not_waited_for():
     fn = tc.define(MATMUL, target="cpu")
-    worker = WorkerProcess("gpu", (0, fn.source.text, fn.entry, "/nonexistent", TunerConfig(),
-                                   "cpu"), "tuning worker for GPU 0")
+    worker = WorkerProcess("gpu", (0, fn.definer(), "/nonexistent", TunerConfig(), "cpu"),
+                           "tuning worker for GPU 0")
     worker.proc.kill()
     with pytest.raises(tc.TCError, match="was killed by SIGKILL while starting"):
         worker.wait_ready(120.0)
+
+
+def test_the_definer_workers_receive_pickles_and_defines_the_same_function():
+    import pickle
+
+    fn = tc.define(MATMUL, target="cpu")
+    again = pickle.loads(pickle.dumps(fn.definer()))(target="cuda")
+    assert again is not fn and again.entry == fn.entry and again.target == "cuda"
+    assert again.ir == fn.ir and again.source.text == fn.source.text

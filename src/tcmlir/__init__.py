@@ -26,8 +26,7 @@ from .errors import (
     SemaError,
     TCError,
 )
-
-__version__ = "0.1.0"
+from .version import __version__
 
 _LAZY = {
     "define": "api",

@@ -12,21 +12,23 @@ call with an equal key and the same hot knobs goes straight to the plan.
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import ir
-from .array_kinds import empty_call, given_outputs, has_zero_extent, in_input_kind
-from .benchmark import BenchmarkResult, clock
+from .array_kinds import given_outputs, has_zero_extent, in_input_kind
+from .benchmark import clock
 from .binding import allocate_outputs, bind_host_inputs, check_outputs
 from .call_args import as_mapping_options, order_inputs
 from .config import get_config, hot_path_token
+from .empty_calls import empty_call
 from .errors import CallError, Source, TCError
 from .input_spec import InputSpec, bind_input_spec
 from .interrupt import stop_on_interrupt
+from .kernel import Kernel, options_digest
 from .lang import check, parse
 from .lang.printer import format_def
 from .log import setup_logging
@@ -34,13 +36,15 @@ from .options import MappingOptions
 from .runtime.host_calls import host_calls, host_ready
 from .runtime.torch_fast import MISS
 from .signature import Signature, call_key
+from .targets import TARGETS, check_target, resolve_target
 
 if TYPE_CHECKING:  # pragma: no cover - tune is imported when a tuning starts
     from .tune.config import TunerConfig
 
-__all__ = ["TARGETS", "Kernel", "TCFunction", "define"]
+# `Kernel` (`tcmlir.kernel`) and the targets (`tcmlir.targets`) live below the layers that use
+# them; they are re-exported here, where the public surface is
+__all__ = ["TARGETS", "Kernel", "TCFunction", "define", "options_digest", "resolve_target"]
 
-TARGETS = ("auto", "cuda", "cpu", "numpy")
 OptionsFactory = Callable[["TCFunction", Sequence[Any]], MappingOptions]
 # what ``options=`` takes (`call_args.as_mapping_options`): options, a preset name, JSON, a dict
 OptionsArg = MappingOptions | str | Mapping[str, Any] | None
@@ -56,118 +60,11 @@ def define(source: str, name: str | None = None, *, target: str = "auto",
     setup_logging()
     if not isinstance(source, str):
         raise TCError(f"tc.define expects TC source text, got {type(source).__name__}")
-    _check_target(target)
+    check_target(target)
     src = Source(source, filename)
     program = parse(source, filename)
     fn_ir = check(program, name, source=src)
     return TCFunction(src, program, fn_ir, target, options_factory)
-
-
-def _check_target(target: str | None) -> None:
-    if target is not None and target not in TARGETS:
-        raise TCError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
-
-
-def resolve_target(target: str) -> str:
-    """What ``auto`` means here: cuda when a GPU is visible, cpu when none is (``TCMLIR_TARGET``
-    overrides). When CUDA is installed but fails to initialise for another reason than "no
-    device" (`runtime.probe`), this raises a CudaError rather than fall back to the CPU."""
-    if target != "auto":
-        return target
-    forced = get_config().target
-    if forced:
-        return forced
-    from .runtime.probe import probe_gpu
-
-    probe = probe_gpu()
-    if probe.state == "broken":
-        from .errors import CudaError
-
-        raise CudaError(f"target='auto': CUDA is installed but unusable ({probe.reason}); "
-                        "fix the CUDA setup, or choose the host explicitly with target='cpu' "
-                        "or TCMLIR_TARGET=cpu")
-    return "cuda" if probe.ok else "cpu"
-
-
-@dataclass
-class Kernel:
-    """A TC definition compiled for one signature, target and set of options.
-
-    ``schedule`` (isl schedule tree text), ``loops`` (C-like code), ``llvm_ir`` and ``ptx`` are
-    the texts of each stage; ``launch(*inputs, outputs=None)`` runs it.
-    """
-
-    function: TCFunction
-    target: str
-    options: MappingOptions
-    signature: Signature
-    sizes: dict[str, int]
-    schedule: str = ""
-    loops: str = ""
-    llvm_ir: str | None = None
-    ptx_text: str | None = None
-    arch: str | None = None
-    runner: Any = field(default=None, repr=False)
-    # the function the passes compiled (`CompileState.fn`) when an IR pass changed it (split-k
-    # adds temporaries); the runtime allocates its temporaries. None: ``function.ir``
-    compiled_ir: Any = field(default=None, repr=False)
-
-    @property
-    def cubin(self) -> bytes | None:
-        """The cubin the CUDA driver produced from the PTX (None before the first launch, and
-        on other targets)."""
-        return getattr(self.runner, "cubin", None) if self.target == "cuda" else None
-
-    @property
-    def ptx(self) -> str:
-        """The PTX text (target cuda only; a TCError on other targets)."""
-        if self.ptx_text is None:
-            raise TCError(f"kernel {self.function.entry} was compiled for {self.target}: it has no PTX "
-                          "(compile with target='cuda')")
-        return self.ptx_text
-
-    def launch(self, *inputs: Any, outputs: Sequence[Any] | None = None, stream: Any = None) -> Any:
-        """Run this kernel on ``inputs`` (of its signature); ``outputs``/``stream`` as for a
-        call of the function. Returns the output(s) in the inputs' kind."""
-        if has_zero_extent(inputs):  # empty outputs: nothing to launch (see `array_kinds`)
-            return empty_call(self.function, inputs, outputs)
-        return self.function._launch(self, inputs, outputs, stream=stream)
-
-    def benchmark(self, *inputs: Any, runs: int = 5) -> BenchmarkResult:
-        """Time ``runs`` runs on ``inputs`` (CUDA events after a warm-up run on the GPU, a wall
-        clock on the host): a `BenchmarkResult` with ``median``, ``min`` and ``runs``, which is
-        also the sequence of the seconds per run, and ``path``, what was timed. On the cpu
-        target a run is the call a user's repeated call makes: the kernel's prepared plan on
-        these inputs (numpy arrays or torch CPU tensors, outputs allocated and returned in the
-        inputs' kind), or, for inputs a call binds in full every time (non-contiguous ones,
-        which it copies), that full call."""
-        if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
-            raise TCError(f"benchmark: runs must be an integer >= 1, got {runs!r}")
-        times, path = self.function._benchmark(self, inputs, runs)
-        return BenchmarkResult.of(times, self.function.entry, self.target, path)
-
-    def __repr__(self) -> str:
-        """``<tcmlir kernel matmul target=cuda arch=sm_90 options=3f2a9c1e sizes=M=64,...>``:
-        which kernel this is, not its IR (print ``kernel.schedule``, ``.loops``, ... for that)."""
-        sizes = ("parametric" if self.options.parametric
-                 else ",".join(f"{k}={v}" for k, v in self.sizes.items()) or "none")
-        return (f"<tcmlir kernel {self.function.entry} target={self.target} "
-                f"arch={self.arch or '-'} options={options_digest(self.options)} sizes={sizes}>")
-
-    def profile(self, *inputs: Any, runs: int = 20, ceilings: Any = None) -> Any:
-        """Time this kernel on ``inputs`` and put it against its exact work and the device's
-        ceilings: a `tcmlir.profile.Profile` (see `TCFunction.profile`)."""
-        from .profile import profile_kernel
-
-        return profile_kernel(self, inputs, runs=runs, ceilings=ceilings)
-
-
-def options_digest(options: MappingOptions) -> str:
-    """The short digest naming ``options`` (of their exact JSON) in `Kernel.__repr__` and in
-    the compile log lines (`tcmlir.log.options_digest`)."""
-    from .log import options_digest as digest_of_json
-
-    return digest_of_json(options.to_json())
 
 
 class TCFunction:
@@ -196,11 +93,17 @@ class TCFunction:
 
     # ------------------------------------------------------------ signatures
 
+    def definer(self) -> Callable[..., TCFunction]:
+        """`define` bound to this definition's source text and name: a picklable callable that
+        makes the function again in another process (``fn.definer()(target="cuda")``). The
+        tuner's worker processes receive it, so `tune` never imports `api`."""
+        return functools.partial(define, self.source.text, self.entry)
+
     def input_spec(self, inputs: Sequence[Any], target: str | None = None) -> InputSpec:
         """The signature and size values a call on ``target`` (default: the function's) binds
         ``inputs`` to: numpy, torch (CPU and CUDA), CuPy, ``__cuda_array_interface__`` and
         DLPack arrays, read without copying device data (`tcmlir.input_spec`)."""
-        _check_target(target)
+        check_target(target)
         return bind_input_spec(self.ir, inputs, resolve_target(target or self.target))
 
     def signature(self, *inputs: Any, **named: Any) -> Signature:
@@ -302,7 +205,7 @@ class TCFunction:
         if devices is not None or (options is not None and options.devices):
             from .multi.execute import split_kernel
 
-            _check_target(target)
+            check_target(target)
             return split_kernel(self, inputs, options.devices if devices is None else devices,
                                 options, resolve_target(target or self.target), arch)[0]
         return self._compile(inputs, options, target, arch)[0]
@@ -324,7 +227,7 @@ class TCFunction:
     def _compile(self, inputs: Sequence[Any], options: MappingOptions | None, target: str | None,
                  arch: str | None, *, compile_missing: bool = True) -> tuple[Kernel, Any]:
         """The kernel and the bound inputs (a call binds once for compiling and launching)."""
-        _check_target(target)
+        check_target(target)
         target = resolve_target(target or self.target)
         options = as_mapping_options(options)
         bound = bind_host_inputs(self.ir, inputs) if target != "cuda" else _bind_any(self, inputs)
@@ -467,6 +370,12 @@ class TCFunction:
             return clock(lambda: warm(inputs), runs), WARM_CALL
         return clock(lambda: self._launch(kernel, inputs, None), runs), \
             "full call (inputs bound, and non-contiguous ones copied, on every run)"
+
+    def _profile_kernel(self, kernel: Kernel, inputs: Sequence[Any], runs: int,
+                        ceilings: Any) -> Any:
+        from .profile import profile_kernel
+
+        return profile_kernel(kernel, inputs, runs=runs, ceilings=ceilings)
 
     def profile(self, *inputs: Any, options: OptionsArg = None, runs: int = 20,
                 ceilings: Any = None, devices: Sequence[int] | None = None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -18,8 +19,8 @@ from .errors import TCError
 
 __all__ = ["EXIT_CHECK", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "PRESETS", "CommandParser",
            "add_definition_args", "file_error", "format_error", "parse_devices", "parse_options",
-           "parse_sizes", "positive_int", "read_source", "read_source_file", "shipped_examples",
-           "sizes_line"]
+           "parse_sizes", "positive_int", "read_source", "read_source_file", "run_command",
+           "shipped_examples", "sizes_line"]
 
 EXIT_OK = 0
 EXIT_CHECK = 1        # `run --check`: the outputs differ from the reference
@@ -182,3 +183,28 @@ def add_definition_args(p: argparse.ArgumentParser, *, targets: tuple[str, ...],
     p.add_argument("--target", default=default_target, choices=targets,
                    help="where it runs: " + ", ".join(meaning[t] for t in targets)
                         + "; default: " + (default_target or "auto, or what --stage implies"))
+
+
+def run_command(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
+    """Parse ``argv`` with ``parser`` and run the chosen command's ``func``: the exit status
+    of ``tcmlir`` (`cli.main`) and ``python -m tcmlir.dump`` (`dump.main`): 0 done, 1 a
+    ``--check`` mismatch, 2 a user error, 130 interrupted."""
+    from .log import setup_logging
+
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help/--version (0) or a usage error (2): already printed
+        return int(exc.code or 0)
+    try:
+        setup_logging()
+        return args.func(args)
+    except TCError as exc:
+        print(format_error(str(exc)), file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        print(str(file_error(exc.filename or "?", exc)) if exc.filename
+              else format_error(str(exc)), file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("tcmlir: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

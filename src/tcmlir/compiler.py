@@ -21,12 +21,12 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from .kernel import Kernel, KernelOwner
 from .log import get_logger, options_digest
 from .options import MappingOptions
 from .signature import Signature
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .api import Kernel, TCFunction
     from .poly.state import CompileState
 
 __all__ = ["COMPILE_COUNTS", "compile_kernel", "cuda_kernel_from", "lower"]
@@ -54,7 +54,7 @@ def lower(fn_ir: Any, sizes: Mapping[str, int] | None, options: MappingOptions, 
     return state
 
 
-def compile_kernel(fn: TCFunction, target: str, options: MappingOptions, signature: Signature,
+def compile_kernel(fn: KernelOwner, target: str, options: MappingOptions, signature: Signature,
                    sizes: Mapping[str, int], arch: str | None) -> Kernel:
     """Lower, generate code and build the runner; logs the compile (`tcmlir.log`)."""
     from .cache.artifacts import COUNTERS
@@ -75,10 +75,9 @@ def compile_kernel(fn: TCFunction, target: str, options: MappingOptions, signatu
     return kernel
 
 
-def _compile_kernel(fn: TCFunction, target: str, options: MappingOptions, signature: Signature,
+def _compile_kernel(fn: KernelOwner, target: str, options: MappingOptions, signature: Signature,
                     sizes: Mapping[str, int], arch: str | None, stages: dict[str, float]
                     ) -> Kernel:
-    from .api import Kernel
     from .poly.loops import build_ast, format_loops
     from .pretty import format_schedule
 
@@ -136,11 +135,10 @@ def _compile_kernel(fn: TCFunction, target: str, options: MappingOptions, signat
     return kernel
 
 
-def cuda_kernel_from(fn: TCFunction, options: MappingOptions, signature: Signature,
+def cuda_kernel_from(fn: KernelOwner, options: MappingOptions, signature: Signature,
                      sizes: Mapping[str, int], fields: Mapping[str, Any]) -> Kernel:
     """A cuda `Kernel` from the fields of a packed one (`cache.kernel_image`), with a fresh
     runner (its module loads on the first launch)."""
-    from .api import Kernel
     from .cache.artifacts import cubin_artifact_key, make_cuda_runner
 
     image = fields["image"]

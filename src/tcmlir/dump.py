@@ -77,8 +77,8 @@ def plan_for(fn_ir: Any, target: str = "auto", options: Any = None,
     """The target, options and pipeline of a dump: a plain call's (`api.resolve_target`,
     `MappingOptions.default_for` at ``sizes``, the pipeline `compiler.lower` runs) unless
     ``options`` or ``pipeline`` is given."""
-    from .api import resolve_target
     from .options import MappingOptions
+    from .targets import resolve_target
 
     resolved = resolve_target(target)
     lowering = "cuda" if resolved == "cuda" else "cpu"   # numpy schedules as the cpu does
@@ -122,9 +122,9 @@ def dump(text: str, filename: str, entry: str | None, stage: str = "all",
     """The text of ``stage`` (a stage, stages separated by commas, or ``all``) for definition
     ``entry`` of ``text``; target, options and pipeline as `plan_for` chooses them. With
     ``devices``, the multi-GPU split plan of a call at ``sizes`` instead."""
-    from .api import resolve_target
     from .lang.parser import parse_program
     from .lang.sema import check_program
+    from .targets import resolve_target
 
     source = Source(text, filename)
     program = parse_program(text, filename)
@@ -339,9 +339,11 @@ def _cmd_dump(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m tcmlir.dump ARGS``: the same as ``tcmlir dump ARGS`` (its exit status)."""
-    from .cli import main as tcmlir_main
+    from .cli_args import CommandParser, run_command
 
-    return tcmlir_main(["dump", *(sys.argv[1:] if argv is None else argv)])
+    parser = CommandParser(prog="tcmlir")
+    add_dump_command(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    return run_command(parser, ["dump", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -84,7 +84,7 @@ def _verified_or_default(fn: Any, inputs: Sequence[Any], store: Any, record: Any
                          ) -> MappingOptions:
     """The stored options if they compute the right result on these inputs; else the row is
     dropped, a warning says so, and the default options are returned."""
-    from .api import resolve_target
+    from .targets import resolve_target
     from .tune.verify import WrongResultWarning, verify_for_call
 
     found = MappingOptions.from_json(record.options_json)

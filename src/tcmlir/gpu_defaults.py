@@ -34,13 +34,13 @@ from __future__ import annotations
 from typing import Any
 
 from . import ir as tc
+from .gpu_device import SM_COUNT  # NVIDIA H200 (sm_90); re-exported
 
 __all__ = ["BLOCKS_PER_SM", "ELEMENTWISE_BLOCKS", "ELEMENTWISE_THREADS", "ELEMENTWISE_TILE", "FULL_THREADS",
            "MIN_ROW_THREADS", "MIXED_THREADS", "ROW_THREADS", "ROW_VALUES_PER_THREAD", "SM_COUNT",
            "VECTOR_BYTES", "elementwise_defaults", "is_bandwidth_bound_rows", "mixed_defaults",
            "reduction_defaults", "row_threads"]
 
-SM_COUNT = 132          # NVIDIA H200 (sm_90)
 ROW_THREADS = 512       # threads per row: 16 warps; 4 blocks (2048 threads) per SM
 BLOCKS_PER_SM = 2048 // ROW_THREADS
 # with the sizes known, the threads per row give each thread this many row elements

@@ -98,7 +98,8 @@ def current_tcmlir_version() -> str:
     """
     from pathlib import Path
 
-    from .. import __version__, passes
+    from .. import passes
+    from ..version import __version__
 
     digest = hashlib.sha256()
     for root in (Path(__file__).resolve().parent.parent, Path(passes.__file__).resolve().parent):

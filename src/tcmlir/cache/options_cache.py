@@ -23,7 +23,6 @@ import sqlite3
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ..signature import Signature
@@ -35,9 +34,10 @@ from .keys import (
     tuned_family_hash,
     tuned_key_hash,
 )
-from .store import CacheCounters, CacheError, CacheStore, logger, row_checksum
+from .store import CacheCounters, CacheError, CacheStore, logger
+from .tuned_rows import TUNED_COLUMNS, TunedRecord, TunedRow, tuned_checksum
 
-__all__ = ["DEFAULT_TOP_K", "PROCESS_COUNTERS", "OptionsCache", "TunedRecord",
+__all__ = ["DEFAULT_TOP_K", "PROCESS_COUNTERS", "OptionsCache", "TunedRecord", "TunedRow",
            "log_size_distance"]
 
 # lookups of tuned options by every OptionsCache of this process (`tcmlir.cache.stats`)
@@ -47,39 +47,10 @@ if hasattr(os, "register_at_fork"):
 
 DEFAULT_TOP_K = 5
 
-TUNED_COLUMNS = ("key_hash", "family_hash", "source", "entry", "signature", "arch",
-                 "ranks_dtypes", "sizes", "options", "time_s", "runs", "created", "checksum")
 # written by every release since the column was added; not part of TUNED_COLUMNS, so that
 # databases and SQLite exports made before it read as they always did (NULL: unmeasured)
 _INSERT_COLUMNS = (*TUNED_COLUMNS, "spread_s")
 _SELECT = f"SELECT id, {', '.join(_INSERT_COLUMNS)} FROM tuned_options"
-
-
-@dataclass(frozen=True, eq=True)
-class TunedRecord:
-    """One stored candidate: its key, its sizes, the options JSON and how fast it ran."""
-
-    source: str
-    entry: str
-    signature: str
-    arch: str
-    sizes: Mapping[str, int]
-    options_json: str
-    time_s: float
-    runs: int
-    created: float = 0.0
-    # the spread of the timed runs (half the interquartile range, seconds); None when the
-    # row was stored without one (databases made before the column, plain `store` calls)
-    spread_s: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {"entry": self.entry, "arch": self.arch, "signature": json.loads(self.signature),
-               "sizes": dict(self.sizes), "options": json.loads(self.options_json),
-               "time_s": self.time_s, "runs": self.runs, "created": self.created,
-               "source": self.source}
-        if self.spread_s is not None:
-            out["spread_s"] = self.spread_s
-        return out
 
 
 def log_size_distance(a: Mapping[str, int], b: Mapping[str, int]) -> float:
@@ -100,43 +71,6 @@ def _sizes_json(sizes: Mapping[str, int] | None, sig: Signature) -> str:
     return json.dumps(dict(sorted(sizes.items())), separators=(",", ":"))
 
 
-@dataclass(frozen=True)
-class _Row:
-    """A tuned_options row as read, before its checksum is trusted."""
-
-    id: int
-    key_hash: str
-    family_hash: str
-    source: str
-    entry: str
-    signature: str
-    arch: str
-    ranks_dtypes: str
-    sizes: str
-    options: str
-    time_s: float
-    runs: int
-    created: float
-    checksum: str
-    spread_s: float | None = None
-
-    def expected_checksum(self) -> str:
-        return tuned_checksum(self.key_hash, self.family_hash, self.source, self.entry,
-                              self.signature, self.arch, self.ranks_dtypes, self.sizes,
-                              self.options, self.time_s, self.runs, self.spread_s)
-
-    def is_intact(self) -> bool:
-        try:
-            return self.checksum == self.expected_checksum()
-        except (TypeError, ValueError, AttributeError, UnicodeError):
-            return False  # a column changed type (e.g. text became a blob)
-
-    def record(self) -> TunedRecord:
-        return TunedRecord(self.source, self.entry, self.signature, self.arch,
-                           json.loads(self.sizes), self.options, self.time_s, self.runs,
-                           self.created, self.spread_s)
-
-
 def _parses_as_options(options_json: str) -> str | None:
     """Why these stored options are not this tcmlir's `MappingOptions`, or None if they are."""
     from ..errors import TCError
@@ -153,15 +87,6 @@ def _warn_unwritable(what: str, exc: CacheError) -> None:
     message = f"tcmlir cache: {what}: {exc}"
     logger.warning("%s", message)
     warnings.warn(message, CacheWriteWarning, stacklevel=4)
-
-
-def tuned_checksum(key_hash: str, family_hash: str, source: str, entry: str, signature: str,
-                   arch: str, ranks_dtypes: str, sizes: str, options: str, time_s: float,
-                   runs: int, spread_s: float | None = None) -> str:
-    # rows without a spread keep the checksum they were written with before the column
-    spread = () if spread_s is None else (float(spread_s),)
-    return row_checksum("tuned", key_hash, family_hash, source, entry, signature, arch,
-                        ranks_dtypes, sizes, options, float(time_s), int(runs), *spread)
 
 
 class OptionsCache:
@@ -318,7 +243,7 @@ class OptionsCache:
         existing = conn.execute(_SELECT + " WHERE key_hash = ? AND options = ?",
                                 (key_hash, options)).fetchone()
         if existing is not None:
-            row = _Row(*existing)
+            row = TunedRow(*existing)
             if row.is_intact() and row.time_s <= time_s:
                 return False
             conn.execute("DELETE FROM tuned_options WHERE id = ?", (row.id,))
@@ -330,11 +255,11 @@ class OptionsCache:
         return True
 
     def _read_rows(self, where: str, params: tuple,
-                   usable: Callable[[str], str | None] | None = None) -> list[_Row]:
+                   usable: Callable[[str], str | None] | None = None) -> list[TunedRow]:
         """Rows matching ``where``, fastest first; damaged ones (a checksum that does not
         match, or options ``usable`` rejects: it returns why) are deleted and counted."""
         rows = self.db.read(
-            lambda conn: [_Row(*r) for r in conn.execute(
+            lambda conn: [TunedRow(*r) for r in conn.execute(
                 f"{_SELECT} WHERE {where} ORDER BY time_s, id", params)], [])
         intact, broken, unusable = [], [], []
         for r in rows:

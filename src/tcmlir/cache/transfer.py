@@ -23,24 +23,34 @@ import sqlite3
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..signature import Signature
 from .errors import CacheError
-from .options_cache import TUNED_COLUMNS, _Row
 from .store import logger
 from .trust import SQLITE_MAGIC
+from .tuned_rows import TUNED_COLUMNS, TunedRecord, TunedRow
 
-if TYPE_CHECKING:
-    from .options_cache import OptionsCache
+__all__ = ["EXPORT_FORMAT", "EXPORT_VERSION", "TunedStore", "export_tuned", "import_into"]
 
-__all__ = ["EXPORT_FORMAT", "EXPORT_VERSION", "export_tuned", "import_into"]
+
+class TunedStore(Protocol):
+    """What export and import need of the cache they work on (`OptionsCache`)."""
+
+    db: Any           # its `store.CacheStore`
+    counters: Any     # its `store.CacheCounters`
+
+    def entries(self, arch: str | None = None) -> list[TunedRecord]: ...
+
+    def prepare_row(self, *fields: Any) -> tuple: ...
+
+    def _upsert(self, conn: sqlite3.Connection, values: tuple) -> bool: ...
 
 EXPORT_FORMAT = "tcmlir-tuned-options"
 EXPORT_VERSION = 1
 
 
-def export_tuned(cache: OptionsCache, path: str | os.PathLike[str], *,
+def export_tuned(cache: TunedStore, path: str | os.PathLike[str], *,
                  arch: str | None = None) -> dict[str, int]:
     """Write the intact tuned options of ``arch`` (or all) to ``path`` as JSON."""
     records = cache.entries(arch)
@@ -148,7 +158,7 @@ def _read_sqlite_export(path: Path) -> tuple[list[tuple], list[str], int]:
     try:
         conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         try:
-            rows = [_Row(*r) for r in conn.execute(
+            rows = [TunedRow(*r) for r in conn.execute(
                 f"SELECT id, {', '.join(TUNED_COLUMNS)} FROM tuned_options")]
             try:
                 (artifacts,) = conn.execute("SELECT COUNT(*) FROM artifacts").fetchone()
@@ -172,7 +182,7 @@ def _read_sqlite_export(path: Path) -> tuple[list[tuple], list[str], int]:
     return good, problems, int(artifacts)
 
 
-def import_into(cache: OptionsCache, path: str | os.PathLike[str]) -> dict[str, int]:
+def import_into(cache: TunedStore, path: str | os.PathLike[str]) -> dict[str, int]:
     """Merge the tuned options exported at ``path`` into ``cache``. Returns the counts
     ``tuned_rows`` (rows that changed), ``skipped`` (malformed or damaged entries, counted in
     ``corrupt_dropped`` too) and ``ignored_artifacts`` (compiled code in an old export)."""

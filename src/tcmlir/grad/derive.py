@@ -72,9 +72,10 @@ class GradProgram:
     def define(self, *, target: str = "auto", options_factory: Any = None) -> Any:
         """The derived definition as a `TCFunction` (what ``tcmlir.define(self.source)`` gives,
         without checking the text again): its own in-memory and on-disk cache entries."""
-        from ..api import TCFunction, _check_target
+        from ..api import TCFunction
+        from ..targets import check_target
 
-        _check_target(target)
+        check_target(target)
         source, program, fn = self.checked
         return TCFunction(source, program, fn, target, options_factory)
 

@@ -7,8 +7,8 @@ on its first call so that later calls only queue driver work; `tune` tunes the c
 signature so the single-device kernel is reused.
 """
 
-from .execute import SplitKernel
+from .execute import SplitKernel, call_sharded
 from .plan import Part, SplitPlan, make_plan
-from .shards import Shard, Sharded, call_sharded
+from .shards import Shard, Sharded
 
 __all__ = ["Part", "Shard", "Sharded", "SplitKernel", "SplitPlan", "call_sharded", "make_plan"]

@@ -62,17 +62,6 @@ _COPIES = {H2D: "cuMemcpyHtoDAsync", D2D: "cuMemcpyDtoDAsync", PEER: "cuMemcpyPe
 __all__ = ["SplitExecutor"]
 
 
-class _Slab:
-    """Rows of a tensor in device memory, as a CUDA array: what a part's sub-call receives."""
-
-    def __init__(self, ptr: int, shape: tuple[int, ...], dtype: Any, owner: Any = None):
-        from ..runtime.arrays import _typestr
-
-        self.shape, self.dtype, self.owner = shape, dtype, owner
-        self.__cuda_array_interface__ = {"shape": shape, "typestr": _typestr(dtype),
-                                         "data": (ptr, False), "strides": None, "version": 3}
-
-
 @dataclass
 class _PartState:
     device: int
@@ -276,17 +265,6 @@ class SplitExecutor:
         runner = kernel.runner
         runner._source = getattr(self.ir, "source", None)
         return runner.plan(kernel.compiled_ir or self.ir, bound, sub, self.parts[k].handle)
-
-
-def _devices(where: dict[str, Any]) -> set[int]:
-    """The devices inputs live on (shards: every shard's)."""
-    out: set[int] = set()
-    for loc in where.values():
-        if isinstance(loc, int):
-            out.add(loc)
-        elif loc is not None:
-            out.update(d for d, _, _ in loc)
-    return out
 
 
 def _host_result(kind: Any, shape: tuple[int, ...], dtype: Any) -> Any:

@@ -27,7 +27,8 @@ from .inputs import host_slab, locate_inputs, placeholder, size_values
 from .plan import SplitPlan, make_plan
 from .shards import Sharded
 
-__all__ = ["HostSplitExecutor", "SplitKernel", "locate_inputs", "split_call", "split_kernel"]
+__all__ = ["HostSplitExecutor", "SplitKernel", "call_sharded", "locate_inputs", "split_call",
+           "split_kernel"]
 
 
 @dataclass
@@ -174,3 +175,15 @@ class HostSplitExecutor:
 
 
 # ---------------------------------------------------------------- CUDA
+
+
+def call_sharded(fn: Any, *inputs: Any, devices: Sequence[int], options: Any = None) -> Any:
+    """``fn(*inputs, devices=devices)`` with the outputs left on the parts' devices: one
+    `Sharded` per output (a tuple for several). CUDA target only."""
+    from ..targets import resolve_target
+
+    target = resolve_target(fn.target)
+    if target != "cuda":
+        raise CallError(f"{fn.entry}: sharded outputs live on GPUs: target='cuda' only, "
+                        f"this function runs on {target}")
+    return split_call(fn, inputs, devices, options, target, shards=True)

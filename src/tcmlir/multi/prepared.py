@@ -4,7 +4,7 @@ Place: `cuda_split.SplitExecutor` calls `prepare` on its first call (the executo
 per input types, shapes, devices and options, `execute.split_call`) and runs the `Prepared` on
 every call. Done here, once:
 
-* each part's sub-call: its `launch_plan.CudaPlan` (made from `_Slab` views of the first call's
+* each part's sub-call: its `launch_plan.CudaPlan` (made from `Slab` views of the first call's
   slabs, which checks them like a call) and a `ParamBlock` of the part's own, packed with the
   sizes, the error flag and every pointer that never changes: buffers the part keeps for its
   copied input slabs, its temporaries and (on a device other than the output's) its output
@@ -172,7 +172,7 @@ def prepare(ex: Any, inputs: Sequence[Any], views: dict[str, Any], src: list[int
     from ..runtime.arrays import ArrayKind, DeviceArrayView
     from ..runtime.launch_plan import ParamBlock
     from ..runtime.streams import memory_for
-    from .cuda_split import _devices, _Slab
+    from .slabs import Slab, input_devices
 
     fn, plan, rt = ex.ir, ex.plan, ex.runtime
     kind = next((views[t.name].kind for t in fn.inputs if t.rank > 0), ArrayKind.NUMPY)
@@ -186,7 +186,7 @@ def prepare(ex: Any, inputs: Sequence[Any], views: dict[str, Any], src: list[int
     where = {t.name: (views[t.name].locations if isinstance(views[t.name], Sharded) else
                       views[t.name].device_ordinal if isinstance(views[t.name], DeviceArrayView)
                       else None) for t in fn.inputs}
-    devices = sorted(_devices(where) | {p.device for p in plan.parts} | {out_dev})
+    devices = sorted(input_devices(where) | {p.device for p in plan.parts} | {out_dev})
     callers = tuple(
         Caller(dev, rt.context(dev), memory.current_stream, ex._event(dev), memory)
         for dev, memory in ((d, memory_for(kind if kind.on_device else ArrayKind.CUDA_ARRAY, rt, d))
@@ -243,7 +243,7 @@ def prepare(ex: Any, inputs: Sequence[Any], views: dict[str, Any], src: list[int
                         and pieces[0][1:] == (lo, hi)):
                     j = view.shards.index(first)
                     sets[i] = (b + j, (lo - first.rows[0]) * row)
-                    sub.append(_Slab(src[b + j] + sets[i][1], sub_shape, t.dtype, first.array))
+                    sub.append(Slab(src[b + j] + sets[i][1], sub_shape, t.dtype, first.array))
                     continue
                 consts[i] = ptr = hold((hi - lo) * row, dev)
                 for shard, a, z in pieces:
@@ -251,7 +251,7 @@ def prepare(ex: Any, inputs: Sequence[Any], views: dict[str, Any], src: list[int
                     ins.append(copy_op(ptr + (a - lo) * row, shard.device, b + j,
                                        (a - shard.rows[0]) * row, (z - a) * row,
                                        f"{t.name} {shard.rows}"))
-                sub.append(_Slab(ptr, sub_shape, t.dtype))
+                sub.append(Slab(ptr, sub_shape, t.dtype))
                 continue
             on_device = isinstance(view, DeviceArrayView)
             shape = tuple(view.shape)
@@ -261,14 +261,14 @@ def prepare(ex: Any, inputs: Sequence[Any], views: dict[str, Any], src: list[int
             offset = 0 if t.rank == 0 else lo * row
             if on_device and view.device_ordinal == dev and ex.in_place:
                 sets[i] = (b, offset)
-                sub.append(_Slab(src[b] + offset, sub_shape, t.dtype, view.owner))
+                sub.append(Slab(src[b] + offset, sub_shape, t.dtype, view.owner))
                 continue
             consts[i] = ptr = hold(nbytes, dev)
             if nbytes:
                 ins.append(copy_op(ptr, view.device_ordinal if on_device else None, b, offset,
                                    nbytes, t.name))
             sub.append(view.array[()] if t.rank == 0 and not on_device
-                       else _Slab(ptr, sub_shape, t.dtype))
+                       else Slab(ptr, sub_shape, t.dtype))
         sub_plan = state.plan = ex._sub_plan(k, sub)
         in_slots, out_slots, temps, aligned = sub_plan.slots()
         block = ParamBlock(sub_plan.block.count)

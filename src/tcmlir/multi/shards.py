@@ -1,7 +1,7 @@
 """Outputs left where the parts computed them: per-device shards, consumed in place by the
 next split call.
 
-Place: `call_sharded(fn, *inputs, devices=[0, 1])` runs a split call (`multi.execute`) whose
+Place: `execute.call_sharded(fn, *inputs, devices=[0, 1])` runs a split call whose
 outputs are not gathered: each output is a `Sharded`, the rows ``[lo, hi)`` of every part on
 that part's device. A `Sharded` is a valid input of a later split call: a part whose slab lies
 in a shard on its own device reads it in place; other rows are copied from the shards that
@@ -12,14 +12,12 @@ array of it.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..dtypes import DType
-from ..errors import CallError
 
-__all__ = ["Shard", "Sharded", "call_sharded"]
+__all__ = ["Shard", "Sharded"]
 
 
 @dataclass(frozen=True)
@@ -88,16 +86,3 @@ class Sharded:
                 rt.context(device)
                 check(driver.cuMemcpyHtoD(dst, host.ctypes.data, nbytes), "cuMemcpyHtoD")
         return DeviceArray(buf, self.shape, self.dtype)
-
-
-def call_sharded(fn: Any, *inputs: Any, devices: Sequence[int], options: Any = None) -> Any:
-    """``fn(*inputs, devices=devices)`` with the outputs left on the parts' devices: one
-    `Sharded` per output (a tuple for several). CUDA target only."""
-    from ..api import resolve_target
-    from .execute import split_call
-
-    target = resolve_target(fn.target)
-    if target != "cuda":
-        raise CallError(f"{fn.entry}: sharded outputs live on GPUs: target='cuda' only, "
-                        f"this function runs on {target}")
-    return split_call(fn, inputs, devices, options, target, shards=True)

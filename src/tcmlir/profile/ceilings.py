@@ -212,7 +212,7 @@ def _from_gpu(m: Any) -> Ceilings:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m tcmlir.profile [--measure] [--target cuda|cpu]``: print the
     ceilings (cached, else measured); ``--measure`` measures now and refreshes the cache."""
-    from .report import format_si
+    from .units import format_si
 
     p = argparse.ArgumentParser(prog="python -m tcmlir.profile",
                                 description="the profiler's ceilings of this machine")

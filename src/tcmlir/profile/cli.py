@@ -45,7 +45,7 @@ def add_profile_command(sub: Any) -> None:
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
-    from ..cli import definition_and_inputs
+    from ..cli_inputs import definition_and_inputs
 
     if args.ncu and args.options:
         raise TCError("--ncu runs the call again through `tcmlir run`, which takes the default "

@@ -83,11 +83,10 @@ def copy_bandwidth(n: int = COPY_FLOATS, threads: int | None = None, runs: int =
 class _PackedCall:
     """A compiled cpu kernel's loop groups on arrays bound and pointers packed once."""
 
-    def __init__(self, kernel: Any, inputs: tuple[Any, ...]):
+    def __init__(self, fn: Any, runner: Any, inputs: tuple[Any, ...]):
         from ..binding import allocate_outputs, bind_host_inputs
 
-        fn = kernel.function.ir
-        self.runner = kernel.runner
+        self.runner = runner
         bound = bind_host_inputs(fn, inputs)
         sizes = self.runner.check_sizes(bound.sizes)
         self.arrays = {**bound.arrays, **allocate_outputs(fn, bound.sizes)}
@@ -104,20 +103,24 @@ class _PackedCall:
 def measure_host(*, copy_floats: int = COPY_FLOATS, chain_floats: int = CHAIN_FLOATS,
                  runs: int = RUNS) -> tuple[float, float, float]:
     """(copy bytes/s, fp32 FLOP/s, seconds per call) of this host (see the module docstring)."""
-    import tcmlir as tc
-
+    from ..codegen.host import compile_host
+    from ..compiler import lower
+    from ..config import get_config
+    from ..lang import check, parse
     from ..options import MappingOptions
     from .counts import count_work
 
     bandwidth = copy_bandwidth(copy_floats, runs=runs)
-    chain = tc.define(_chain_source(), target="cpu")
+    # compiled as a cpu call of the definition compiles it (`compiler.compile_kernel`), without
+    # the artifact cache: the parametric default options, the configured threads
+    chain = check(parse(_chain_source(), "<host ceilings>"))
     a, b = np.float32(0.999), np.float32(0.001)
     x = np.random.default_rng(1).random(chain_floats, dtype=np.float32)
-    opts = MappingOptions.default_for(chain.ir, "cpu").with_parametric()
-    kernel = chain.compile(x, a, b, options=opts)
-    flops = count_work(chain.ir, {"N": chain_floats}).flops / _best(_PackedCall(kernel, (x, a, b)),
-                                                                  runs)
-    one = _PackedCall(kernel, (x[:1].copy(), a, b))
+    opts = MappingOptions.default_for(chain, "cpu").with_parametric()
+    runner = compile_host(lower(chain, None, opts, "cpu"), opts.threads or get_config().threads)
+    flops = count_work(chain, {"N": chain_floats}).flops / _best(_PackedCall(chain, runner, (x, a, b)),
+                                                               runs)
+    one = _PackedCall(chain, runner, (x[:1].copy(), a, b))
 
     def calls() -> None:
         for _ in range(CALLS):

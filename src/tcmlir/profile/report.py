@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .ceilings import Ceilings
+from .units import format_si
 
 __all__ = ["KernelProfile", "PartTransfers", "Profile", "format_si", "roofline"]
 
@@ -267,14 +268,6 @@ class Profile(_Rates):
 
 def _finite(x: float) -> float | None:
     return None if x == float("inf") else x
-
-
-def format_si(x: float, unit: str) -> str:
-    """``x`` with an SI prefix: ``format_si(4.21e12, "B/s") == "4.21 TB/s"``."""
-    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g} {prefix}{unit}".rstrip()
-    return f"{x:.3g} {unit}".rstrip() if isinstance(x, float) else f"{x} {unit}".rstrip()
 
 
 def _time(s: float) -> str:

@@ -68,8 +68,8 @@ def profile_split(fn: Any, inputs: Sequence[Any], devices: Sequence[int], option
                   runs: int = 20, ceilings: Ceilings | Mapping[str, Any] | None = None,
                   output_device: int | None = None) -> Profile:
     """Profile ``fn(*inputs, devices=devices)`` (see the module docstring)."""
-    from ..api import resolve_target
     from ..multi.execute import HostSplitExecutor, split_kernel
+    from ..targets import resolve_target
 
     if not isinstance(runs, int) or runs < 1:
         raise TCError(f"profile: runs must be a positive integer, got {runs!r}")

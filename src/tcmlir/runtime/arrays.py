@@ -39,6 +39,7 @@ __all__ = [
     "classify",
     "stage_input",
     "stage_output",
+    "typestr",
 ]
 
 
@@ -133,7 +134,7 @@ def _dtype_from_typestr(typestr: str, what: str) -> DType:
     return _dtype_from(_TYPESTR_KINDS[kind], int(size) * 8, what)
 
 
-def _typestr(dtype: DType) -> str:
+def typestr(dtype: DType) -> str:
     if dtype is DType.BFLOAT16:
         return "<V2"
     kind = {"b": "b", "i": "i", "u": "u", "f": "f"}[np.dtype(dtype.value).kind]
@@ -315,7 +316,7 @@ class DeviceArray:
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
         # the protocol spells the legacy default stream 1 (0 would mean "no stream")
-        return {"shape": self.shape, "typestr": _typestr(self.dtype), "data": (self.ptr, False),
+        return {"shape": self.shape, "typestr": typestr(self.dtype), "data": (self.ptr, False),
                 "strides": None, "version": 3, "stream": self.stream or 1}
 
     def get(self) -> np.ndarray:

@@ -144,7 +144,7 @@ def tune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
     """Run the genetic search (no cache lookup first) and return the whole `TuningResult`:
     every evaluation, the evaluation order, and ``stats`` (compiles, worker restarts). The best
     `TOP_K` candidates go to ``cache`` when one is given."""
-    from ..api import resolve_target
+    from ..targets import resolve_target
 
     target = resolve_target(target or fn.target)
     if target == "numpy":

@@ -60,7 +60,7 @@ def add_commands(sub: Any) -> None:
 
 def _cmd_tune(args: argparse.Namespace) -> int:
     from .. import api
-    from ..cli import load_definition, random_inputs
+    from ..cli_inputs import load_definition, random_inputs
     from ..interrupt import stop_on_interrupt
     from ..options import MappingOptions
     from .autotune import open_cache, tune

@@ -60,9 +60,8 @@ import numpy as np
 from ..errors import TCError
 from ..options import MappingOptions
 from .config import TunerConfig
-from .verify import Reference, compute_reference, run_checked, to_host
-from .worker import WorkerProcess
-from .worker_loops import FAULT_ENV
+from .verify import Reference, compile_candidate, compute_reference, run_checked, to_host
+from .worker import FAULT_ENV, WorkerProcess
 
 __all__ = ["FAULT_ENV", "FINAL_ROUNDS", "WRONG_RESULT", "Evaluation", "HostEvaluator",
            "WorkerPoolEvaluator", "compile_candidate", "default_compile_workers",
@@ -152,22 +151,6 @@ def remeasured(candidates: Sequence[MappingOptions],
             for opts, a in zip(candidates, answers, strict=True)]
 
 
-def compile_candidate(fn: Any, inputs: Sequence[Any], opts: MappingOptions, target: str) -> Any:
-    """A `Kernel` for ``opts`` (through the artifact cache, not the in-memory kernel table)."""
-    from .. import compiler
-
-    if target == "cuda":
-        from ..runtime.arrays import bind_device_inputs
-
-        bound = bind_device_inputs(fn.ir, inputs)
-    else:
-        from ..binding import bind_host_inputs
-
-        bound = bind_host_inputs(fn.ir, inputs)
-    return compiler.compile_kernel(fn, target, opts, bound.signature, bound.sizes, None)
-
-
-
 class HostEvaluator:
     """Compiles candidates on a thread pool, then times them one after another in-process."""
 
@@ -250,7 +233,7 @@ class WorkerPoolEvaluator:
         if reference is not None:
             ref_path = os.path.join(self._tmp.name, "reference.npz")
             reference.save(ref_path)
-        self._args = (fn.source.text, fn.entry, path, config, target, ref_path, input_kind)
+        self._args = (fn.definer(), path, config, target, ref_path, input_kind)
         self.workers: dict[int, WorkerProcess] = {}
         self.compilers: list[WorkerProcess] = []
         self.restarts = 0
@@ -266,7 +249,7 @@ class WorkerPoolEvaluator:
             count = default_compile_workers(config) if target == "cuda" else 0
             if count and self._identity is not None:
                 arch, signature, sizes = self._identity
-                self._compile_args = (fn.source.text, fn.entry, arch, signature, sizes)
+                self._compile_args = (fn.definer(), arch, signature, sizes)
                 for _ in range(count):
                     self.compilers.append(self._compiler())
                 for worker in self.compilers:

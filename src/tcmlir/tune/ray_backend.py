@@ -80,11 +80,9 @@ def fault_action(spec: str, opts_json: str) -> str | None:
 class Measurer:
     """The body of a measuring actor (`ray.remote` wraps it in `RayEvaluator`)."""
 
-    def __init__(self, source: str, entry: str, target: str, inputs: list[np.ndarray],
+    def __init__(self, definer: Any, target: str, inputs: list[np.ndarray],
                  reference: Reference, config: TunerConfig, fault: str) -> None:
-        import tcmlir
-
-        self.fn = tcmlir.define(source, entry, target=target)
+        self.fn = definer(target=target)  # `TCFunction.definer`: tcmlir.define of the source
         self.target, self.inputs, self.reference = target, inputs, reference
         self.config, self.fault = config, fault
         self.bound = None
@@ -137,16 +135,14 @@ class Measurer:
                                          self.config.timeout_s))
 
 
-def compile_cuda(source: str, entry: str, arch: str, signature_json: str,
+def compile_cuda(definer: Any, arch: str, signature_json: str,
                  sizes: dict[str, int], opts_json: str) -> tuple[str, Any]:
     """A compile task (CPU, no GPU): a cuda candidate's packed kernel, or its error."""
-    import tcmlir
-
     from .. import compiler
     from ..cache.kernel_image import pack_cuda_kernel
     from ..signature import Signature
 
-    fn = tcmlir.define(source, entry, target="cuda")
+    fn = definer(target="cuda")
     try:
         kernel = compiler.compile_kernel(fn, "cuda", MappingOptions.from_json(opts_json),
                                          Signature.from_json(signature_json), sizes, arch)
@@ -184,7 +180,7 @@ class RayEvaluator:
         self._slots = min(slots, config.population)
         self._actor_class = ray.remote(Measurer)
         self._compile = ray.remote(compile_cuda).options(num_cpus=1, num_gpus=0, max_retries=0)
-        self._args = (fn.source.text, fn.entry, target,
+        self._args = (fn.definer(), target,
                       ray.put([np.asarray(to_host(x)) for x in inputs]), ray.put(reference),
                       config, os.environ.get(FAULT_ENV, ""))
         self.workers: dict[int, Any] = {}
@@ -218,7 +214,7 @@ class RayEvaluator:
             return [None] * len(candidates)
         arch, signature, sizes = self._identity
         self.compiles += len(candidates)
-        return [self._compile.remote(self._args[0], self._args[1], arch, signature, sizes,
+        return [self._compile.remote(self._args[0], arch, signature, sizes,
                                      c.to_json()) for c in candidates]
 
     def evaluate(self, candidates: Sequence[MappingOptions], best: float) -> list[Evaluation]:

@@ -39,7 +39,7 @@ from ..errors import TCError
 from ..options import MappingOptions
 
 __all__ = ["INT_POISON", "REFERENCE_MAX_OPS", "Reference", "TuneError", "WrongResultWarning",
-           "check_outputs", "compute_reference", "estimated_ops", "is_verified",
+           "check_outputs", "compile_candidate", "compute_reference", "estimated_ops", "is_verified",
            "mark_verified", "planted_miscompile", "reads_outputs", "run_checked",
            "tolerance", "verify_for_call"]
 
@@ -193,8 +193,6 @@ def compute_reference(fn: Any, inputs: Sequence[Any], target: str, *,
         run(fn.ir, bound.arrays, sizes, dict(zip(names, outs, strict=True)))
         source = "interpreter"
     else:
-        from .evaluate import compile_candidate
-
         kernel = compile_candidate(fn, host, MappingOptions.default_for(fn.ir, target, sizes), target)
         outs = _as_tuple(kernel.launch(*host, outputs=outs))
         source = "default kernel"
@@ -323,8 +321,8 @@ def verify_for_call(fn: Any, inputs: Sequence[Any], options: MappingOptions,
     (device arrays in place), into poisoned outputs; the reference is `compute_reference` on
     a host copy of the inputs (device inputs are copied once, and the log says so).
     """
-    from ..api import resolve_target
     from ..input_spec import host_copies
+    from ..targets import resolve_target
 
     target = resolve_target(target or fn.target)
     if target == "numpy":
@@ -343,3 +341,18 @@ def verify_for_call(fn: Any, inputs: Sequence[Any], options: MappingOptions,
     if reason is None:
         mark_verified(fn, target, sig, options)
     return reason
+
+
+def compile_candidate(fn: Any, inputs: Sequence[Any], opts: MappingOptions, target: str) -> Any:
+    """A `Kernel` for ``opts`` (through the artifact cache, not the in-memory kernel table)."""
+    from .. import compiler
+
+    if target == "cuda":
+        from ..runtime.arrays import bind_device_inputs
+
+        bound = bind_device_inputs(fn.ir, inputs)
+    else:
+        from ..binding import bind_host_inputs
+
+        bound = bind_host_inputs(fn.ir, inputs)
+    return compiler.compile_kernel(fn, target, opts, bound.signature, bound.sizes, None)

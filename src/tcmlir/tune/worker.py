@@ -1,7 +1,7 @@
 """Tuning worker processes: started as a fresh interpreter running tcmlir, never the user's program.
 
 A worker is ``python -c <bootstrap> FD PATH`` whose bootstrap puts the tuner's ``sys.path``
-in place and calls `main` here: the child imports tcmlir and nothing else of the parent —
+in place and calls `worker_loops.main`: the child imports tcmlir and nothing else of the parent —
 not its ``__main__`` — so a script that calls ``fn.autotune`` at module level without an
 ``if __name__ == "__main__":`` guard, or a notebook cell, tunes (multiprocessing's ``spawn``
 and ``forkserver`` re-import the parent's main module in every child, which re-runs such a
@@ -31,29 +31,14 @@ from typing import Any
 
 from ..errors import TCError
 
-__all__ = ["ROLES", "WorkerProcess", "exit_text", "main"]
+__all__ = ["FAULT_ENV", "ROLES", "WorkerProcess", "exit_text"]
 
 ROLES = ("gpu", "compile")
+# the test hook that makes workers crash or hang on chosen candidates (`worker_loops.fault_action`)
+FAULT_ENV = "TCMLIR_TUNE_FAULT"
 
 _BOOTSTRAP = ("import sys, json; sys.path[:0] = json.loads(sys.argv[2]); "
-              "from tcmlir.tune.worker import main; main(int(sys.argv[1]))")
-
-
-def main(fd: int) -> None:  # pragma: no cover - runs in the child
-    """The child's side: read the role and arguments from the socket ``fd``, run the loop."""
-    conn = mp_connection.Connection(fd)
-    try:
-        role, args = conn.recv()
-    except (EOFError, OSError):
-        return
-    from . import worker_loops
-
-    loop = {"gpu": worker_loops.gpu_worker_main,
-            "compile": worker_loops.compile_worker_main}[role]
-    try:
-        loop(conn, *args)
-    except (EOFError, OSError):  # the tuner went away: nothing left to do
-        pass
+              "from tcmlir.tune.worker_loops import main; main(int(sys.argv[1]))")
 
 
 class _Child:

@@ -1,4 +1,5 @@
-"""What a tuning worker process does (started by `tune.worker`, driven by `tune.evaluate`).
+"""What a tuning worker process does: `main` (the child of `tune.worker.WorkerProcess`) runs
+one of the loops below, driven by `tune.evaluate`.
 
 `gpu_worker_main` evaluates candidates on one device: it loads the tuning inputs, makes them
 resident on the device once (in the kind of the caller's inputs where that library is there:
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import faulthandler
 import json
+import multiprocessing.connection as mp_connection
 import os
 import signal
 import time
@@ -30,11 +32,10 @@ import numpy as np
 
 from ..errors import CudaError, LaunchConfigError, TCError
 from ..options import MappingOptions
+from .worker import FAULT_ENV
 
-__all__ = ["FAULT_ENV", "compile_worker_main", "fault_action", "gpu_worker_main",
+__all__ = ["FAULT_ENV", "compile_worker_main", "fault_action", "gpu_worker_main", "main",
            "resident_inputs"]
-
-FAULT_ENV = "TCMLIR_TUNE_FAULT"
 
 
 def fault_action(opts_json: str, stage: str = "") -> str | None:
@@ -105,7 +106,7 @@ def _load_inputs(path: str) -> list[Any]:
         return [data[f"arg{i}"] for i in range(len(data.files))]
 
 
-def gpu_worker_main(conn: Any, device: int, source: str, entry: str, inputs_path: str,
+def gpu_worker_main(conn: Any, device: int, definer: Any, inputs_path: str,
                     config: Any, target: str = "cuda", reference_path: str | None = None,
                     input_kind: str | None = None) -> None:  # pragma: no cover - child
     """A GPU worker's loop (see the module docstring); ``target="cpu"`` runs the same loop
@@ -117,9 +118,7 @@ def gpu_worker_main(conn: Any, device: int, source: str, entry: str, inputs_path
     faulthandler.enable()  # a native crash prints where it happened (on the tuner's stderr)
     os.environ["CUDA_VISIBLE_DEVICES"] = str(device)
     try:
-        import tcmlir
-
-        fn = tcmlir.define(source, entry, target=target)
+        fn = definer(target=target)  # `TCFunction.definer`: tcmlir.define of the tuned source
         inputs = _load_inputs(inputs_path)
         # None: too large for the interpreter, the default options' kernel is the reference
         reference = (Reference.load(reference_path) if reference_path is not None
@@ -174,7 +173,7 @@ def gpu_worker_main(conn: Any, device: int, source: str, entry: str, inputs_path
 
 
 def _compile(fn: Any, inputs: Sequence[Any], opts: MappingOptions, target: str) -> Any:
-    from .evaluate import compile_candidate
+    from .verify import compile_candidate
 
     return compile_candidate(fn, inputs, opts, target)
 
@@ -190,20 +189,18 @@ def _unpacked(fn: Any, opts: MappingOptions, bound: Any, payload: bytes) -> Any:
     return cuda_kernel_from(fn, opts, bound.signature, bound.sizes, fields)
 
 
-def compile_worker_main(conn: Any, source: str, entry: str, arch: str, signature_json: str,
+def compile_worker_main(conn: Any, definer: Any, arch: str, signature_json: str,
                         sizes: dict[str, int]) -> None:  # pragma: no cover - child
     """A compile worker: cuda candidates in (options JSON), packed kernels out."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     faulthandler.enable()
     os.environ["CUDA_VISIBLE_DEVICES"] = ""  # compiling needs no GPU and must not take one
     try:
-        import tcmlir
-
         from .. import compiler
         from ..cache.kernel_image import pack_cuda_kernel
         from ..signature import Signature
 
-        fn = tcmlir.define(source, entry, target="cuda")
+        fn = definer(target="cuda")
         signature = Signature.from_json(signature_json)
         conn.send(("ready", None))
     except BaseException:  # noqa: BLE001 - report anything to the parent
@@ -225,3 +222,15 @@ def compile_worker_main(conn: Any, source: str, entry: str, arch: str, signature
             conn.send(("error", f"{type(exc).__name__} while compiling: {first}"))
 
 
+def main(fd: int) -> None:  # pragma: no cover - runs in the child
+    """The child's side: read the role and arguments from the socket ``fd``, run the loop."""
+    conn = mp_connection.Connection(fd)
+    try:
+        role, args = conn.recv()
+    except (EOFError, OSError):
+        return
+    loop = {"gpu": gpu_worker_main, "compile": compile_worker_main}[role]
+    try:
+        loop(conn, *args)
+    except (EOFError, OSError):  # the tuner went away: nothing left to do
+        pass
