@@ -231,7 +231,8 @@ class CaseSource:
         i = r.randrange(len(args)) if args else 0
         same = False  # the call means the same as the good one: its result must match
         kind = r.choice(["shape", "rank", "dtype", "pyobj", "missing", "extra", "by_name",
-                         "both", "unknown_kw", "options", "outputs", "devices", "layout"])
+                         "both", "unknown_kw", "options", "outputs", "devices", "layout",
+                         "space", "space"])
         if not args:
             kind = r.choice(["extra", "unknown_kw", "options"])
         if kind == "shape":
@@ -267,6 +268,9 @@ class CaseSource:
                                           '{"outerScheduleOptions": 5', "mlp", None,
                                           {"tile": "x"}, tc.MappingOptions])
             same = kwargs["options"] in ("naive", "mlp", None)
+        elif kind == "space":  # options the tuner may try: the result must not change
+            kwargs["options"] = self.space_options(fn, args)
+            same = True
         elif kind == "outputs":
             kwargs["outputs"] = r.choice(["abc", None, (), [np.zeros(3, np.float32)],
                                           (np.zeros((2, 2), np.float64),) * 4, 5])
@@ -296,8 +300,23 @@ class CaseSource:
 
         def make_call():
             return list(args), dict(kwargs)  # inputs are never written; keep their layout
-        repro = f"SOURCE = {source!r}\nENTRY = {entry!r}\n# bad call: {kind}\n{_call_text(args, kwargs)}"
+        opts = kwargs.get("options")
+        shown = {**kwargs, "options": opts.to_json()} if isinstance(opts, tc.MappingOptions) else kwargs
+        repro = (f"SOURCE = {source!r}\nENTRY = {entry!r}\n# bad call: {kind}\n"
+                 f"{_call_text(args, shown)}")
         return Case("badcall", repro, lambda log: check(log, source, entry, make_call, want))
+
+    def space_options(self, fn, args) -> tc.MappingOptions:
+        from tcmlir.binding import bind_sizes
+        from tcmlir.tune.space import space_for
+
+        target = self.rng.choice(["cpu", "cuda"])
+        space = space_for(fn.ir, target)
+        base = tc.MappingOptions.default_for(fn.ir, target,
+                                             bind_sizes(fn.ir, [np.shape(a) for a in args]))
+        if self.rng.random() < 0.5:
+            return space.sample(self.rng, base)
+        return space.mutate(self.rng, base, 0.5)
 
     def extreme(self) -> Case:
         source, inputs, model, what = extreme_case(self.rng)
