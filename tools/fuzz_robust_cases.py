@@ -191,11 +191,54 @@ class CaseSource:
                     lambda log: check(log, source, entry, _fixed(inputs), model))
 
     def broken(self) -> Case:
+        if self.rng.random() < 0.3:
+            return self.ast_program()
         source, entry, inputs, _ = self.base()
         for _ in range(self.rng.randint(1, 3)):
             source = self.mutate(source)
         return Case("broken", f"SOURCE = {source!r}\nENTRY = {entry!r}\n{_call_text(inputs)}",
                     lambda log: check(log, source, entry, _fixed(inputs)))
+
+    def ast_program(self) -> Case:
+        """A random syntactically valid program (tests/strategies_ast.py), its names mapped
+        onto a small pool so that some get past name resolution, called on 3-sized inputs."""
+        import strategies_ast as sa
+
+        from tcmlir.lang import ast
+        from tcmlir.lang.lexer import KEYWORDS, TYPE_NAMES
+        from tcmlir.lang.printer import format_program
+
+        if not getattr(self, "asts", None):
+            self.batch += 1
+            self.asts = _draw(sa.programs(), 40, self.seed * 1000 + self.batch)
+        text = format_program(self.asts.pop())
+        pool = ["A", "B", "O", "N", "M", "i", "j", "k"]
+        names: dict[str, str] = {}
+        reserved = KEYWORDS | TYPE_NAMES | set(ast.BUILTINS)
+
+        def rename(m):
+            w = m.group(0)
+            return w if w in reserved else names.setdefault(w, self.rng.choice(pool))
+        source = re.sub(r"(?<![\w.])[A-Za-z_]\w*", rename, text)
+        first = re.match(r"def (\w+)", source)
+        entry = first.group(1) if first else None
+
+        def run(log):
+            try:
+                fn = tc.define(source, entry, target="numpy")
+            except tc.TCError as e:
+                log.append(f"define: {_first(e)}")
+                return "tcerror", _first(e)
+            args = []
+            for t in fn.ir.inputs:
+                try:
+                    dt = np.dtype(t.dtype.value)
+                except TypeError:
+                    dt = np.dtype(np.float32)
+                args.append(np.ones((3,) * t.rank, dt))
+            return check(log, source, entry, _fixed(args))
+        return Case("broken", f"SOURCE = {source!r}\nENTRY = {entry!r}\n# inputs: ones((3,) * rank) of each dtype",
+                    run)
 
     def mutate(self, s: str) -> str:
         r = self.rng
