@@ -283,7 +283,10 @@ class CaseSource:
             args[i] = np.zeros(tuple(max(0, d + r.choice([-1, 1, 5])) for d in a.shape), a.dtype)
         elif kind == "rank":
             a = args[i]
-            args[i] = a[..., None] if r.random() < 0.5 or a.ndim == 0 else a.reshape(-1)[:1].reshape(())
+            if r.random() < 0.5 or a.ndim == 0 or a.size == 0:
+                args[i] = a[..., None]
+            else:
+                args[i] = a.reshape(-1)[:1].reshape(())
         elif kind == "dtype":
             args[i] = args[i].astype(r.choice([np.float64, np.int32, np.bool_, np.float16,
                                               np.complex64, np.uint8, np.int64, object]))
