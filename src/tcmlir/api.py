@@ -22,7 +22,7 @@ from . import ir
 from .array_kinds import given_outputs, has_zero_extent, in_input_kind
 from .benchmark import clock
 from .binding import allocate_outputs, bind_host_inputs, check_outputs
-from .call_args import as_mapping_options, order_inputs
+from .call_args import as_devices, as_mapping_options, order_inputs
 from .config import get_config, hot_path_token
 from .empty_calls import empty_call
 from .errors import CallError, Source, TCError
@@ -149,6 +149,7 @@ class TCFunction:
             if done is not MISS:
                 return done
         options = as_mapping_options(options)
+        devices = as_devices(devices)
         if devices is not None or (options is not None and options.devices):
             from .multi.execute import split_call
 
@@ -202,6 +203,7 @@ class TCFunction:
         kernel."""
         inputs = order_inputs(self.ir, inputs, named)
         options = as_mapping_options(options)
+        devices = as_devices(devices)
         if devices is not None or (options is not None and options.devices):
             from .multi.execute import split_kernel
 
@@ -218,6 +220,7 @@ class TCFunction:
         from .multi.inputs import locate_inputs
         from .multi.plan import make_plan
 
+        devices = as_devices(devices)
         views, where = locate_inputs(self.ir, inputs)
         from .binding import bind_sizes
 

@@ -12,11 +12,13 @@ import difflib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from . import ir
 from .errors import CallError, OptionsError
 from .options import MappingOptions
 
-__all__ = ["OPTION_PRESETS", "as_mapping_options", "order_inputs"]
+__all__ = ["OPTION_PRESETS", "as_devices", "as_mapping_options", "order_inputs"]
 
 # the preset names ``options=`` takes, each a `MappingOptions` class method (TC's presets)
 OPTION_PRESETS = ("naive", "pointwise", "mlp", "convolution", "group_convolution")
@@ -81,3 +83,22 @@ def order_inputs(fn: ir.Function, inputs: Sequence[Any], named: Mapping[str, Any
         raise CallError(f"{fn.name}: missing input(s) {', '.join(missing)} (give every input, "
                         f"by position or by name: {', '.join(names)})")
     return tuple(inputs) + tuple(named[n] for n in names[len(inputs):])
+
+
+def as_devices(value: Any) -> tuple[int, ...] | None:
+    """``devices=`` as a tuple of CUDA device ordinals (None stays None); anything but a
+    sequence of non-negative ints is a `CallError` that says what to pass."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence | range):
+        hint = f"devices=[{value}]" if isinstance(value, int) else "devices=[0, 1]"
+        raise CallError(f"devices= takes a sequence of CUDA device ordinals, got "
+                        f"{type(value).__name__} {_short(repr(value))}: e.g. {hint}")
+    out = tuple(value)
+    for d in out:
+        if isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 0:
+            raise CallError(f"devices= takes non-negative CUDA device ordinals, got "
+                            f"{_short(repr(out))}: e.g. devices=[0, 1]")
+    if not out:
+        raise CallError("devices= is empty: name at least one CUDA device, e.g. devices=[0]")
+    return tuple(int(d) for d in out)

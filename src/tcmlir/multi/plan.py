@@ -50,7 +50,8 @@ import islpy as isl
 
 from .. import ir
 from ..binding import bind_sizes
-from ..errors import CallError, TCError
+from ..call_args import as_devices
+from ..errors import CallError
 from ..poly.deps import compute_dependences
 from ..poly.legality import member_is_parallel
 from ..poly.scop import Scop, build_scop, maps_of, sets_of
@@ -153,14 +154,10 @@ def make_plan(fn: ir.Function, sizes: Mapping[str, int], devices: Sequence[int],
 
 
 def _check_devices(devices: Sequence[int]) -> tuple[int, ...]:
-    if isinstance(devices, (str, bytes)) or not isinstance(devices, Sequence) or not devices:
-        raise TCError(f"devices= must be a non-empty list of CUDA device ordinals, got {devices!r}")
-    out = []
-    for d in devices:
-        if isinstance(d, bool) or not isinstance(d, int) or d < 0:
-            raise TCError(f"devices= must hold device ordinals (integers >= 0), got {devices!r}")
-        out.append(int(d))
-    return tuple(out)
+    out = as_devices(devices)
+    if out is None:
+        raise CallError("devices= must be a non-empty list of CUDA device ordinals, got None")
+    return out
 
 
 # ---------------------------------------------------------------- isl helpers
