@@ -95,9 +95,21 @@ def free_port() -> int:
 
 def run_job(world: int, tmp_path, *checks: str) -> list[str]:
     out = tmp_path / f"dtensor-{world}.txt"
-    cmd = [sys.executable, os.path.join(TESTS_DIR, "dtensor_job.py"), str(world),
-           str(free_port()), str(out), *checks]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+
+    def run() -> subprocess.CompletedProcess:
+        cmd = [sys.executable, os.path.join(TESTS_DIR, "dtensor_job.py"), str(world),
+               str(free_port()), str(out), *checks]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+
+    proc = run()
+    if proc.returncode != 0 and "terminated with signal SIGABRT" in proc.stderr \
+            and "terminate called without an active exception" in proc.stderr:
+        # seen once in CI (2026-12-06): a rank of the 4-rank gloo job aborted in C++ ("terminate
+        # called without an active exception") with no Python error; 3 reruns passed. A second
+        # abort fails the test with both outputs (a crash that repeats is a bug to find)
+        first = proc.stderr[-1500:]
+        proc = run()
+        assert proc.returncode == 0, f"aborted twice:\n{first}\n---\n{proc.stderr[-1500:]}"
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = out.read_text().splitlines()
     bad = [x for x in lines if " FAIL " in x]
