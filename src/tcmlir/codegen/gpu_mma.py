@@ -18,13 +18,13 @@ and computes each ``BM x BN`` output tile with ``WM x WN`` warps:
   neighbouring columns at once where the output is contiguous along them.
 
 Every lane position comes from `codegen/mma_layout.py` (the same functions the CPU simulator
-checks), evaluated on LLVM values through `_V`.
+checks), evaluated on LLVM values through `mma_ir.IntV`; the epilogue is
+`codegen/mma_epilogue.py`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from llvmlite import ir
@@ -32,92 +32,19 @@ from llvmlite import ir
 from ..dtypes import DType
 from ..errors import CodegenError
 from ..poly.contraction import ContractionPlan, MmaMark, Operand, contraction_plan
-from .mma_layout import CHUNK, c_element, lane_row_address, swizzle
+from .mma_epilogue import EpilogueMixin
+from .mma_ir import F32, I16, I32, I64, IntV, counted_loop, half_type, if_then, sreg
+from .mma_layout import CHUNK, lane_row_address, swizzle
 from .target import declare
 
 __all__ = ["emit_mma"]
 
-I1, I16, I32, I64 = ir.IntType(1), ir.IntType(16), ir.IntType(32), ir.IntType(64)
-F32 = ir.FloatType()
 STATIC_SHARED_BYTES = 48 * 1024   # above: dynamic shared memory, opted in at load
 MAX_SHARED_BYTES = 227 * 1024     # per block on sm_90
-class _V:
-    """An unsigned integer LLVM value with Python arithmetic (so the layout functions of
-    `mma_layout` build IR): ``//`` and ``%`` by powers of two become shifts and masks."""
-
-    def __init__(self, b: ir.IRBuilder, value: ir.Value):
-        self.b, self.v = b, value
-
-    def _c(self, other: int | _V) -> ir.Value:
-        return other.v if isinstance(other, _V) else ir.Constant(self.v.type, other)
-
-    def __add__(self, o: int | _V) -> _V:
-        return self if isinstance(o, int) and o == 0 else _V(self.b, self.b.add(self.v, self._c(o)))
-
-    __radd__ = __add__
-
-    def __mul__(self, o: int | _V) -> _V:
-        if isinstance(o, int) and o == 1:
-            return self
-        if isinstance(o, int) and o > 0 and o & (o - 1) == 0:
-            return _V(self.b, self.b.shl(self.v, ir.Constant(self.v.type, o.bit_length() - 1)))
-        return _V(self.b, self.b.mul(self.v, self._c(o)))
-
-    __rmul__ = __mul__
-
-    def __floordiv__(self, o: int) -> _V:
-        assert o > 0 and o & (o - 1) == 0, o
-        return self if o == 1 else _V(self.b, self.b.lshr(self.v, ir.Constant(self.v.type, o.bit_length() - 1)))
-
-    def __mod__(self, o: int) -> _V:
-        assert o > 0 and o & (o - 1) == 0, o
-        return _V(self.b, self.b.and_(self.v, ir.Constant(self.v.type, o - 1)))
-
-    def __xor__(self, o: int | _V) -> _V:
-        return _V(self.b, self.b.xor(self.v, self._c(o)))
-
-    __rxor__ = __xor__
-
-    def wide(self) -> _V:
-        return _V(self.b, self.b.zext(self.v, I64)) if self.v.type != I64 else self
-
-
-def _sreg(b: ir.IRBuilder, name: str) -> ir.Value:
-    return b.call(declare(b.module, f"llvm.nvvm.read.ptx.sreg.{name}", ir.FunctionType(I32, [])), [])
-
-
-def _loop(b: ir.IRBuilder, start: ir.Value, stop: int, step: ir.Value | int,
-          body: Callable[[ir.Value], None], name: str) -> None:
-    """``for (v = start; v < stop; v += step) body(v)`` on i64 values (``start`` >= 0)."""
-    head = b.append_basic_block(f"{name}.head")
-    inside = b.append_basic_block(f"{name}.body")
-    done = b.append_basic_block(f"{name}.done")
-    before = b.block
-    b.branch(head)
-    b.position_at_end(head)
-    v = b.phi(I64, name=name)
-    v.add_incoming(start, before)
-    b.cbranch(b.icmp_unsigned("<", v, ir.Constant(I64, stop)), inside, done)
-    b.position_at_end(inside)
-    body(v)
-    nxt = b.add(v, step if isinstance(step, ir.Value) else ir.Constant(I64, step))
-    v.add_incoming(nxt, b.block)
-    b.branch(head)
-    b.position_at_end(done)
-
-
-def _if(b: ir.IRBuilder, cond: ir.Value, then: Callable[[], None], name: str) -> None:
-    inside = b.append_basic_block(f"{name}.then")
-    after = b.append_basic_block(f"{name}.end")
-    b.cbranch(cond, inside, after)
-    b.position_at_end(inside)
-    then()
-    b.branch(after)
-    b.position_at_end(after)
 
 
 @dataclass
-class _Buffer:
+class RingBuffer:
     """One operand's ring of shared tiles: ``stages`` tiles of ``rows x row_len`` halves."""
 
     operand: Operand
@@ -132,7 +59,7 @@ class _Buffer:
     def elems(self) -> int:
         return self.rows * self.row_len
 
-    def slot(self, b: ir.IRBuilder, stage: _V, srow: _V, scol: _V) -> ir.Value:
+    def slot(self, b: ir.IRBuilder, stage: IntV, srow: IntV, scol: IntV) -> ir.Value:
         """Pointer to storage (srow, scol) of tile ``stage`` (``scol`` a multiple of 8)."""
         if self.atom:
             block, inner = scol // self.atom, scol % self.atom
@@ -156,13 +83,13 @@ def emit_mma(walker, mark: MmaMark) -> None:
 
         WgmmaEmitter(walker, plan, mark).run()
     else:  # (wgmma exists from sm_90 on: elsewhere the same tiles run on mma.sync)
-        _Emitter(walker, plan, mark).run()
+        MmaEmitter(walker, plan, mark).run()
     local = getattr(walker, "local_seen", None)
     if local is not None and plan.cast is not None:
         local.add(plan.acc)  # the float32 accumulator stays in registers
 
 
-class _Emitter:
+class MmaEmitter(EpilogueMixin):
     def __init__(self, walker, plan: ContractionPlan, mark: MmaMark):
         self.w, self.plan, self.mark = walker, plan, mark
         self.b: ir.IRBuilder = walker.builder
@@ -200,7 +127,7 @@ class _Emitter:
             gv = walker.entry.gep(ring, [ir.Constant(I32, 0), ir.Constant(I32, start)], inbounds=True,
                                   source_etype=ring.value_type)
             start += elems
-            self.bufs.append(_Buffer(op, srows, row_len, gv, ty))
+            self.bufs.append(RingBuffer(op, srows, row_len, gv, ty))
 
     # ---- pieces
 
@@ -218,17 +145,17 @@ class _Emitter:
     def fn(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
         return declare(self.b.module, name, ir.FunctionType(ret, args))
 
-    def v32(self, value: ir.Value) -> _V:
-        return _V(self.b, value)
+    def v32(self, value: ir.Value) -> IntV:
+        return IntV(self.b, value)
 
     def run(self) -> None:
         b, mark, plan = self.b, self.mark, self.plan
-        tid = self.v32(_sreg(b, "tid.x"))
+        tid = self.v32(sreg(b, "tid.x"))
         self.lane = tid % 32
         self.tid = tid
         entry = self.w.entry
         self.acc = entry.alloca(F32, size=self.mi * self.ni * 4, name="mma.acc")
-        bx, by, bz = (b.zext(_sreg(b, f"ctaid.{d}"), I64) for d in "xyz")
+        bx, by, bz = (b.zext(sreg(b, f"ctaid.{d}"), I64) for d in "xyz")
         bm, bn, _ = mark.tile
         tiles_m = math.ceil(self.sizes[plan.m] / bm)
         tiles_n = math.ceil(self.sizes[plan.n] / bn)
@@ -236,10 +163,10 @@ class _Emitter:
 
         def batch(bflat: ir.Value) -> None:
             self.batch_offsets(bflat)
-            _loop(b, by, tiles_m, gy, lambda tm: _loop(
+            counted_loop(b, by, tiles_m, gy, lambda tm: counted_loop(
                 b, bx, tiles_n, gx, lambda tn: self.tile(tm, tn), "mma.tn"), "mma.tm")
 
-        _loop(b, bz, plan.batch_count, gz, batch, "mma.batch")
+        counted_loop(b, bz, plan.batch_count, gz, batch, "mma.batch")
 
     def batch_offsets(self, bflat: ir.Value) -> None:
         b, plan = self.b, self.plan
@@ -280,13 +207,13 @@ class _Emitter:
             self.before_barrier()
             b.call(barrier, [])
             nk = b.add(kt, ir.Constant(I64, ahead))
-            _if(b, b.icmp_unsigned("<", nk, ir.Constant(I64, ktiles)),
+            if_then(b, b.icmp_unsigned("<", nk, ir.Constant(I64, ktiles)),
                 lambda: self.load_stage(b.trunc(b.urem(nk, ir.Constant(I64, stages)), I32), nk, m0, n0),
                 "mma.next")
             b.call(commit, [])
             self.compute(self.v32(b.trunc(b.urem(kt, ir.Constant(I64, stages)), I32)))
 
-        _loop(b, ir.Constant(I64, 0), ktiles, 1, step, "mma.k")
+        counted_loop(b, ir.Constant(I64, 0), ktiles, 1, step, "mma.k")
         self.drain()
         b.call(wait, [ir.Constant(I32, 0)])
         b.call(barrier, [])
@@ -310,13 +237,13 @@ class _Emitter:
             for i in range(math.ceil(total / threads)):
                 c = self.tid + i * threads
                 if (i + 1) * threads > total:  # fewer copies than threads: the rest idle
-                    _if(b, b.icmp_unsigned("<", c.v, ir.Constant(I32, total)),
+                    if_then(b, b.icmp_unsigned("<", c.v, ir.Constant(I32, total)),
                         lambda c=c, buf=buf, r0=r0: self.copy_chunk(buf, c, r0, k0, stage_v),
                         "mma.copy")
                 else:
                     self.copy_chunk(buf, c, r0, k0, stage_v)
 
-    def copy_chunk(self, buf: _Buffer, c: _V, r0: ir.Value, k0: ir.Value, stage: _V) -> None:
+    def copy_chunk(self, buf: RingBuffer, c: IntV, r0: ir.Value, k0: ir.Value, stage: IntV) -> None:
         """Chunk ``c`` (16 bytes) of ``buf``'s tile, rows from ``r0``, steps from ``k0``: one
         ``cp.async.cg ... 16`` (zero-filled past the end) where the operand is 16-byte aligned
         (the kernel's aligned tensors), else eight loads and one store. The extent along the
@@ -340,7 +267,7 @@ class _Emitter:
         if op.tensor in getattr(self.w.owner, "aligned", ()):
             copy = self.fn("llvm.nvvm.cp.async.cg.shared.global.16.s", ir.VoidType(),
                            [ir.PointerType(addrspace=3), ir.PointerType(addrspace=1), I32])
-            src = b.gep(base, [off], inbounds=True, source_etype=_half(plan.dtype))
+            src = b.gep(base, [off], inbounds=True, source_etype=half_type(plan.dtype))
             b.call(copy, [dst, src, b.select(valid, ir.Constant(I32, 16), ir.Constant(I32, 0))])
             return
         vec = ir.Constant(ir.VectorType(I16, CHUNK), None)
@@ -350,7 +277,7 @@ class _Emitter:
             vec = b.insert_element(vec, val, ir.Constant(I32, e))
         b.store(vec, dst, align=16)
 
-    def compute(self, stage: _V) -> None:
+    def compute(self, stage: IntV) -> None:
         b, mark, plan = self.b, self.mark, self.plan
         bm, bn, bk = mark.tile
         wm_rows, wn_cols = bm // mark.warps[0], bn // mark.warps[1]
@@ -395,199 +322,3 @@ class _Emitter:
                     accs[at:at + 4] = [b.extract_value(d, j) for j in range(4)]
         for i, v in enumerate(accs):
             b.store(v, self.slot_acc(i))
-
-    def staged_epilogue(self) -> tuple[int, int] | None:
-        """(row pitch in elements, elements per 16-byte chunk) when the output tile can go
-        through shared memory and leave in 16-byte rows: the output contiguous along n and
-        aligned, every other stride and N whole chunks, the tile within the operand ring."""
-        plan, (bm, bn, _) = self.plan, self.mark.tile
-        out = self.w.fn.tensor(plan.out)
-        size = out.dtype.bits // 8
-        chunk = 16 // size
-        pitch = bn + chunk  # one chunk of padding: the 8 rows a fragment store covers hit 8 slots
-        strides = [plan.out_stride(i) for i in plan.lhs if i != plan.n]
-        if (plan.out_stride(plan.n) != 1 or self.sizes[plan.n] % chunk or any(s % chunk for s in strides)
-                or plan.out not in getattr(self.w.owner, "aligned", ())
-                or bm * pitch * size > self.ring_bytes):
-            return None
-        return pitch, chunk
-
-    def fragment_pairs(self):
-        """This thread's accumulators in pairs of neighbouring columns: their slots and the
-        (row, first column) within the block's tile, by the C fragment layout."""
-        mark = self.mark
-        bm, bn, _ = mark.tile
-        wm_rows, wn_cols = bm // mark.warps[0], bn // mark.warps[1]
-        warp = self.tid // 32
-        wm, wn = warp // mark.warps[1], warp % mark.warps[1]
-        for mi in range(self.mi):
-            for ni in range(self.ni):
-                for half in range(2):
-                    regs = (2 * half, 2 * half + 1)
-                    r, c = c_element(self.lane, regs[0])
-                    base = (mi * self.ni + ni) * 4
-                    yield ((base + regs[0], base + regs[1]), wm * wm_rows + mi * 16 + r,
-                           wn * wn_cols + ni * 8 + c)
-
-    def epilogue_staged(self, m0: ir.Value, n0: ir.Value) -> None:
-        """Accumulators (rounded) into a padded ``BM x (BN + chunk)`` tile in the operand ring,
-        a barrier, then every thread moves 16-byte row pieces to global memory: coalesced
-        stores (a fragment's own stores cover 8 rows of 16 bytes each)."""
-        b, mark, plan = self.b, self.mark, self.plan
-        pitch, chunk = self.staged_epilogue()  # type: ignore[misc]
-        bm, bn, _ = mark.tile
-        out = self.w.fn.tensor(plan.out)
-        mty = _store_type(out.dtype)
-        tile = b.bitcast(self.ring, mty.as_pointer(3))
-        for slots, row, col in self.fragment_pairs():
-            vty = ir.VectorType(mty, 2)
-            vec = ir.Constant(vty, ir.Undefined)
-            for j, slot in enumerate(slots):
-                v = self.finish(b.load(self.slot_acc(slot), typ=F32),
-                                b.add(m0, row.wide().v), b.add(n0, (col + j).wide().v))
-                vec = b.insert_element(vec, v, ir.Constant(I32, j))
-            ptr = b.gep(tile, [(row * pitch + col).v], inbounds=True, source_etype=mty)
-            b.store(vec, b.bitcast(ptr, vty.as_pointer(3)), align=2 * (out.dtype.bits // 8))
-        b.call(self.fn("llvm.nvvm.barrier0", ir.VoidType(), []), [])
-        per_row = bn // chunk
-        total = bm * per_row
-        base = self.w.pointer(plan.out)
-        vty = ir.VectorType(mty, chunk)
-        sm = plan.out_stride(plan.m)
-        big_m, big_n = self.sizes[plan.m], self.sizes[plan.n]
-        for i in range(math.ceil(total / mark.threads)):
-            c = self.tid + i * mark.threads
-            row, col = c // per_row, (c % per_row) * chunk
-
-            def move(row=row, col=col) -> None:
-                src = b.gep(tile, [(row * pitch + col).v], inbounds=True, source_etype=mty)
-                value = b.load(b.bitcast(src, vty.as_pointer(3)), typ=vty, align=16)
-                m = b.add(m0, row.wide().v)
-                n = b.add(n0, col.wide().v)
-                ok = b.and_(b.icmp_unsigned("<", m, ir.Constant(I64, big_m)),
-                            b.icmp_unsigned("<", n, ir.Constant(I64, big_n)))
-                off = b.add(self.offsets[plan.out], b.add(b.mul(m, ir.Constant(I64, sm)), n))
-                dst = b.gep(base, [off], inbounds=True, source_etype=mty)
-                _if(b, ok, lambda: b.store(value, b.bitcast(dst, vty.as_pointer(1)), align=16),
-                    "mma.out")
-
-            if (i + 1) * mark.threads > total:
-                _if(b, b.icmp_unsigned("<", c.v, ir.Constant(I32, total)), move, "mma.outrow")
-            else:
-                move()
-
-    def finish(self, acc: ir.Value, m: ir.Value, n: ir.Value) -> ir.Value:
-        """The float32 sum ``acc`` of output element (m, n) of the current batch entry, as
-        stored: rounded to the output's type, then through the epilogue statements, each
-        rounding its result again (as running them one after the other does)."""
-        plan = self.plan
-        out = self.w.fn.tensor(plan.out)
-        value = _round(self.b, acc, out.dtype)
-        if not plan.epilogue:
-            return value
-        from .exprs import ExprEmitter, _emit_on
-
-        b = self.b
-        if self.cell is None:
-            self.cell = self.w.entry.alloca(_store_type(out.dtype), name="mma.cell")
-        b.store(value, self.cell)
-        # indices past the ends (a tile's rest, never stored) read the last element instead
-        values = {plan.m: _clamp(b, m, self.sizes[plan.m]), plan.n: _clamp(b, n, self.sizes[plan.n]),
-                  **self.batch_index}
-        ctx = _CellContext(self.w, plan.out, self.cell)
-        for j in plan.epilogue:
-            st = self.w.fn.statements[j]
-            env = {name: values[p] for name, p in zip(st.lhs, plan.lhs, strict=True)}
-            ctx.lhs = st.lhs
-            _emit_on(ExprEmitter(ctx, env, j), st, j, False, self.cell, out.dtype)
-        return b.load(self.cell, typ=_store_type(out.dtype))
-
-    def epilogue(self, m0: ir.Value, n0: ir.Value) -> None:
-        b, mark, plan = self.b, self.mark, self.plan
-        bm, bn, _ = mark.tile
-        out = self.w.fn.tensor(plan.out)
-        mty = _store_type(out.dtype)
-        base = self.w.pointer(plan.out)
-        sm, sn = plan.out_stride(plan.m), plan.out_stride(plan.n)
-        big_m, big_n = self.sizes[plan.m], self.sizes[plan.n]
-        pairs = sn == 1 and big_n % 2 == 0 and plan.out in getattr(self.w.owner, "aligned", ())
-        for slots, row, col in self.fragment_pairs():
-            m = b.add(m0, row.wide().v)
-            n = b.add(n0, col.wide().v)
-            vals = [self.finish(b.load(self.slot_acc(slot), typ=F32), m, b.add(n, ir.Constant(I64, j)))
-                    for j, slot in enumerate(slots)]
-            off = b.add(self.offsets[plan.out], b.add(b.mul(m, ir.Constant(I64, sm)),
-                                                      b.mul(n, ir.Constant(I64, sn))))
-            ok_m = b.icmp_unsigned("<", m, ir.Constant(I64, big_m))
-
-            def store(off=off, vals=vals, n=n, ok_m=ok_m) -> None:
-                if pairs:
-                    vty = ir.VectorType(mty, 2)
-                    vec = ir.Constant(vty, ir.Undefined)
-                    for j, v in enumerate(vals):
-                        vec = b.insert_element(vec, v, ir.Constant(I32, j))
-                    ptr = b.gep(base, [off], inbounds=True, source_etype=mty)
-                    b.store(vec, ptr, align=2 * (out.dtype.bits // 8))
-                    return
-                for j, v in enumerate(vals):
-                    nj = b.add(n, ir.Constant(I64, j))
-                    ptr = b.gep(base, [b.add(off, ir.Constant(I64, j * sn))], inbounds=True,
-                                source_etype=mty)
-                    _if(b, b.icmp_unsigned("<", nj, ir.Constant(I64, big_n)),
-                        lambda v=v, ptr=ptr: b.store(v, ptr), "mma.col")
-
-            full_m, full_n = big_m % bm == 0, big_n % bn == 0
-            cond = None if full_m else ok_m
-            if pairs and not full_n:  # n even and pairs start even: both or neither fit
-                ok_n = b.icmp_unsigned("<", n, ir.Constant(I64, big_n))
-                cond = ok_n if cond is None else b.and_(cond, ok_n)
-            if cond is None:
-                store()
-            else:
-                _if(b, cond, store, "mma.row")
-
-
-def _clamp(b: ir.IRBuilder, v: ir.Value, extent: int) -> ir.Value:
-    last = ir.Constant(I64, extent - 1)
-    return b.select(b.icmp_unsigned("<", v, last), v, last)
-
-
-class _CellContext:
-    """The walker, with the output element of an epilogue statement in a register cell: reads
-    of the output at the statement's own indices (and its store) go to the cell."""
-
-    def __init__(self, walker, out: str, cell: ir.Value):
-        self._walker, self._out, self._cell = walker, out, cell
-        self.lhs: tuple[str, ...] = ()
-
-    def __getattr__(self, name: str):
-        return getattr(self._walker, name)
-
-    def redirect(self, key: object) -> ir.Value | None:
-        if key == "lhs":
-            return self._cell
-        if getattr(key, "tensor", None) == self._out:
-            return self._cell  # (plan: the output is read only at the statement's own indices)
-        return None
-
-
-def _half(dt: DType) -> ir.Type:
-    return ir.HalfType() if dt is DType.FLOAT16 else I16
-
-
-def _store_type(dt: DType) -> ir.Type:
-    if dt is DType.FLOAT32:
-        return F32
-    return ir.HalfType() if dt is DType.FLOAT16 else I16
-
-
-def _round(b: ir.IRBuilder, v: ir.Value, dt: DType) -> ir.Value:
-    """float32 ``v`` in the output's memory type (bfloat16: round to nearest even)."""
-    if dt is DType.FLOAT32:
-        return v
-    if dt is DType.FLOAT16:
-        return b.fptrunc(v, ir.HalfType())
-    bits = b.bitcast(v, I32)
-    lsb = b.and_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 1))
-    rounded = b.add(bits, b.add(ir.Constant(I32, 0x7FFF), lsb))
-    return b.trunc(b.lshr(rounded, ir.Constant(I32, 16)), I16)

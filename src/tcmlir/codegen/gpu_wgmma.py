@@ -28,15 +28,15 @@ from ..dtypes import DType
 from ..errors import CodegenError
 from ..poly.contraction import WGMMA_ROW_HALVES as ROW_HALVES
 from ..poly.contraction import wgmma_problem
-from .gpu_mma import _V, F32, I32, I64, _Emitter
+from .gpu_mma import F32, I32, I64, IntV, MmaEmitter
 from .target import declare
 
 __all__ = ["WgmmaEmitter"]
 
 
 
-class WgmmaEmitter(_Emitter):
-    """`_Emitter` with the warpgroup step (see the module docstring)."""
+class WgmmaEmitter(MmaEmitter):
+    """`MmaEmitter` with the warpgroup step (see the module docstring)."""
 
     def __init__(self, walker, plan, mark):
         why = wgmma_problem(plan, mark.tile, mark.warps)
@@ -75,7 +75,7 @@ class WgmmaEmitter(_Emitter):
     def drain(self) -> None:
         self.wgmma_wait(0)
 
-    def descriptor(self, buf, stage: _V, row: ir.Value, kk: int) -> ir.Value:
+    def descriptor(self, buf, stage: IntV, row: ir.Value, kk: int) -> ir.Value:
         """The matrix descriptor of ``buf``'s tile in ring slot ``stage``: operand rows from
         ``row`` (a multiple of 8, or of 64 for MN-major atoms), reduction steps ``16 kk ..``.
         K-major: storage rows are operand rows, 16 steps are 32 bytes along a row (the
@@ -83,20 +83,20 @@ class WgmmaEmitter(_Emitter):
         MN-major: storage rows are steps, 16 of them 2048 bytes; 64-row atoms LBO apart,
         8-step groups 1024 bytes apart (SBO)."""
         b = self.b
-        zero = _V(b, ir.Constant(I32, 0))
+        zero = IntV(b, ir.Constant(I32, 0))
         if buf.operand.k_major:
-            ptr = buf.slot(b, stage, _V(b, row), zero)
+            ptr = buf.slot(b, stage, IntV(b, row), zero)
             addr = b.add(b.ptrtoint(ptr, I64), ir.Constant(I64, kk * 32))
             lbo = 16
         else:
-            ptr = buf.slot(b, stage, _V(b, ir.Constant(I32, 16 * kk)), _V(b, row))
+            ptr = buf.slot(b, stage, IntV(b, ir.Constant(I32, 16 * kk)), IntV(b, row))
             addr = b.ptrtoint(ptr, I64)
             lbo = buf.rows * buf.atom * 2  # bytes from one 64-row atom column to the next
         start = b.and_(b.lshr(addr, ir.Constant(I64, 4)), ir.Constant(I64, 0x3FFF))
         fixed = ((lbo >> 4) << 16) | ((1024 >> 4) << 32) | (1 << 62)  # SBO 1024, 128B swizzle
         return b.or_(start, ir.Constant(I64, fixed))
 
-    def compute(self, stage: _V) -> None:
+    def compute(self, stage: IntV) -> None:
         b, mark, plan = self.b, self.mark, self.plan
         _, bn, bk = mark.tile
         n_acc = self.mi * self.ni * 4  # = bn / 2 per thread
