@@ -117,26 +117,9 @@ def timer(device: str, fn: Callable[[], Any], runs: int) -> float:
             fn()
             times.append(time.perf_counter() - t0)
         return statistics.median(times)
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    inner = max(1, min(10, int(1.0 / max(start.elapsed_time(end), 1e-6))))
-    times = []
-    for _ in range(runs):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        fn()  # the lead call: the timed calls queue while it runs
-        start.record()
-        for _ in range(inner):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / inner)
-    return statistics.median(times)
+    from bench import time_cuda  # the benchmark suite's CUDA timer: both measure alike
+
+    return time_cuda(torch, fn, warmup=3, runs=runs)
 
 
 def sync(device: str) -> None:
