@@ -64,6 +64,10 @@ def column_problem(fn: tc.Function) -> str | None:
             last = rd.indices[-1] if rd.indices else None
             if not isinstance(last, tc.Index) or last.name != col:
                 return "a read is not contiguous along the lhs's innermost index"
+            if not set(st.lhs) <= used:
+                # ``A(m, k, b)`` in ``C(m, n, b) +=! A(m, k, b) * B(k, n, b)``: reused across
+                # outputs, a contraction (a thread per column walked every other output)
+                return "a read is reused across outputs (a contraction, not a column reduction)"
             seen = True
     return None if seen else "no read runs along the reduced dimension"
 

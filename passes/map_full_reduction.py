@@ -43,17 +43,34 @@ from ..poly.scop import sets_of
 from ..poly.state import CompileState
 from .map_reductions import _full_participation
 
-__all__ = ["build_full_reduction", "full_reduction_problem", "single_thread"]
+__all__ = ["build_full_reduction", "full_reduction_problem", "single_point", "single_thread"]
 
 _CAS = (DType.FLOAT32, DType.FLOAT64, DType.INT32, DType.INT64, DType.UINT32, DType.UINT64)
 
 
+def single_point(rng) -> bool:
+    """True when the index range ``rng`` (an `ir.IndexRange`) holds one value at every size
+    (``z in 0:1``, ``i in N:N+1``)."""
+    try:
+        width = rng.hi.pw_aff().sub(rng.lo.pw_aff())
+    except isl.Error:  # pragma: no cover - isl could not align the expressions
+        return False
+    if not width.is_cst() or width.n_piece() != 1:
+        return False
+    values: list[int] = []
+    width.foreach_piece(lambda _dom, aff: values.append(int(aff.get_constant_val().to_python())))
+    return values == [1]
+
+
 def full_reduction_problem(fn) -> str | None:
-    """Why ``fn`` is not a full reduction `build_full_reduction` maps, or None."""
+    """Why ``fn`` is not a full reduction `build_full_reduction` maps, or None. A reduction
+    into one element written with indices of one value each (``S(z) +=! X(i) where z in
+    0:1``) is one, as ``s +=! X(i)`` is."""
     if len(fn.statements) != 1:
         return "a full reduction must be the only statement"
     st = fn.statements[0]
-    if st.lhs or st.reduction is None or not st.reduction_indices:
+    if st.reduction is None or not st.reduction_indices \
+            or not all(single_point(st.range_of(i)) for i in st.lhs):
         return "the statement is not a reduction into a scalar"
     if fn.tensor(st.tensor).dtype not in _CAS:
         return f"{fn.tensor(st.tensor).dtype} values cannot be folded by compare-and-swap"

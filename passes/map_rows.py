@@ -183,7 +183,7 @@ class MapRows(Pass):
             assert state.schedule is not None
             return dataclasses.replace(state, schedule=single_thread(
                 with_params(state.schedule, BLOCK_PARAMS + THREAD_PARAMS)))
-        if row_rank(state.fn) == 0 and full_reduction_problem(state.fn) is None:
+        if full_reduction_problem(state.fn) is None:
             schedule = build_full_reduction(state, domain, self.threads, self.grid,
                                             self.vector_bytes)
             if schedule is None:  # too short to split, or sizes not fixed

@@ -119,12 +119,14 @@ def test_register_part_lies_below_the_window_loops():
     fn = tc.define(GCONV)
     state = compiler.lower(fn.ir, BENCH, MO.default_for(fn, "cuda", BENCH), "cuda")
     text = format_loops(build_ast(state))
-    assert "// kernel grid=1,32,32 block=7,14,2" in text  # (f tile, g, n) on (x, y, z)
+    # (g, n) on (x, y): the f tile member has one value (16 channels, one tile) and takes no
+    # grid dimension
+    assert "// kernel grid=32,32,1 block=7,14,2" in text
     # innermost: the kw loop around 16 unrolled statements, 8 channels x 2 columns per thread
     inner = re.search(r"for \(int c\d+ = 0; c\d+ <= 2; c\d+ \+= 1\) \{\n((?:\s+S0\(.*\);\n)+)", text)
     assert inner is not None, text
     calls = inner.group(1).split("\n")[:-1]
-    assert len(calls) == 16 and all(c.strip().startswith("S0(_bz, _by, 8 * _tz") for c in calls)
+    assert len(calls) == 16 and all(c.strip().startswith("S0(_by, _bx, 8 * _tz") for c in calls)
     assert "S0_init" not in text  # hoisted: the registers start at 0
     bufs = _buffers(state)
     assert set(bufs) == {"I_sh0", "W1_sh0", "O_reg0"}

@@ -143,11 +143,10 @@ def reduction_defaults(fn: Any, sizes: Any = None) -> Any:
     from .options import MappingOptions
     from .passes.map_columns import column_problem
     from .passes.map_full_reduction import full_reduction_problem
-    from .passes.map_rows import row_rank
 
     if not isinstance(fn, tc.Function) or not fn.statements:
         return None
-    full = row_rank(fn) == 0 and full_reduction_problem(fn) is None
+    full = full_reduction_problem(fn) is None
     if not full and column_problem(fn) is not None and not is_bandwidth_bound_rows(fn):
         return None
     # the grid is a cap: map-rows takes fewer blocks for few rows, and as many as the SMs

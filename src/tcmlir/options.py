@@ -195,7 +195,9 @@ class MappingOptions:
         indices, one reduction index: batched matmul) `cuda_batched_contraction`; a convolution
         `cuda_convolution`; a program that reads a tensor across its rows where it writes
         along them (a transpose) the naive options with `promote-shared`, whose tile copies
-        read rows; everything else the naive options."""
+        read rows; everything else on cuda the mapping `cost_model.generic_mapping` prices
+        best at ``sizes`` (tiles, threads, grid and fusion from an analytic model over the
+        schedule), the naive options where it has none (sizes not known)."""
         ir_fn = getattr(fn, "ir", fn)
         statements = ir_fn.statements
         if target == "cpu" and max((len(s.ranges) for s in statements), default=0) < 3:
@@ -236,6 +238,13 @@ class MappingOptions:
             # (32 x 32 tiles with 32 x 8 threads: 80%)
             return cls.naive().tile(64, 64).map_to_threads(64, 4).map_to_blocks(1024, 1024) \
                 .shared_memory(True)
+        if target == "cuda":
+            from .cost_model import generic_mapping
+
+            g = generic_mapping(ir_fn, sizes)
+            if g is not None:
+                return cls(fusion=g.fusion, tile_sizes=g.tile_sizes, block=g.block, grid=g.grid,
+                           unroll_factor=1)
         return cls.naive()
 
     @classmethod
@@ -794,7 +803,9 @@ def _is_transpose_like(statements: Any) -> bool:
     from . import ir
 
     for st in statements:
-        if st.reduction is not None or not st.lhs:
+        # rank 2 only: its 64 x 64 tiles on a rank-3 permutation's two outer members left 16
+        # blocks (the model's generic mapping takes higher ranks)
+        if st.reduction is not None or len(st.lhs) != 2:
             continue
         inner = st.lhs[-1]
         for rd in (x for x in ir.walk(st.rhs) if isinstance(x, ir.Read)):
@@ -813,8 +824,17 @@ def _is_batched_contraction(statements: Any) -> bool:
     if len(reductions) != 1:
         return False
     st = reductions[0]
-    return len(st.lhs) == 3 and len(st.index_names) == 4 and all(
-        len(s.index_names) <= 3 for s in statements if s is not st)
+    if len(st.lhs) != 3 or len(st.index_names) != 4:
+        return False
+    # the batch index leads the output and every operand (``C(m, n, b)`` with the batch
+    # last got the batch's tile of 1 on ``m``: one block)
+    batch = st.lhs[0]
+    from . import ir
+
+    for rd in (x for x in ir.walk(st.rhs) if isinstance(x, ir.Read)):
+        if not rd.indices or not isinstance(rd.indices[0], ir.Index) or rd.indices[0].name != batch:
+            return False
+    return all(len(s.index_names) <= 3 for s in statements if s is not st)
 
 
 def _is_contraction(statements: Any) -> bool:

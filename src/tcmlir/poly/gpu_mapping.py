@@ -107,11 +107,17 @@ def first_band_below(node: isl.ScheduleNode) -> isl.ScheduleNode | None:
 
 
 def parallel_members(band: isl.ScheduleNode, validity: isl.UnionMap, limit: int) -> list[int]:
-    """Leading band members that carry no dependence (at most ``limit``)."""
+    """Leading band members that carry no dependence (at most ``limit``), leaving out members
+    that take one value (`member_extent` 1: a tile loop over one tile, the point loop of a
+    tile of 1): a hardware dimension given to such a member has one index with work and the
+    rest idle (a rank-4 permutation tiled ``(1, 1, 4, 64)`` ran on one thread per block with
+    its two leading point members on ``threadIdx``). Parametric members always count."""
     members: list[int] = []
     for m in range(band.band_n_member()):
         if len(members) >= limit or not member_is_parallel(band, m, validity):
             break
+        if member_extent(band, m) == 1:
+            continue
         members.append(m)
     return members
 
