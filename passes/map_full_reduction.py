@@ -128,17 +128,45 @@ def build_full_reduction(state: CompileState, domain: isl.UnionSet, threads: int
     mupa = isl.MultiUnionPwAff.read_from_str(ctx, f"[{', '.join(params)}] -> [{members}]")
     band = node.insert_partial_schedule(mupa)
     m = len(dims) - 1
-    tfilt = member_filter(band, m, lanes, b, "_tx")
-    bfilt = member_filter(band, m, lanes * b, g, "_bx")
-    node = split_lanes(band, lanes, b * g)
-    node = node.insert_filter(bfilt.intersect(tfilt))
-    if not _full_participation(node.child(0), b):
-        return None
+    outer = _outer_split(state, st, b, lanes, g, grid)
+    if outer is not None:  # blocks along the next reduction dimension, threads along the last
+        g = outer
+        tfilt = member_filter(band, m, lanes, b, "_tx")
+        bfilt = member_filter(band, m - 1, 1, g, "_bx")
+        node = split_lanes(band, lanes, b)
+        node = node.insert_filter(bfilt.intersect(tfilt))
+        if not _full_participation(node.child(0), b):
+            outer = None
+            node = band
+    if outer is None:
+        tfilt = member_filter(band, m, lanes, b, "_tx")
+        bfilt = member_filter(band, m, lanes * b, g, "_bx")
+        node = split_lanes(band, lanes, b * g)
+        node = node.insert_filter(bfilt.intersect(tfilt))
+        if not _full_participation(node.child(0), b):
+            return None
     node = node.insert_mark(isl.Id(f"reduction S0 threads={b} atomic", context=ctx))
     node = pin_unused(node, BLOCK_PARAMS, [g, 1, 1])
     node = pin_unused(node, THREAD_PARAMS, [b, 1, 1])
     node = node.insert_mark(isl.Id(KernelMark((g, 1, 1), (b, 1, 1)).name, context=ctx))
     return node.get_schedule()
+
+
+def _outer_split(state: CompileState, st, b: int, lanes: int, g: int, grid: int) -> int | None:
+    """Blocks for the reduction dimension before the last when the last alone gives fewer
+    blocks than SMs (``s +=! X(n, d)`` with d = 3000 split 2 ways while n = 8192 walked in
+    every thread), else None."""
+    if g >= SM_COUNT or len(st.reduction_indices) < 2:
+        return None
+    rng = st.ranges[-2]
+    if rng.name not in st.reduction_indices:
+        return None
+    try:
+        extent = rng.hi.evaluate(state.sizes) - rng.lo.evaluate(state.sizes)
+    except (KeyError, ValueError):
+        return None
+    blocks = min(grid, extent, SM_COUNT * min(32, 2048 // b))
+    return blocks if blocks > g else None
 
 
 def single_thread(schedule: isl.Schedule) -> isl.Schedule:

@@ -338,3 +338,20 @@ def test_reduction_into_one_element_on_gpu(rng):
     x = rng.standard_normal(100_003).astype(np.float32)
     (got,) = run_program(tc.define(FULL_WHERE, target="cuda"), [x])
     np.testing.assert_allclose(got[0], x.sum(dtype=np.float64), rtol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(8192, 3000), (5, 7), (300, 33), (1, 4096)], ids=str)
+def test_two_dimensional_full_sum_spreads_rows_over_blocks(shape, rng):
+    """``s +=! X(n, d)``: blocks along n when d alone gives fewer blocks than SMs (2 blocks for
+    d = 3000, every thread walking all 8192 rows, before)."""
+    from tcmlir.simulate import simulate_call
+
+    fn = tc.define("def f(float(N, D) X) -> (s) { s +=! X(n, d) }")
+    x = rng.standard_normal(shape).astype(np.float32)
+    opts = tc.MappingOptions.default_for(fn, "cuda", {"N": shape[0], "D": shape[1]})
+    kernel = fn.compile(x, target="cuda", arch="sm_90", options=opts)
+    grids = [m.grid[0] for _, m in kernel_marks(isl.Schedule.read_from_str(isl.Context(), kernel.schedule))]
+    assert max(grids) >= min(shape[0], 132)
+    if x.size <= 10_000:
+        (got,) = simulate_call(fn.ir, [x], opts)
+        np.testing.assert_allclose(got, x.sum(dtype=np.float64), rtol=1e-4)
