@@ -228,6 +228,8 @@ class MappingOptions:
                 return contraction_access(cls.cuda_contraction(tile, reg).split_reduction(ways))
             return contraction_access(
                 cls.cuda_contraction(*contraction_tiles(_output_extents(statements, sizes))))
+        if target == "cuda" and (lead := lead_contraction_options(cls, ir_fn, sizes)) is not None:
+            return lead
         if target == "cuda" and _is_batched_contraction(statements):
             return cls.cuda_batched_contraction()
         if target == "cuda" and (conv := _is_convolution(statements)):
@@ -710,16 +712,41 @@ def contraction_access(opts: MappingOptions) -> MappingOptions:
     return opts.vector_copies(16, transposed=True).unroll(tile[2])
 
 
-def contraction_tiles(extents: tuple[int, int] | None) -> tuple[tuple[int, int, int], tuple[int, int]]:
+def contraction_tiles(extents: tuple[int, int] | None, batch: int = 1
+                      ) -> tuple[tuple[int, int, int], tuple[int, int]]:
     """The (tile, register tile) of `CONTRACTION_TILES` for an output of ``extents`` (rows,
-    columns): the largest whose tiles give at least `CONTRACTION_MIN_BLOCKS` blocks, else the
-    smallest; the 128×64 default when the extents are unknown (a parametric call)."""
+    columns) repeated ``batch`` times: the largest whose tiles give at least
+    `CONTRACTION_MIN_BLOCKS` blocks and fit the extents (a tile no more than twice an extent),
+    else the smallest; the 128×64 default when the extents are unknown (a parametric call)."""
     if extents is None:
         return CONTRACTION_TILES[1]
     for tile, reg in CONTRACTION_TILES:
-        if -(-extents[0] // tile[0]) * -(-extents[1] // tile[1]) >= CONTRACTION_MIN_BLOCKS:
+        if batch > 1 and (tile[0] >= 2 * extents[0] or tile[1] >= 2 * extents[1]):
+            continue
+        if batch * -(-extents[0] // tile[0]) * -(-extents[1] // tile[1]) >= CONTRACTION_MIN_BLOCKS:
             return tile, reg
     return CONTRACTION_TILES[-1]
+
+
+def lead_contraction_options(cls: type[MappingOptions], fn: Any,
+                             sizes: Mapping[str, int] | None) -> MappingOptions | None:
+    """The register-tiled contraction mapping for a contraction with leading output indices
+    (`contraction_shape.lead_contraction`: batched matmuls, TC's Kronecker family), its
+    leading indices untiled on the grid, else None (also when more than three dimensions
+    would need the grid)."""
+    from .contraction_shape import lead_contraction
+
+    shape = lead_contraction(fn, sizes)
+    if shape is None:
+        return None
+    tile, reg = contraction_tiles(shape.extents, shape.batch)
+    wide = sum(e > 1 for e in shape.lead_extents) + sum(
+        -(-e // t) > 1 for e, t in zip(shape.extents, tile[:2], strict=True))
+    if wide > 3:
+        return None
+    opts = contraction_access(cls.cuda_contraction(tile, reg))
+    return dataclasses.replace(opts, tile_sizes=(0,) * shape.lead + opts.tile_sizes,
+                               grid=(1024, 65535, 65535))
 
 
 # split-K defaults (`split_k_choice`): on when SPLIT_K_DEFAULT, for contractions whose unsplit
