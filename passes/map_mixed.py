@@ -50,6 +50,7 @@ default options do: `gpu_defaults.mixed_defaults`, ``MappingOptions.mixed_rows``
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import islpy as isl
@@ -62,7 +63,7 @@ from ..poly.scop import sets_of
 from ..poly.state import CompileState
 from .base import Pass, register
 from .map_columns import _extent, build_columns, column_problem
-from .map_rows import _build, local_tensors, row_program_problem, row_rank
+from .map_rows import _build, local_tensors, row_extents, row_program_problem, row_rank
 from .row_partials import build_fused, fusable
 
 __all__ = ["MapMixed", "column_groups", "mixed_problem", "split_statements"]
@@ -253,10 +254,8 @@ class MapMixed(Pass):
         fn = state.fn
         sub = _only(fn, rows)
         r = row_rank(sub)
-        hi = sub.statements[0].ranges[r - 1].hi
-        count = None
-        if state.sizes is not None and all(p in state.sizes for p in hi.params):
-            count = hi.evaluate(state.sizes)
+        extents = row_extents(sub, state.sizes)
+        count = None if extents is None else math.prod(extents)
         b = 1
         while b * 2 <= min(self.threads, 1024):
             b *= 2

@@ -49,6 +49,7 @@ map-to-threads/map-reduction.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import islpy as isl
@@ -200,10 +201,10 @@ class MapRows(Pass):
         if problem is not None:
             raise PipelineError(f"map-rows: {state.fn.name} is not a row program: {problem}")
         r = row_rank(state.fn)
-        hi = state.fn.statements[0].ranges[r - 1].hi
+        extents = row_extents(state.fn, state.sizes)
         rows = None
-        if state.sizes is not None and all(p in state.sizes for p in hi.params):
-            rows = hi.evaluate(state.sizes)
+        if extents is not None:  # every row on its own block up to the grid cap
+            rows = extents[-1] if r == 1 else math.prod(extents)
         b = 1
         while b * 2 <= min(self.threads, 1024):
             b *= 2
@@ -363,6 +364,39 @@ def _no_self_deps(band: isl.ScheduleNode, state: CompileState, name: str,
     return active.is_empty()
 
 
+def row_extents(fn: tc.Function, sizes) -> list[int] | None:
+    """The extents of the row indices at ``sizes`` (None when a size is not fixed)."""
+    if sizes is None:
+        return None
+    try:
+        return [rng.hi.evaluate(sizes) - rng.lo.evaluate(sizes)
+                for rng in fn.statements[0].ranges[:row_rank(fn)]]
+    except (KeyError, ValueError):
+        return None
+
+
+def _row_filter(band: isl.ScheduleNode, state: CompileState, r: int, grid: int) -> isl.UnionSet:
+    """Rows strided over the blocks: the row number (the row members linearised, row-major, by
+    their extents in the tree, when the sizes are fixed) ``mod grid == _bx``. With one row member, or sizes not fixed,
+    the last row member alone (the others walked by every block)."""
+    extents = [member_extent(band, m) for m in range(r)]
+    if r == 1 or state.sizes is None or any(e is None for e in extents):
+        return member_filter(band, r - 1, 1, grid, "_bx")
+    ctx = band.get_ctx()
+    mupa = band.band_get_partial_schedule()
+    upa, stride = None, 1
+    for m in reversed(range(r)):
+        term = mupa.get_at(m).scale_val(isl.Val.int_from_si(ctx, stride))
+        upa = term if upa is None else upa.add(term)
+        stride *= max(1, extents[m])
+    upa = upa.mod_val(isl.Val.int_from_si(ctx, grid))
+    domain = band.get_domain()
+    space = domain.get_space()
+    pos = space.find_dim_by_name(isl.dim_type.param, "_bx")
+    pid = isl.UnionPwAff.param_on_domain_id(domain, space.get_dim_id(isl.dim_type.param, pos))
+    return upa.sub(pid).zero_union_set().intersect(domain)
+
+
 def _build(state: CompileState, domain: isl.UnionSet, r: int, b: int, grid: int,
            local: tuple[str, ...], vector_bytes: int = 0) -> isl.Schedule | None:
     fn = state.fn
@@ -388,7 +422,7 @@ def _build(state: CompileState, domain: isl.UnionSet, r: int, b: int, grid: int,
     band = seq.parent()
     # above the band, not the sequence: when the row loop is degenerate (one row per block)
     # isl would otherwise copy the mark into each phase, under the phases' `_tx` guards
-    node = band.insert_filter(member_filter(band, r - 1, 1, grid, "_bx"))
+    node = band.insert_filter(_row_filter(band, state, r, grid))
     node = node.insert_mark(isl.Id(rows_mark_name(b, local), context=ctx))
     node = pin_unused(node, BLOCK_PARAMS, [grid, 1, 1])
     node = pin_unused(node, THREAD_PARAMS, [b, 1, 1])

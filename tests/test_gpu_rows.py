@@ -461,3 +461,23 @@ def test_corpus_row_programs_on_gpu(case, rng):
             got = run_program(tc.define(case.source, name=case.entry, target="cuda"), inputs,
                               options=opts)
             assert_outputs_close(got, ref, case.rtol, context=f"{case.name} {sizes} {opts}")
+
+
+@pytest.mark.parametrize("sizes", [{"N": 3, "C": 5, "H": 7, "W": 9}, {"N": 64, "C": 64, "H": 4, "W": 8}],
+                         ids=str)
+def test_rows_of_two_indices_spread_over_blocks(sizes, rng):
+    """``O(n, c) +=! I(n, c, h, w)``: every (n, c) row on its own block (the row number
+    linearised), not a block per c walking every n (64 blocks for 4096 rows: 6.2 ms on an
+    H100 against 0.08 ms for torch)."""
+
+    from tcmlir.poly.gpu_mapping import kernel_marks
+    from tcmlir.simulate import simulate_call
+
+    fn = tc.define("def gap(float(N,C,H,W) I) -> (O) { O(n, c) +=! I(n, c, h, w) / (H * W) }")
+    x = rng.standard_normal([sizes[k] for k in "NCHW"]).astype(np.float32)
+    opts = tc.MappingOptions.default_for(fn, "cuda", sizes)
+    kernel = fn.compile(x, target="cuda", arch="sm_90", options=opts)
+    ((_, mark),) = kernel_marks(isl.Schedule.read_from_str(isl.Context(), kernel.schedule))
+    assert mark.grid[0] == sizes["N"] * sizes["C"]
+    (got,) = simulate_call(fn.ir, [x], opts)
+    np.testing.assert_allclose(got, x.mean(axis=(2, 3)), rtol=1e-4, atol=1e-6)
