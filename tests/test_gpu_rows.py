@@ -481,3 +481,28 @@ def test_rows_of_two_indices_spread_over_blocks(sizes, rng):
     assert mark.grid[0] == sizes["N"] * sizes["C"]
     (got,) = simulate_call(fn.ir, [x], opts)
     np.testing.assert_allclose(got, x.mean(axis=(2, 3)), rtol=1e-4, atol=1e-6)
+
+
+def test_group_norm_is_a_row_program(rng):
+    """A per-group operand ``Gm(g, c)`` carries one of the two row indices (n, g): read no more
+    per row than the row itself, so the group norm runs as one row kernel (before: six kernels,
+    its reductions a thread per (n, g) walking 25 thousand values)."""
+    from tcmlir.simulate import simulate_call
+
+    src = """def groupnorm(float(N,G,C,S) I, float(G,C) Gm, float(G,C) Bt) -> (O) {
+        mean(n, g) +=! I(n, g, c, s) / (C * S)
+        d(n, g, c, s) = I(n, g, c, s) - mean(n, g)
+        var(n, g) +=! d(n, g, c, s) * d(n, g, c, s) / (C * S)
+        O(n, g, c, s) = d(n, g, c, s) * rsqrt(var(n, g) + 1e-5) * Gm(g, c) + Bt(g, c)
+    }"""
+    fn = tc.define(src)
+    sizes = {"N": 3, "G": 4, "C": 2, "S": 37}
+    opts = tc.MappingOptions.default_for(fn, "cuda", sizes)
+    assert opts.row_block
+    x = rng.standard_normal((3, 4, 2, 37)).astype(np.float32)
+    gm, bt = (rng.standard_normal((4, 2)).astype(np.float32) for _ in range(2))
+    (got,) = simulate_call(fn.ir, [x, gm, bt], opts)
+    flat = x.reshape(3, 4, -1).astype(np.float64)
+    norm = (flat - flat.mean(-1, keepdims=True)) / np.sqrt(flat.var(-1, keepdims=True) + 1e-5)
+    want = norm.reshape(x.shape) * gm[None, :, :, None] + bt[None, :, :, None]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -95,7 +95,10 @@ def is_bandwidth_bound_rows(fn: tc.Function) -> bool:
                 last = rd.indices[-1]
                 if not isinstance(last, tc.Index) or last.name not in reduced:
                     return False
-            if set(rows) <= used or (not used & set(rows) and used <= along):
+            # a read within the indices of a whole-row read and of no reduced index (``G(d)``
+            # beside ``X(n, d)``, a group norm's ``Gm(g, c)`` beside ``d(n, g, c, s)``): a
+            # per-row or shared operand, read no more per row than the row itself
+            if set(rows) <= used or (used <= along and not (used & set(rows) and used & reduced)):
                 continue
             if used & set(rows) or used & reduced:
                 return False
