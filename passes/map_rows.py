@@ -77,7 +77,7 @@ from .map_columns import build_columns, column_problem
 from .map_full_reduction import build_full_reduction, full_reduction_problem, single_thread
 from .map_reductions import _full_participation, reduction_mark_name
 
-__all__ = ["MapRows", "parse_rows_mark", "row_program_problem", "rows_mark_name"]
+__all__ = ["MapRows", "parse_rows_mark", "row_program_problem", "rows_first", "rows_mark_name"]
 
 _FILTER = isl.schedule_node_type.filter
 # values the block combine shuffles (codegen.gpu_reduce); half types compute in float32
@@ -108,15 +108,42 @@ def row_rank(fn: tc.Function) -> int:
     return min((len(s.lhs) for s in fn.statements), default=0)
 
 
+def rows_first(fn: tc.Function) -> tc.Function:
+    """``fn`` with every statement's loops reordered so that the lhs indices every statement
+    shares (same name, same range; in the first statement's lhs order) come first: a batch
+    norm's ``d(n, c, h, w) = X(n, c, h, w) - mean(c)`` iterates ``(c, n, h, w)``, so its
+    statements are a row program with rows ``c``. The lhs and the values are unchanged; only
+    the loop order (an lhs index carries no dependence of its statement). ``fn`` itself when
+    nothing moves."""
+    if not fn.statements or any(not st.lhs for st in fn.statements):
+        return fn
+    first = fn.statements[0]
+    common = [x for x in first.lhs if all(
+        x in st.lhs and (st.range_of(x).lo, st.range_of(x).hi)
+        == (first.range_of(x).lo, first.range_of(x).hi) for st in fn.statements)]
+    if not common:
+        return fn
+    statements = []
+    for st in fn.statements:
+        ranges = tuple(st.range_of(x) for x in common) + tuple(
+            rng for rng in st.ranges if rng.name not in common)
+        statements.append(st if ranges == st.ranges else dataclasses.replace(st, ranges=ranges))
+    if all(a is b for a, b in zip(statements, fn.statements, strict=True)):
+        return fn
+    return dataclasses.replace(fn, statements=tuple(statements))
+
+
 def row_program_problem(fn: tc.Function) -> str | None:
-    """Why ``fn`` is not a row program (structurally, without sizes), or None if it is."""
+    """Why ``fn`` is not a row program (structurally, without sizes), or None if it is. The
+    row indices are each statement's first ``r`` loop indices, lhs indices of it (in any lhs
+    position: see `rows_first`) over the first statement's ranges."""
     r = row_rank(fn)
     if r < 1:
         return "some statement writes a scalar (no row index)"
     first = fn.statements[0]
     rows = [(x.lo, x.hi) for x in first.ranges[:r]]
     for st in fn.statements:
-        if st.index_names[:r] != st.lhs[:r]:
+        if not set(st.index_names[:r]) <= set(st.lhs):
             return f"statement {st.tensor}: its first {r} indices are not lhs indices"
         if [(x.lo, x.hi) for x in st.ranges[:r]] != rows:
             return f"statement {st.tensor}: its row indices range differently from the first statement's"
@@ -178,6 +205,12 @@ class MapRows(Pass):
             raise ValueError("map-rows: vector-bytes must be 0 (off) or a power of two <= 16")
 
     def run(self, state: CompileState) -> CompileState:
+        fn = rows_first(state.fn)
+        if fn is not state.fn and row_program_problem(fn) is None \
+                and row_program_problem(state.fn) is not None:
+            # the shared lhs indices first: a new scop, its program order as the schedule
+            state = CompileState.initial(fn, state.sizes, state.ctx)
+            state = dataclasses.replace(state, schedule=state.scop.schedule)
         domain = with_params(isl.Schedule.from_domain(state.scop.domain),
                              BLOCK_PARAMS + THREAD_PARAMS).get_domain()
         if domain.is_empty():  # no statement instance at these sizes (or at any)
@@ -325,6 +358,7 @@ def _split_over_threads(band: isl.ScheduleNode, b: int, vector: int = 1) -> isl.
     member becomes two, ``floor(v / (vector * b))`` and ``v mod vector`` (`split_lanes`), so a
     thread's accesses along the row are adjacent and LLVM's load/store vectoriser makes
     128-bit accesses of them where the alignment is known (`codegen.nvptx`)."""
+    band = _collapse_inner(band, b)
     m = band.band_n_member() - 1
     span = member_extent(band, m)
     if vector > 1 and (span is None or span % (vector * b)):
@@ -339,6 +373,34 @@ def _split_over_threads(band: isl.ScheduleNode, b: int, vector: int = 1) -> isl.
     if span is not None and span % (vector * b) == 0 and span // (vector * b) <= UNROLL_STRIDES:
         node = node.band_member_set_ast_loop_type(m, isl.ast_loop_type.unroll)
     return node.insert_filter(filt)
+
+
+def _collapse_inner(band: isl.ScheduleNode, b: int) -> isl.ScheduleNode:
+    """``band`` with its last two members ``u, v`` made one, ``u * span(v) + v`` (the same
+    order), while the last member has fewer values than the block's ``b`` threads: a batch
+    norm's phase over ``(n, h, w)`` with ``w`` = 56 kept 32 of 512 threads; over ``h * 56 + w``
+    every thread has work. Only with known extents (fixed sizes)."""
+    ctx = band.get_ctx()
+    while band.band_n_member() >= 2:
+        m = band.band_n_member() - 1
+        span, prev = member_extent(band, m), member_extent(band, m - 1)
+        if span is None or prev is None or span >= b:
+            return band
+        mupa = band.band_get_partial_schedule()
+        joined = mupa.get_at(m - 1).scale_val(isl.Val.int_from_si(ctx, span)).add(mupa.get_at(m))
+        members = isl.MultiUnionPwAff.from_union_pw_aff(joined)
+        if m >= 2:
+            lead = mupa.drop_dims(isl.dim_type.set, m - 1, 2) if hasattr(mupa, "drop_dims") else None
+            if lead is None:
+                return band
+            members = lead.flat_range_product(members)
+        coincident = [band.band_member_get_coincident(i) for i in range(m)]
+        coincident[m - 1] = coincident[m - 1] and band.band_member_get_coincident(m)
+        permutable = band.band_get_permutable()
+        band = band.delete().insert_partial_schedule(members).band_set_permutable(permutable)
+        for i, c in enumerate(coincident):
+            band = band.band_member_set_coincident(i, c)
+    return band
 
 
 def _up_to_filter(node: isl.ScheduleNode) -> isl.ScheduleNode:
