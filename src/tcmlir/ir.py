@@ -345,10 +345,16 @@ class Function:
         return self.inputs + self.outputs + self.temporaries
 
     def tensor(self, name: str) -> Tensor:
-        for t in self.tensors:
-            if t.name == name:
-                return t
-        raise KeyError(name)
+        try:
+            return self._tensor_by_name[name]
+        except KeyError:
+            raise KeyError(name) from None
+
+    @functools.cached_property
+    def _tensor_by_name(self) -> dict[str, Tensor]:
+        """`tensor`'s table, made once: code generation looks a tensor up per access, and a
+        scan of ``tensors`` made that quadratic in a definition of many tensors."""
+        return {t.name: t for t in self.tensors}
 
     def __str__(self) -> str:
         from .ir_printer import format_function

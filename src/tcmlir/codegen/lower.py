@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import islpy as isl
 from llvmlite import ir
@@ -40,7 +41,8 @@ from ..poly.promotion import COPY_STMT, SYNC_STMT
 from .exprs import I32, I64, emit_statement
 from .target import Target
 
-__all__ = ["GatherSite", "Group", "GroupWalker", "LoweredModule", "lower_function"]
+__all__ = ["GatherSite", "Group", "GroupWalker", "LoweredModule", "group_tensors", "lower_function",
+           "statement_tensors"]
 
 _T = isl.ast_expr_op_type
 _STMT = re.compile(r"S(\d+)(_init)?$")
@@ -204,6 +206,11 @@ class _Function:
             slot = self.entry.gep(self.sizes_arg, [ir.Constant(I64, k)], source_etype=I64)
             self._params[name] = self.entry.load(slot, name=name, typ=I64)
         return self._params[name]
+
+    def sizes_read(self) -> tuple[str, ...]:
+        """The size parameters the function loads from its ``sizes`` argument, in
+        `ir.Function.sizes` order (sizes fixed at compile time are folded, never loaded)."""
+        return tuple(s for s in self.owner.fn.sizes if s in self._params)
 
     def finish(self) -> None:
         self.entry.branch(self.first)
@@ -400,6 +407,9 @@ class Lowerer:
         self.gathers: list[GatherSite] = []
         self.promotion = None  # poly.promotion.Promotion of the compiled state, if any
         self._param_space = f"[{', '.join(fn.sizes)}] -> {{ : }}"
+        # each tensor's position in `ir.Function.tensors` (made once: per group it was
+        # quadratic in a definition of many groups and tensors)
+        self.tensor_positions = {t.name: i for i, t in enumerate(fn.tensors)}
 
     def gather_code(self, tensor: str, statement: int, span: Span | None, dim: int = -1) -> int:
         self.gathers.append(GatherSite(tensor, statement, span, dim))
@@ -441,7 +451,7 @@ class Lowerer:
 
     def group(self, g: int, node: isl.AstNode) -> Group:
         name = f"{self.name}_{g}"
-        tensors = group_tensors(self.fn, node)
+        tensors = group_tensors(self.fn, node, self.promotion)
         body = self.new_body(name, tensors)
         loop = find_parallel_loop(node)
         walker = GroupWalker(self, body, parallel=loop is not None, tensors=tensors)
@@ -462,7 +472,7 @@ class Lowerer:
         buffers, sizes, lo, hi, err = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         ptrs = []
-        position = {t.name: i for i, t in enumerate(self.fn.tensors)}
+        position = self.tensor_positions
         for tensor in tensors:
             slot = b.gep(buffers, [ir.Constant(I64, position[tensor])], inbounds=True,
                          source_etype=PTR)
@@ -488,28 +498,42 @@ class Lowerer:
         f.finish()
 
 
-def group_tensors(fn: tc.Function, node: isl.AstNode) -> tuple[str, ...]:
+def group_tensors(fn: tc.Function, node: isl.AstNode, promotion: Any = None) -> tuple[str, ...]:
     """The tensors the statements called in ``node`` write or read (gather indices included),
-    in ``fn.tensors`` order: a host group's body takes only these, so a definition with many
-    groups and many tensors lowers in time linear in its size, not in groups x tensors."""
+    and those whose promoted buffers (``promotion``'s) its copy statements fill or drain, in
+    ``fn.tensors`` order: a host group's body and a CUDA kernel take only these, so a
+    definition with many groups (kernels) and many tensors lowers in time linear in its size,
+    not in groups x tensors."""
     used: set[str] = set()
     seen: set[int] = set()
+    buffers: set[str] = set()
 
     def visit(n: isl.AstNode) -> bool:
         if n.get_type() == isl.ast_node_type.user:
             call = n.user_get_expr()
             if call.get_type() == isl.ast_expr_type.op and call.get_op_type() == _T.call:
-                m = _STMT.match(call.get_op_arg(0).get_id().get_name())
+                name = call.get_op_arg(0).get_id().get_name()
+                m = _STMT.match(name)
                 if m is not None and int(m.group(1)) < len(fn.statements):
                     seen.add(int(m.group(1)))
+                copy = COPY_STMT.match(name)
+                if copy is not None:
+                    buffers.add(copy.group(2))
         return True
 
     node.foreach_descendant_top_down(visit)
     for k in seen:
-        st = fn.statements[k]
-        used.add(st.tensor)
-        used.update(e.tensor for e in tc.walk(st.rhs) if isinstance(e, tc.Read))
+        used.update(statement_tensors(fn.statements[k]))
+    if buffers:
+        if promotion is None:
+            raise CodegenError(f"copy statements of buffers {sorted(buffers)} without a promotion")
+        used.update(promotion.buffer(b).tensor for b in buffers)
     return tuple(t.name for t in fn.tensors if t.name in used)
+
+
+def statement_tensors(st: tc.Statement) -> set[str]:
+    """The tensors statement ``st`` writes or reads (gather indices included)."""
+    return {st.tensor, *(e.tensor for e in tc.walk(st.rhs) if isinstance(e, tc.Read))}
 
 
 def communicated_tensors(fn: tc.Function, statements: set[int]) -> frozenset[str]:
