@@ -39,6 +39,7 @@ from ..errors import CodegenError, Span
 from ..poly.loops import annotation_of
 from ..poly.promotion import COPY_STMT, SYNC_STMT
 from .exprs import I32, I64, emit_statement
+from .shared_groups import group_key
 from .target import Target
 
 __all__ = ["GatherSite", "Group", "GroupWalker", "LoweredModule", "group_tensors", "lower_function",
@@ -407,9 +408,8 @@ class Lowerer:
         self.gathers: list[GatherSite] = []
         self.promotion = None  # poly.promotion.Promotion of the compiled state, if any
         self._param_space = f"[{', '.join(fn.sizes)}] -> {{ : }}"
-        # each tensor's position in `ir.Function.tensors` (made once: per group it was
-        # quadratic in a definition of many groups and tensors)
-        self.tensor_positions = {t.name: i for i, t in enumerate(fn.tensors)}
+        # host groups of the same code share a body (`shared_groups`): key -> (body, range)
+        self.shared_bodies: dict[tuple, tuple[ir.Function, str | None]] = {}
 
     def gather_code(self, tensor: str, statement: int, span: Span | None, dim: int = -1) -> int:
         self.gathers.append(GatherSite(tensor, statement, span, dim))
@@ -452,9 +452,19 @@ class Lowerer:
     def group(self, g: int, node: isl.AstNode) -> Group:
         name = f"{self.name}_{g}"
         tensors = group_tensors(self.fn, node, self.promotion)
+        key = group_key(self.fn, node, tensors) if self.promotion is None else None
+        shared = self.shared_bodies.get(key) if key is not None else None
+        if shared is not None:  # the same code as an earlier group: call its body
+            body, range_name = shared
+            if "alwaysinline" in body.attributes:
+                body.attributes.discard("alwaysinline")
+                body.attributes.add("noinline")
+            self.wrapper(name, body, tensors)
+            return Group(name, range_name)
         body = self.new_body(name, tensors)
         loop = find_parallel_loop(node)
         walker = GroupWalker(self, body, parallel=loop is not None, tensors=tensors)
+        gathers = len(self.gathers)
         walker.node(node)
         walker.finish()
         self.wrapper(name, body, tensors)
@@ -462,6 +472,8 @@ class Lowerer:
         if loop is not None and walker._chunked:
             range_name = f"{name}_range"
             self.range_function(range_name, loop)
+        if key is not None and len(self.gathers) == gathers:
+            self.shared_bodies[key] = (body, range_name)
         return Group(name, range_name)
 
     def wrapper(self, name: str, body: ir.Function, tensors: tuple[str, ...]) -> None:
@@ -472,9 +484,8 @@ class Lowerer:
         buffers, sizes, lo, hi, err = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         ptrs = []
-        position = self.tensor_positions
         for tensor in tensors:
-            slot = b.gep(buffers, [ir.Constant(I64, position[tensor])], inbounds=True,
+            slot = b.gep(buffers, [ir.Constant(I64, self.fn.tensor_position(tensor))], inbounds=True,
                          source_etype=PTR)
             p = b.load(slot, typ=PTR, name=tensor)
             if self.target.pointer.addrspace != 0:
@@ -528,7 +539,7 @@ def group_tensors(fn: tc.Function, node: isl.AstNode, promotion: Any = None) -> 
         if promotion is None:
             raise CodegenError(f"copy statements of buffers {sorted(buffers)} without a promotion")
         used.update(promotion.buffer(b).tensor for b in buffers)
-    return tuple(t.name for t in fn.tensors if t.name in used)
+    return tuple(sorted(used, key=fn.tensor_position))
 
 
 def statement_tensors(st: tc.Statement) -> set[str]:
