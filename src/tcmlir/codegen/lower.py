@@ -410,6 +410,7 @@ class Lowerer:
         self._param_space = f"[{', '.join(fn.sizes)}] -> {{ : }}"
         # host groups of the same code share a body (`shared_groups`): key -> (body, range)
         self.shared_bodies: dict[tuple, tuple[ir.Function, str | None]] = {}
+        self.shared_ranges: dict[tuple[str, ...], str] = {}  # loop bounds -> range function
 
     def gather_code(self, tensor: str, statement: int, span: Span | None, dim: int = -1) -> int:
         self.gathers.append(GatherSite(tensor, statement, span, dim))
@@ -470,8 +471,13 @@ class Lowerer:
         self.wrapper(name, body, tensors)
         range_name = None
         if loop is not None and walker._chunked:
-            range_name = f"{name}_range"
-            self.range_function(range_name, loop)
+            # loops of the same bounds share one range function (n groups of one shape)
+            bounds = tuple(e.to_C_str() for e in (loop.for_get_init(), loop.for_get_cond(),
+                                                  loop.for_get_inc()))
+            range_name = self.shared_ranges.get(bounds)
+            if range_name is None:
+                range_name = self.shared_ranges[bounds] = f"{name}_range"
+                self.range_function(range_name, loop)
         if key is not None and len(self.gathers) == gathers:
             self.shared_bodies[key] = (body, range_name)
         return Group(name, range_name)
