@@ -19,9 +19,11 @@ the whole AST when the root is not a block; groups run in order)::
 
 A group has a parallel loop when its root reaches a ``parallel`` mark through marks and ``if``s
 only (no loop or block above it) and the marked loop's condition is ``c <= e``/``c < e``; it then
-also gets ``void {name}_{g}_range(ptr sizes, ptr out)`` writing ``out[0:3] = first, end,
-stride`` of that loop, which the runtime splits into chunks. The body is an internal function
-with ``noalias`` tensor arguments, inlined into the exported wrapper.
+also gets a range function ``void {name}_{g}_range(ptr sizes, ptr out)`` writing ``out[0:3]
+= first, end, stride`` of that loop, which the runtime splits into chunks (`Group.range_name`:
+groups whose loops have the same bounds share the first one's). The body is an internal
+function with ``noalias`` tensor arguments, inlined into the exported wrapper; groups of the
+same code on other tensors call the first one's body instead, not inlined (`shared_groups`).
 """
 
 from __future__ import annotations
