@@ -100,7 +100,14 @@ class MapReduction(Pass):
         if not marks:
             return state
         schedule = with_params(schedule, THREAD_PARAMS)
+        updates = {f"S{k}" for k, st in enumerate(state.fn.statements) if st.reduction is not None}
         for path, km in reversed(marks):
+            # only a kernel that runs a reduction update can map one (`_checks`): the others
+            # are left before any tree surgery (in a definition of many kernels, each attempt
+            # rebuilt the whole tree: quadratic)
+            names = {s.get_tuple_name() for s in sets_of(node_at(schedule, path).get_domain())}
+            if not names & updates:
+                continue
             mapped = _map_kernel(state, schedule, path, km, self.threads, self.min_threads)
             if mapped is not None:
                 schedule = mapped

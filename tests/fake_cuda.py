@@ -179,6 +179,7 @@ class FakeDriver:
         count = self.params[f]
         pointers = (ctypes.c_void_p * count).from_address(params)
         slots = [ctypes.c_uint64.from_address(p).value for p in pointers]
+        self.last_flag_slot = pointers[-1] if count else None  # (`block_slots`)
         self.calls.append(("cuLaunchKernel", f, (gx, gy, gz), (bx, by, bz), int(stream), slots))
         if self.simulate is not None:
             self.simulate(f, slots)
@@ -468,6 +469,23 @@ def install_fake_torch(monkeypatch: Any) -> FakeTorch:
 _LO, _HI = -(2**62), 2**62  # host ABI: "no bound" for a group's chunk
 
 
+def block_slots(driver: FakeDriver, image: Any) -> list[int]:
+    """Every slot of the `ParamBlock` the latest launch read (the function's tensors in
+    ``image.arg_order``, its sizes in ``image.sizes_order``, the error flag), whichever of them
+    the kernel takes: a block keeps its slots in one array, and every kernel's last parameter
+    is the flag, the block's last slot."""
+    count = len(image.arg_order) + len(image.sizes_order) + 1
+    base = driver.last_flag_slot - 8 * (count - 1)
+    return [ctypes.c_uint64.from_address(base + 8 * k).value for k in range(count)]
+
+
+def kernel_slots(image: Any, name: str, slots: list[int]) -> dict[str, int]:
+    """The parameters a launch of kernel ``name`` of ``image`` passed, by tensor or size name
+    (``"err"``: the flag)."""
+    (k,) = [k for k in image.kernels if k.name == name]
+    return dict(zip((*k.tensors, *k.sizes, "err"), slots, strict=True))
+
+
 def simulate_with_host(driver: FakeDriver, image: Any, host_kernel: Any) -> None:
     """Make the fake's launches run ``host_kernel`` (the same program compiled for the host)
     on the pointers and sizes the plan packed, when the program's last kernel is launched; a
@@ -478,9 +496,10 @@ def simulate_with_host(driver: FakeDriver, image: Any, host_kernel: Any) -> None
     fn = host_kernel.function.ir
     on_chip = set(getattr(image, "on_chip", ()))
 
-    def run(name: str, slots: list[int]) -> None:
+    def run(name: str, launched: list[int]) -> None:
         if name != last:
             return
+        slots = block_slots(driver, image)
         tensors = list(slots[:n_tensors])
         scratch = []  # temporaries the device keeps on chip get no buffer; the host needs one
         values = dict(zip(image.sizes_order, slots[n_tensors:n_tensors + n_sizes], strict=True))

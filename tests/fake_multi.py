@@ -175,7 +175,9 @@ def _simulate_at_launched_sizes(driver, image, source):
     n_tensors, n_sizes = len(image.arg_order), len(image.sizes_order)
 
     def run(name, slots):
-        key = tuple(slots[n_tensors:n_tensors + n_sizes])
+        from fake_cuda import block_slots
+
+        key = tuple(block_slots(driver, image)[n_tensors:n_tensors + n_sizes])
         if key not in runs:
             sizes = dict(zip(image.sizes_order, key, strict=True))
             sample = [np.zeros(tuple(e.evaluate(sizes) for e in t.shape), t.dtype.numpy)

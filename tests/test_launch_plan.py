@@ -77,6 +77,24 @@ def test_param_block_slots_are_what_the_driver_reads():
     assert ParamBlock(0).address == 0
 
 
+def test_each_kernel_reads_its_own_slots_of_one_block():
+    """Kernels take only the tensors and sizes they use: each has its own pointer array into
+    the block's one array of values, so a call writes each pointer once."""
+    block = ParamBlock(5, [(0, 2, 4), (1, 3, 4), (0, 1, 2, 3, 4), (4,)])
+    for k, v in enumerate((0x1000, 0x2000, 0x3000, 9, 0xE000)):
+        block.values[k] = v
+    assert block.slots(0) == [0x1000, 0x3000, 0xE000]
+    assert block.slots(1) == [0x2000, 9, 0xE000]
+    assert block.kernel_addresses[2] == block.address  # every slot: the block's own array
+    assert block.slots(3) == [0xE000]
+    block.values[2] = 0x4000
+    assert block.slots(0)[1] == 0x4000 and block.slots(2)[2] == 0x4000
+    other = block.blank()
+    assert other.layouts == block.layouts and other.slots(0) == [0, 0, 0]
+    with pytest.raises(ValueError, match=r"outside 0\.\.4"):
+        ParamBlock(5, [(0, 5)])
+
+
 def test_stream_handle_accepts_the_libraries_streams():
     class TorchLike:
         cuda_stream = 0x1234
@@ -131,6 +149,35 @@ def _faked(monkeypatch, source, *inputs, native=False):
     return fn, kernel, driver
 
 
+INDEPENDENT = """def parts(float(N) A, float(N) B) -> (O0, O1, O2) {
+    O0(i) = A(i) * 2.0
+    O1(i) = B(i) + 1.0
+    O2(i) = A(i) - B(i)
+}"""
+
+
+def test_each_kernel_is_launched_with_only_its_tensors(monkeypatch, rng, native):
+    """Each kernel takes the tensors it reads or writes, nothing else (with every tensor of
+    the function in every kernel, n independent outputs were n kernels of n + 1 parameters:
+    compile and launch quadratic in n)."""
+    a, b = (rng.standard_normal(50).astype(np.float32) for _ in range(2))
+    da, db = device_array(a), device_array(b)
+    fn, kernel, driver = _faked(monkeypatch, INDEPENDENT, da, db, native=native)
+    image = kernel.runner.image
+    assert sorted(k.tensors for k in image.kernels) == [("A", "B", "O2"), ("A", "O0"), ("B", "O1")]
+    assert all(k.sizes == () for k in image.kernels)
+    for _ in range(2):  # the warm call rewrites the same slots
+        driver.calls.clear()
+        o0, o1, o2 = fn(da, db)
+        np.testing.assert_array_equal(o0.get(), a * 2)
+        np.testing.assert_array_equal(o1.get(), b + 1)
+        np.testing.assert_array_equal(o2.get(), a - b)
+        (plan,) = kernel.runner.plans
+        launched = [c[5] for c in driver.calls if c[0] == "cuLaunchKernel"]
+        ptr = {"A": a.ctypes.data, "B": b.ctypes.data, "O0": o0.ptr, "O1": o1.ptr, "O2": o2.ptr}
+        assert launched == [[*(ptr[t] for t in k.tensors), plan._err.ptr] for k in image.kernels]
+
+
 def test_plan_packs_pointers_sizes_and_flag_and_launches_on_stream_0(monkeypatch, rng, native):
     x, y = (rng.standard_normal(1000).astype(np.float32) for _ in range(2))
     dx, dy = device_array(x), device_array(y)
@@ -141,8 +188,10 @@ def test_plan_packs_pointers_sizes_and_flag_and_launches_on_stream_0(monkeypatch
     _, name, _grid, _block, stream, slots = launch
     (plan,) = kernel.runner.plans
     assert name == kernel.runner.image.kernels[0].name and stream == 0 == plan.last_stream
-    assert slots[:4] == [x.ctypes.data, y.ctypes.data, z.ptr, 1000]
-    assert slots[4] == plan._err.ptr
+    # the kernel takes its tensors and the flag; N is folded into its code, not passed
+    assert kernel.runner.image.kernels[0].sizes == ()
+    assert slots == [x.ctypes.data, y.ctypes.data, z.ptr, plan._err.ptr]
+    assert plan.block.slots() == [x.ctypes.data, y.ctypes.data, z.ptr, 1000, plan._err.ptr]
     assert z.__cuda_array_interface__["stream"] == 1  # the legacy default stream
     assert not any(c[0].startswith("cuMemset") and c[3] is not None for c in driver.calls), \
         "z's only statement sets every element: no zero fill"

@@ -109,3 +109,25 @@ def test_failures_say_which_call_and_stop_there(setup):
     driver.fail[("launch", 0x60)] = 719
     assert decode(record.run(1)) == (STAGE_LAUNCH, 1, 719)
     assert [e[0] for e in driver.log] == ["memset32", "memset32", "launch", "launch"]
+
+
+def test_each_kernel_launches_with_its_own_slots():
+    """Kernels take only their own tensors (`ParamBlock.kernel_addresses`): the record holds
+    each kernel's parameter array; fills still name slots of the whole block."""
+    driver = Driver()
+    block = ParamBlock(5, [(0, 2, 4), (1, 3, 4)])
+    for k, v in enumerate((0xA000, 0xB000, 0xC000, 0xD000, 0xF000)):
+        block.values[k] = v
+    kernels = [(0x50, 1, 1, 1, 32, 1, 1), (0x60, 2, 1, 1, 32, 1, 1)]
+    record = LaunchRecord(driver.addresses, CTX, block.address, kernels, [(3, 8)],
+                          block.kernel_addresses)
+    assert record.run(0x77) == 0
+    assert driver.log[0] == ("memset32", 0xD000, 0, 2, 0x77)
+    assert [e[6] for e in driver.log[1:]] == [[0xA000, 0xC000, 0xF000], [0xB000, 0xD000, 0xF000]]
+    driver.log.clear()
+    other = block.blank()
+    other.values[1] = 0xE000
+    assert record.with_params(other.address, other.kernel_addresses).run(5) == 0
+    assert [e[6] for e in driver.log] == [[0, 0, 0], [0xE000, 0, 0]]
+    with pytest.raises(ValueError, match="1 parameter arrays for 2 kernels"):
+        record.with_params(other.address, other.kernel_addresses[:1])

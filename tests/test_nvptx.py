@@ -99,14 +99,20 @@ def test_kernel_abi_and_sregs():
     assert image.arg_order == tuple(t.name for t in fn.tensors)
     assert image.sizes_order == tuple(fn.sizes)
     assert image.arch == "sm_90" and ".target sm_90" in kernel.ptx
-    first = image.kernels[0].name
-    params = re.search(rf"\.entry\s+{first}\((.*?)\)", kernel.ptx, re.S).group(1)
-    kinds = re.findall(r"\.param\s+\.u64(\s+\.ptr\s+\.global)?", params)
-    ntensor, nsize = len(image.arg_order), len(image.sizes_order)
-    assert len(kinds) == ntensor + nsize + 1
-    assert all(kinds[i] for i in range(ntensor))                       # global pointers
-    assert not any(kinds[ntensor + i] for i in range(nsize))           # i64 sizes
-    assert kinds[-1]                                                   # the error flag
+    # the kernel takes the tensors it touches; sizes fixed at compile time are folded, and a
+    # parametric kernel takes those it reads
+    parametric = tc.define(case.source).compile(*inputs, target="cuda", arch="sm_90",
+                                                options=OPTION_SETS["odd-block"].with_parametric())
+    for compiled, sizes in ((kernel, ()), (parametric, ("M", "N", "K"))):
+        k0 = _image(compiled).kernels[0]
+        assert k0.tensors == image.arg_order and sorted(k0.sizes) == sorted(sizes)
+        params = re.search(rf"\.entry\s+{k0.name}\((.*?)\)", compiled.ptx, re.S).group(1)
+        kinds = re.findall(r"\.param\s+\.u64(\s+\.ptr\s+\.global)?", params)
+        ntensor, nsize = len(k0.tensors), len(k0.sizes)
+        assert len(kinds) == ntensor + nsize + 1 == k0.parameter_count
+        assert all(kinds[i] for i in range(ntensor))                       # global pointers
+        assert not any(kinds[ntensor + i] for i in range(nsize))           # i64 sizes
+        assert kinds[-1]                                                   # the error flag
     assert re.search(r"%(ctaid|tid)\.x", kernel.ptx)
     assert "ptx_kernel" in kernel.llvm_ir
 

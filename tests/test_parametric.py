@@ -102,7 +102,7 @@ def test_autotuned_factory_tunes_once_per_signature(tmp_path, monkeypatch, rng):
 def test_parametric_cuda_kernel_one_plan_per_size(monkeypatch, rng):
     # no GPU: the fake driver (tests/fake_cuda.py) runs the parametric host build on the
     # pointers and sizes each plan packs
-    from fake_cuda import install_fake, simulate_with_host
+    from fake_cuda import install_fake, kernel_slots, simulate_with_host
 
     import tcmlir.cache.artifacts as artifacts
     from tcmlir.runtime.cuda_launch import CudaRunner
@@ -121,9 +121,10 @@ def test_parametric_cuda_kernel_one_plan_per_size(monkeypatch, rng):
         simulate_with_host(driver, kernel.runner.image, host)
         np.testing.assert_allclose(fn(a, b, options=opts), a @ b, rtol=1e-4, atol=1e-4)
         image = kernel.runner.image
-        slots = [c for c in driver.calls if c[0] == "cuLaunchKernel"][-1][-1]
-        start = len(image.arg_order)
-        assert slots[start:start + len(image.sizes_order)] == [
-            {"M": m, "K": k, "N": n}[s] for s in image.sizes_order]
+        launch = [c for c in driver.calls if c[0] == "cuLaunchKernel"][-1]
+        passed = kernel_slots(image, launch[1], launch[-1])
+        # a parametric kernel takes the sizes it reads (matmul: all three), this call's values
+        assert sorted(image.kernels[-1].sizes) == ["K", "M", "N"]
+        assert {s: passed[s] for s in image.kernels[-1].sizes} == {"M": m, "K": k, "N": n}
     assert compiler.COMPILE_COUNTS["compile_kernel"] - before == 1
     assert len(kernel.runner.plans) == len(SIZES)

@@ -499,11 +499,12 @@ def test_per_kernel_events_through_ctypes_queue_event_launch_pairs():
         pointer=lambda v: v)  # (the real one wraps handles and addresses in c_void_p)
     plan = types.SimpleNamespace(_kernels=[(11, 2, 1, 1, 32, 1, 1), (12, 4, 1, 1, 64, 1, 1)],
                                  _launch_info=[("k0", 0, 0), ("k1", 0, 0)],
-                                 block=types.SimpleNamespace(address=0xAB))
+                                 block=types.SimpleNamespace(kernel_addresses=(0xAB, 0xCD)))
     events = [types.SimpleNamespace(handle=100 + i) for i in range(3)]
     _queue_direct(fast, plan, events)
+    # each kernel with its own parameters (`ParamBlock.kernel_addresses`)
     assert calls == [("record", 100, None), ("launch", 11, (2, 1, 1, 32, 1, 1), 0xAB),
-                     ("record", 101, None), ("launch", 12, (4, 1, 1, 64, 1, 1), 0xAB),
+                     ("record", 101, None), ("launch", 12, (4, 1, 1, 64, 1, 1), 0xCD),
                      ("record", 102, None)]
     fast.launch = lambda *a: 700
     with pytest.raises(CudaError, match="profiling kernel k0"):

@@ -79,19 +79,24 @@ def test_documented_limits_are_the_ones_in_force():
     assert lexer.MAX_IDENTIFIER == MAX_IDENTIFIER
 
 
+# the most inputs of one statement: besides them its kernel takes the output and the error
+# flag (a size fixed at compile time is folded into the code, not passed)
+MOST_INPUTS = (PARAM_SPACE_BYTES - 16) // 8
+
+
 def test_too_many_parameters_is_a_located_error_before_ptxas():
-    most = (PARAM_SPACE_BYTES - 16) // 8 - 1  # inputs: one output, one size, the flag
-    fn = tc.define(_many_inputs(most + 1), target="cuda")
+    fn = tc.define(_many_inputs(MOST_INPUTS + 1), target="cuda")
     with pytest.raises(tc.CodegenError) as info:
-        fn.compile(*[np.ones(2, np.float32)] * (most + 1), arch="sm_90")
+        fn.compile(*[np.ones(2, np.float32)] * (MOST_INPUTS + 1), arch="sm_90")
     text = str(info.value)
     assert text.startswith("<string>:1:") and "4360 bytes, more than the 4352 bytes" in text
-    assert "O is tensor 543 of at most 542" in text and "fix:" in text
+    assert "statement S0 of many would take 544 tensor, 0 size and 1 flag" in text
+    assert "O is tensor 544 of at most 543" in text and "fix:" in text
 
 
 @needs_ptxas
 def test_the_parameter_limit_is_what_ptxas_accepts(tmp_path):
-    most = (PARAM_SPACE_BYTES - 16) // 8 - 1
+    most = MOST_INPUTS
     fn = tc.define(_many_inputs(most), target="cuda")
     kernel = fn.compile(*[np.ones(2, np.float32)] * most, arch="sm_90")
     proc = _ptxas(kernel.ptx, tmp_path)
@@ -178,7 +183,7 @@ def test_empty_domain_and_widest_parameter_list_run_on_the_gpu():
     parameters fill the 4352 bytes ptxas accepts also loads and launches."""
     x = np.full(1, 7.0, np.float32)
     np.testing.assert_array_equal(tc.define(EMPTY, target="cuda")(x), [0.0])
-    most = (PARAM_SPACE_BYTES - 16) // 8 - 1
+    most = MOST_INPUTS
     inputs = [np.full(3, k, np.float32) for k in range(most)]
     out = tc.define(_many_inputs(most), target="cuda")(*inputs)
     np.testing.assert_array_equal(out, np.full(3, sum(range(most)), np.float32))

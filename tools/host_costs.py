@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     if lib is not None and direct is not None:
         f = direct.pointer(int(plan._kernels[0][0]))
         dims = plan._kernels[0][1:]
-        st, params = direct.stream(stream), direct.pointer(plan.block.address)
+        st, params = direct.stream(stream), direct.pointer(plan.block.kernel_addresses[0])
         row("cuLaunchKernel through ctypes", lambda: direct.launch(f, *dims, 0, st, params, None))
         out = ctypes.c_void_p()
         row("cuCtxGetCurrent through ctypes", lambda: direct.get_current(ctypes.byref(out)))

@@ -458,9 +458,9 @@ def needs_zero_fill(fn: ir.Function, tensor: ir.Tensor, sizes: Mapping[str, int]
     does not read the tensor. Anything else (``+=`` onto zeros, a partial box, a self-read)
     keeps the zero fill the language promises.
     """
-    for st in fn.statements:
-        if st.tensor != tensor.name:
-            continue
+    k = fn.first_writer(tensor.name)
+    if k is not None:
+        st = fn.statements[k]
         if st.reduction is not None and not st.init:
             return True
         if len(st.lhs) != tensor.rank or len(set(st.lhs)) != tensor.rank:

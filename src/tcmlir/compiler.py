@@ -87,10 +87,11 @@ def _compile_kernel(fn: KernelOwner, target: str, options: MappingOptions, signa
         from .codegen.nvptx import check_parameter_space
         from .passes import parse_pipeline
 
-        # before the passes, cheap and early: the tensors no pass removes (only
-        # inline-temporaries removes temporaries; split-k adds one, counted after lowering)
+        # before the passes, cheap and early: each statement's tensors that no pass removes
+        # (only inline-temporaries removes temporaries; split-k adds one, and fused
+        # statements share a kernel: each kernel is checked again when it is lowered)
         inlines = "inline-temporaries" in (p.name for p in parse_pipeline(options.to_pipeline("cuda")))
-        check_parameter_space(fn.ir, signature_only=inlines)
+        check_parameter_space(fn.ir, temporaries_may_go=inlines)
         arch = arch or fn.default_arch("cuda")
         t0 = time.perf_counter()
         fields = load_cuda_kernel(fn, signature, options, arch)

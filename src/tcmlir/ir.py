@@ -345,10 +345,35 @@ class Function:
         return self.inputs + self.outputs + self.temporaries
 
     def tensor(self, name: str) -> Tensor:
-        for t in self.tensors:
-            if t.name == name:
-                return t
-        raise KeyError(name)
+        try:
+            return self._tensor_by_name[name]
+        except KeyError:
+            raise KeyError(name) from None
+
+    def tensor_position(self, name: str) -> int:
+        """The position of tensor ``name`` in ``tensors`` (KeyError if there is none)."""
+        return self._tensor_position[name]
+
+    @functools.cached_property
+    def _tensor_by_name(self) -> dict[str, Tensor]:
+        """`tensor`'s table, made once: code generation looks a tensor up per access, and a
+        scan of ``tensors`` made that quadratic in a definition of many tensors."""
+        return {t.name: t for t in self.tensors}
+
+    @functools.cached_property
+    def _tensor_position(self) -> dict[str, int]:
+        return {t.name: i for i, t in enumerate(self.tensors)}
+
+    def first_writer(self, name: str) -> int | None:
+        """The number of the first statement that writes tensor ``name`` (None: none does)."""
+        return self._first_writer.get(name)
+
+    @functools.cached_property
+    def _first_writer(self) -> dict[str, int]:
+        first: dict[str, int] = {}
+        for k, st in enumerate(self.statements):
+            first.setdefault(st.tensor, k)
+        return first
 
     def __str__(self) -> str:
         from .ir_printer import format_function

@@ -42,7 +42,7 @@ from ..errors import Source, Span
 
 __all__ = ["FORMAT", "pack_cuda_kernel", "unpack_cuda_kernel"]
 
-FORMAT = "tcmlir-cuda-kernel-2"
+FORMAT = "tcmlir-cuda-kernel-3"  # 3: each kernel takes its own tensors and sizes
 log = logging.getLogger("tcmlir.cache")
 
 _CLASSES = {cls.__name__: cls for cls in (

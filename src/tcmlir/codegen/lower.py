@@ -19,9 +19,11 @@ the whole AST when the root is not a block; groups run in order)::
 
 A group has a parallel loop when its root reaches a ``parallel`` mark through marks and ``if``s
 only (no loop or block above it) and the marked loop's condition is ``c <= e``/``c < e``; it then
-also gets ``void {name}_{g}_range(ptr sizes, ptr out)`` writing ``out[0:3] = first, end,
-stride`` of that loop, which the runtime splits into chunks. The body is an internal function
-with ``noalias`` tensor arguments, inlined into the exported wrapper.
+also gets a range function ``void {name}_{g}_range(ptr sizes, ptr out)`` writing ``out[0:3]
+= first, end, stride`` of that loop, which the runtime splits into chunks (`Group.range_name`:
+groups whose loops have the same bounds share the first one's). The body is an internal
+function with ``noalias`` tensor arguments, inlined into the exported wrapper; groups of the
+same code on other tensors call the first one's body instead, not inlined (`shared_groups`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import islpy as isl
 from llvmlite import ir
@@ -38,9 +41,11 @@ from ..errors import CodegenError, Span
 from ..poly.loops import annotation_of
 from ..poly.promotion import COPY_STMT, SYNC_STMT
 from .exprs import I32, I64, emit_statement
+from .shared_groups import group_key
 from .target import Target
 
-__all__ = ["GatherSite", "Group", "GroupWalker", "LoweredModule", "lower_function"]
+__all__ = ["GatherSite", "Group", "GroupWalker", "LoweredModule", "group_tensors", "lower_function",
+           "statement_tensors"]
 
 _T = isl.ast_expr_op_type
 _STMT = re.compile(r"S(\d+)(_init)?$")
@@ -204,6 +209,11 @@ class _Function:
             slot = self.entry.gep(self.sizes_arg, [ir.Constant(I64, k)], source_etype=I64)
             self._params[name] = self.entry.load(slot, name=name, typ=I64)
         return self._params[name]
+
+    def sizes_read(self) -> tuple[str, ...]:
+        """The size parameters the function loads from its ``sizes`` argument, in
+        `ir.Function.sizes` order (sizes fixed at compile time are folded, never loaded)."""
+        return tuple(s for s in self.owner.fn.sizes if s in self._params)
 
     def finish(self) -> None:
         self.entry.branch(self.first)
@@ -400,6 +410,9 @@ class Lowerer:
         self.gathers: list[GatherSite] = []
         self.promotion = None  # poly.promotion.Promotion of the compiled state, if any
         self._param_space = f"[{', '.join(fn.sizes)}] -> {{ : }}"
+        # host groups of the same code share a body (`shared_groups`): key -> (body, range)
+        self.shared_bodies: dict[tuple, tuple[ir.Function, str | None]] = {}
+        self.shared_ranges: dict[tuple[str, ...], str] = {}  # loop bounds -> range function
 
     def gather_code(self, tensor: str, statement: int, span: Span | None, dim: int = -1) -> int:
         self.gathers.append(GatherSite(tensor, statement, span, dim))
@@ -441,17 +454,34 @@ class Lowerer:
 
     def group(self, g: int, node: isl.AstNode) -> Group:
         name = f"{self.name}_{g}"
-        tensors = group_tensors(self.fn, node)
+        tensors = group_tensors(self.fn, node, self.promotion)
+        key = group_key(self.fn, node, tensors) if self.promotion is None else None
+        shared = self.shared_bodies.get(key) if key is not None else None
+        if shared is not None:  # the same code as an earlier group: call its body
+            body, range_name = shared
+            if "alwaysinline" in body.attributes:
+                body.attributes.discard("alwaysinline")
+                body.attributes.add("noinline")
+            self.wrapper(name, body, tensors)
+            return Group(name, range_name)
         body = self.new_body(name, tensors)
         loop = find_parallel_loop(node)
         walker = GroupWalker(self, body, parallel=loop is not None, tensors=tensors)
+        gathers = len(self.gathers)
         walker.node(node)
         walker.finish()
         self.wrapper(name, body, tensors)
         range_name = None
         if loop is not None and walker._chunked:
-            range_name = f"{name}_range"
-            self.range_function(range_name, loop)
+            # loops of the same bounds share one range function (n groups of one shape)
+            bounds = tuple(e.to_C_str() for e in (loop.for_get_init(), loop.for_get_cond(),
+                                                  loop.for_get_inc()))
+            range_name = self.shared_ranges.get(bounds)
+            if range_name is None:
+                range_name = self.shared_ranges[bounds] = f"{name}_range"
+                self.range_function(range_name, loop)
+        if key is not None and len(self.gathers) == gathers:
+            self.shared_bodies[key] = (body, range_name)
         return Group(name, range_name)
 
     def wrapper(self, name: str, body: ir.Function, tensors: tuple[str, ...]) -> None:
@@ -462,9 +492,8 @@ class Lowerer:
         buffers, sizes, lo, hi, err = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         ptrs = []
-        position = {t.name: i for i, t in enumerate(self.fn.tensors)}
         for tensor in tensors:
-            slot = b.gep(buffers, [ir.Constant(I64, position[tensor])], inbounds=True,
+            slot = b.gep(buffers, [ir.Constant(I64, self.fn.tensor_position(tensor))], inbounds=True,
                          source_etype=PTR)
             p = b.load(slot, typ=PTR, name=tensor)
             if self.target.pointer.addrspace != 0:
@@ -488,28 +517,42 @@ class Lowerer:
         f.finish()
 
 
-def group_tensors(fn: tc.Function, node: isl.AstNode) -> tuple[str, ...]:
+def group_tensors(fn: tc.Function, node: isl.AstNode, promotion: Any = None) -> tuple[str, ...]:
     """The tensors the statements called in ``node`` write or read (gather indices included),
-    in ``fn.tensors`` order: a host group's body takes only these, so a definition with many
-    groups and many tensors lowers in time linear in its size, not in groups x tensors."""
+    and those whose promoted buffers (``promotion``'s) its copy statements fill or drain, in
+    ``fn.tensors`` order: a host group's body and a CUDA kernel take only these, so a
+    definition with many groups (kernels) and many tensors lowers in time linear in its size,
+    not in groups x tensors."""
     used: set[str] = set()
     seen: set[int] = set()
+    buffers: set[str] = set()
 
     def visit(n: isl.AstNode) -> bool:
         if n.get_type() == isl.ast_node_type.user:
             call = n.user_get_expr()
             if call.get_type() == isl.ast_expr_type.op and call.get_op_type() == _T.call:
-                m = _STMT.match(call.get_op_arg(0).get_id().get_name())
+                name = call.get_op_arg(0).get_id().get_name()
+                m = _STMT.match(name)
                 if m is not None and int(m.group(1)) < len(fn.statements):
                     seen.add(int(m.group(1)))
+                copy = COPY_STMT.match(name)
+                if copy is not None:
+                    buffers.add(copy.group(2))
         return True
 
     node.foreach_descendant_top_down(visit)
     for k in seen:
-        st = fn.statements[k]
-        used.add(st.tensor)
-        used.update(e.tensor for e in tc.walk(st.rhs) if isinstance(e, tc.Read))
-    return tuple(t.name for t in fn.tensors if t.name in used)
+        used.update(statement_tensors(fn.statements[k]))
+    if buffers:
+        if promotion is None:
+            raise CodegenError(f"copy statements of buffers {sorted(buffers)} without a promotion")
+        used.update(promotion.buffer(b).tensor for b in buffers)
+    return tuple(sorted(used, key=fn.tensor_position))
+
+
+def statement_tensors(st: tc.Statement) -> set[str]:
+    """The tensors statement ``st`` writes or reads (gather indices included)."""
+    return {st.tensor, *(e.tensor for e in tc.walk(st.rhs) if isinstance(e, tc.Read))}
 
 
 def communicated_tensors(fn: tc.Function, statements: set[int]) -> frozenset[str]:

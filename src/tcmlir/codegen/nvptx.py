@@ -12,11 +12,12 @@ Kernel ABI (the k-th kernel mark, in program order; kernels run in that order on
 
     .entry {entry}_k{k}(T0*, ..., Tn*,  i64 size0, ..., i64 sizem,  i32* err)
 
-* one ``ptr addrspace(1)`` per tensor in `ir.Function.tensors` order (inputs, outputs,
-  temporaries; `CudaKernelImage.arg_order`), row-major, C-contiguous, storage types of
-  `exprs.memory_type`;
-* one ``i64`` per size in `ir.Function.sizes` order (`CudaKernelImage.sizes_order`); sizes fixed
-  at compile time are also folded into the code as constants;
+* one ``ptr addrspace(1)`` per tensor the kernel reads or writes (`KernelLaunch.tensors`: its
+  statements' tensors and those its promoted buffers copy, in `ir.Function.tensors` order),
+  row-major, C-contiguous, storage types of `exprs.memory_type`;
+* one ``i64`` per size the kernel reads (`KernelLaunch.sizes`, in `ir.Function.sizes` order):
+  sizes fixed at compile time are folded into the code as constants and not passed, so only a
+  parametric kernel takes sizes;
 * ``err``: a device ``i32`` set to ``1 + c`` when gather site ``c`` (`CudaKernelImage.gathers`)
   reads outside its tensor (the offending thread then stops).
 
@@ -46,13 +47,15 @@ from ..poly.promotion import SYNC_STMT
 from ..signature import ALIGN_BYTES
 from .exprs import I32, I64, ExprEmitter, const, memory_type
 from .gpu_rows import on_chip_tensors
-from .lower import PTR, GatherSite, GroupWalker, Lowerer
+from .lower import PTR, GatherSite, GroupWalker, Lowerer, group_tensors
+from .param_space import PARAM_SPACE_BYTES, check_kernel_parameters, check_parameter_space
 from .target import Target, declare
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..poly.state import CompileState
 
-__all__ = ["ALIGN_BYTES", "CudaKernelImage", "KernelLaunch", "NvptxTarget", "aligned_tensors",
+__all__ = ["ALIGN_BYTES", "PARAM_SPACE_BYTES", "CudaKernelImage", "KernelLaunch", "NvptxTarget",
+           "aligned_tensors", "check_parameter_space",
            "compile_cuda", "find_libdevice", "parse_kernel_mark"]
 
 TRIPLE = "nvptx64-nvidia-cuda"
@@ -74,14 +77,22 @@ class KernelLaunch:
     block: tuple[int, int, int]
     has_gathers: bool = False
     shared_bytes: int = 0  # dynamic shared memory per block (tensor-core rings above 48 KB)
+    tensors: tuple[str, ...] = ()  # its tensor parameters, in `CudaKernelImage.arg_order` order
+    sizes: tuple[str, ...] = ()    # its size parameters, in `CudaKernelImage.sizes_order` order
+
+    @property
+    def parameter_count(self) -> int:
+        """Its parameters: the tensors, the sizes, the error flag."""
+        return len(self.tensors) + len(self.sizes) + 1
 
 
 @dataclass(frozen=True)
 class CudaKernelImage:
     """Everything needed to launch a compiled TC function on a GPU (no GPU needed to build it).
 
-    ``kernels`` run in order; each takes the tensors of ``arg_order``, then the sizes of
-    ``sizes_order`` as i64, then the error flag. ``sizes`` are the values fixed at compile time.
+    ``kernels`` run in order; each takes its own tensors (`KernelLaunch.tensors`, a part of
+    ``arg_order``: the function's tensors), then its sizes (`KernelLaunch.sizes`, a part of
+    ``sizes_order``) as i64, then the error flag. ``sizes`` are the values fixed at compile time.
     """
 
     entry: str
@@ -418,38 +429,6 @@ def _has_statement(node: isl.AstNode) -> bool:
     return bool(found)
 
 
-#: Kernel parameter space ptxas accepts at the PTX ISA we emit (8.0): 0x1100 bytes. (ISA 8.1
-#: with a CUDA 12.1+ driver allows 32764 bytes on sm_70+; we keep 8.0 for older drivers.)
-PARAM_SPACE_BYTES = 4352
-
-
-def check_parameter_space(fn: tc.Function, *, signature_only: bool = False) -> None:
-    """A located `CodegenError` when the kernel ABI (8 bytes per tensor, per size and for the
-    error flag) needs more parameter space than ptxas accepts, before any code is generated.
-
-    ``signature_only`` counts the inputs and outputs alone (``inline-temporaries`` may remove
-    temporaries, no pass drops an input or an output): `compiler.compile_kernel` checks before
-    the passes, so a definition with a thousand outputs or temporaries is refused at once
-    rather than after scheduling, mapping and lowering them all; the full check runs again on
-    the lowered function."""
-    tensors = fn.inputs + fn.outputs if signature_only else fn.tensors
-    fixed = 8 * (len(fn.sizes) + 1)
-    need = 8 * len(tensors) + fixed
-    if need <= PARAM_SPACE_BYTES:
-        return
-    most = (PARAM_SPACE_BYTES - fixed) // 8
-    culprit = tensors[max(0, min(most, len(tensors) - 1))]
-    what = (f"the CUDA kernels of {fn.name} would take {len(tensors)} tensor, "
-            f"{len(fn.sizes)} size and 1 flag parameters of 8 bytes: {need} bytes, more than "
-            f"the {PARAM_SPACE_BYTES} bytes of kernel parameter space ptxas accepts "
-            f"(PTX ISA 8.0); {culprit.name} is tensor {most + 1} of at most {most}")
-    fix = ("use fewer tensors (stack inputs of one shape into one tensor with an extra "
-           "dimension), or run it with target='cpu'")
-    if fn.source is None:
-        raise CodegenError(f"{what}\n  fix: {fix}")
-    raise CodegenError.at(fn.source, culprit.span, what, fix)
-
-
 class _KernelLowerer(Lowerer):
     """The shared `Lowerer`, emitting one ``ptx_kernel`` per kernel mark instead of groups."""
 
@@ -463,6 +442,9 @@ class _KernelLowerer(Lowerer):
             if _has_statement(ast):
                 raise CodegenError("cuda target needs the mapping passes map-to-blocks/map-to-threads")
             return ()  # every statement's domain is empty at these sizes: nothing to launch
+        from .gpu_rows import phase_statements
+        from .lower import communicated_tensors
+
         found = find_kernels(ast)
         launches = []
         for k, (mark, node, guards) in enumerate(found):
@@ -470,15 +452,17 @@ class _KernelLowerer(Lowerer):
             name = f"{self.name}_k{k}"
             before = len(self.gathers)
             self.kernel_shared_bytes = 0  # set by a generator that needs dynamic shared memory
-            from .gpu_rows import phase_statements
-            from .lower import communicated_tensors
-
-            self.shared_tensors = communicated_tensors(self.fn, phase_statements(node))
-            body = self.kernel_body(name, node, guards)
-            self.kernel_entry(name, body)
+            statements = phase_statements(node)
+            self.shared_tensors = communicated_tensors(self.fn, statements)
+            # the kernel takes only what it touches: a definition of many kernels and many
+            # tensors lowers, and launches, in time linear in its size
+            tensors = group_tensors(self.fn, node, self.promotion)
+            body, sizes = self.kernel_body(name, node, guards, tensors)
+            check_kernel_parameters(self.fn, name, statements, tensors, sizes)
+            self.kernel_entry(name, body, tensors, sizes)
             self.launch_bounds(name, block, _has_row_mark(node))
             launches.append(KernelLaunch(name, grid, block, len(self.gathers) > before,
-                                         self.kernel_shared_bytes))
+                                         self.kernel_shared_bytes, tensors, sizes))
         return tuple(launches)
 
     def launch_bounds(self, name: str, block: tuple[int, int, int], bandwidth_bound: bool) -> None:
@@ -498,11 +482,13 @@ class _KernelLowerer(Lowerer):
             md.add(self.module.add_metadata([fn, ir.MetaDataString(self.module, key),
                                              ir.Constant(i32, value)]))
 
-    def kernel_body(self, name: str, node: isl.AstNode, guards: Sequence[Guard]) -> ir.Function:
-        body = self.new_body(name)
+    def kernel_body(self, name: str, node: isl.AstNode, guards: Sequence[Guard],
+                    tensors: tuple[str, ...]) -> tuple[ir.Function, tuple[str, ...]]:
+        """The kernel's body over ``tensors``, and the sizes it reads (the others are folded)."""
+        body = self.new_body(name, tensors)
         from .gpu_rows import RowWalker
 
-        walker = RowWalker(self, body, parallel=False)
+        walker = RowWalker(self, body, parallel=False, tensors=tensors)
         b = walker.builder
         for cond, taken in guards:
             c = walker.expr(cond)
@@ -514,16 +500,18 @@ class _KernelLowerer(Lowerer):
         walker.node(node)
         walker.finish()
         self.local_tensors = getattr(self, "local_tensors", set()) | walker.local_seen
-        return body
+        return body, walker.sizes_read()
 
-    def kernel_entry(self, name: str, body: ir.Function) -> None:
-        nbuf, nsize = len(self.fn.tensors), len(self.fn.sizes)
+    def kernel_entry(self, name: str, body: ir.Function, tensors: tuple[str, ...],
+                     sizes: tuple[str, ...]) -> None:
+        """The ``ptx_kernel`` ``name(tensors..., sizes..., err)`` calling ``body``."""
+        nbuf, nsize = len(tensors), len(sizes)
         gptr = self.target.pointer
         fnty = ir.FunctionType(ir.VoidType(), [gptr] * nbuf + [I64] * nsize + [gptr])
         fn = ir.Function(self.module, fnty, name)
         fn.calling_convention = "ptx_kernel"
         fn.attributes.add("nounwind")
-        names = [t.name for t in self.fn.tensors] + list(self.fn.sizes) + ["err"]
+        names = [*tensors, *sizes, "err"]
         for a, n in zip(fn.args, names, strict=True):
             a.name = n
         for a in fn.args[:nbuf]:
@@ -532,14 +520,15 @@ class _KernelLowerer(Lowerer):
             if a.name in self.aligned:  # the call guarantees it (`Signature`'s alignment)
                 a.attributes.align = ALIGN_BYTES
         b = ir.IRBuilder(fn.append_basic_block("entry"))
-        # the body reads sizes from memory (the host ABI); after inlining, SROA makes them
-        # registers again
-        sizes = b.alloca(I64, size=max(1, nsize), name="sizes")
-        for j, a in enumerate(fn.args[nbuf:nbuf + nsize]):
-            b.store(a, b.gep(sizes, [ir.Constant(I64, j)], inbounds=True, source_etype=I64))
-        sizes = b.bitcast(sizes, PTR)
+        # the body reads sizes from memory (the host ABI: at their `ir.Function.sizes`
+        # positions); after inlining, SROA makes them registers again
+        slots = b.alloca(I64, size=max(1, len(self.fn.sizes)), name="sizes")
+        for size, a in zip(sizes, fn.args[nbuf:nbuf + nsize], strict=True):
+            at = ir.Constant(I64, self.fn.sizes.index(size))
+            b.store(a, b.gep(slots, [at], inbounds=True, source_etype=I64))
+        sizes_ptr = b.bitcast(slots, PTR)
         err = b.addrspacecast(fn.args[-1], PTR)
-        b.call(body, [*fn.args[:nbuf], sizes, ir.Constant(I64, 0), ir.Constant(I64, 0), err])
+        b.call(body, [*fn.args[:nbuf], sizes_ptr, ir.Constant(I64, 0), ir.Constant(I64, 0), err])
         b.ret_void()
 
 
@@ -655,7 +644,6 @@ def compile_cuda_from_ast(fn: tc.Function, ast: isl.AstNode, sizes: Mapping[str,
     """
     if not re.fullmatch(r"sm_\d+a?", arch or ""):
         raise CodegenError(f"cuda arch must look like sm_90, got {arch!r}")
-    check_parameter_space(fn)
     sizes = {k: int(v) for k, v in (sizes or {}).items() if k in fn.sizes}
     lowerer = _KernelLowerer(fn, NvptxTarget(arch), sizes, fn.name)
     lowerer.promotion = promotion

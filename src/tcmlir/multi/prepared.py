@@ -170,7 +170,6 @@ def prepare(ex: Any, inputs: Sequence[Any], views: dict[str, Any], src: list[int
     """Everything a call of ``ex`` (a `cuda_split.SplitExecutor`) repeats, from its first
     call's ``inputs``, their ``views`` and source pointers ``src``."""
     from ..runtime.arrays import ArrayKind, DeviceArrayView
-    from ..runtime.launch_plan import ParamBlock
     from ..runtime.streams import memory_for
     from .slabs import Slab, input_devices
 
@@ -271,7 +270,7 @@ def prepare(ex: Any, inputs: Sequence[Any], views: dict[str, Any], src: list[int
                        else Slab(ptr, sub_shape, t.dtype))
         sub_plan = state.plan = ex._sub_plan(k, sub)
         in_slots, out_slots, temps, aligned = sub_plan.slots()
-        block = ParamBlock(sub_plan.block.count)
+        block = sub_plan.block.blank()  # the same slots, each kernel taking its own
         for s in range(block.count):
             block.values[s] = sub_plan.block.values[s]  # sizes, the error flag
         ops = [(SET, in_slots[i], si, off, 0, None) for i, (si, off) in sets.items()]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from .. import ir
-from .scop import Scop, maps_of
+from .scop import Scop, maps_of, union_all
 
 __all__ = ["Dependences", "compute_dependences", "format_dependences"]
 
@@ -93,15 +93,12 @@ class _PerArrayFlow:
         return found
 
     def _union(self, maps: list[isl.Map]) -> isl.UnionMap:
-        umap = self.empty
-        for m in maps:
-            umap = umap.union(isl.UnionMap.from_map(m))
-        return umap
+        return union_all([isl.UnionMap.from_map(m) for m in maps], self.empty)
 
     def compute(self, sinks: isl.UnionMap, must: isl.UnionMap | None = None,
                 may: isl.UnionMap | None = None, kill: isl.UnionMap | None = None) -> isl.UnionMap:
         parts = [self._by_array(u) for u in (sinks, must, may, kill)]
-        result = self.empty
+        results = []  # per array (a running union would copy the growing one each time)
         for array, sink_maps in parts[0].items():
             must_maps, may_maps, kill_maps = (p.get(array, []) for p in parts[1:])
             if not must_maps and not may_maps:
@@ -112,10 +109,10 @@ class _PerArrayFlow:
                 window = _Windows(self.position, must_maps, may_maps, kill_maps)
                 flows = [self._flow(one, *window.sources(one))
                          for one in self._by_statement(sink_maps)]
-                result = result.union(union_all(flows, self.empty))
+                results.append(union_all(flows, self.empty))
             else:
-                result = result.union(self._flow(sink_maps, must_maps, may_maps, kill_maps))
-        return result
+                results.append(self._flow(sink_maps, must_maps, may_maps, kill_maps))
+        return union_all(results, self.empty)
 
     def _flow(self, sink_maps: list[isl.Map], must_maps: list[isl.Map],
               may_maps: list[isl.Map], kill_maps: list[isl.Map]) -> isl.UnionMap:
@@ -137,14 +134,6 @@ class _PerArrayFlow:
             found.setdefault(m.get_tuple_name(isl.dim_type.in_), []).append(m)
         return [found[name] for name in sorted(found, key=self.position.__getitem__)]
 
-
-
-def union_all(umaps: list[isl.UnionMap], empty: isl.UnionMap) -> isl.UnionMap:
-    """The union of ``umaps``, pairwise (a running union copies the growing one each time)."""
-    while len(umaps) > 1:
-        umaps = [umaps[i].union(umaps[i + 1]) if i + 1 < len(umaps) else umaps[i]
-                 for i in range(0, len(umaps), 2)]
-    return umaps[0] if umaps else empty
 
 
 class _Windows:
@@ -197,14 +186,17 @@ class _Windows:
 
 def _accumulator_pairs(scop: Scop) -> isl.UnionMap:
     """``S{k}[x] -> S{k}[y]`` with the same lhs point, for reduction updates ``S{k}``."""
-    pairs = isl.UnionMap.empty(scop.domain.get_space())
+    writes: dict[str, list[isl.Map]] = {}
+    for m in maps_of(scop.writes):  # by statement once (not the whole relation per statement)
+        writes.setdefault(m.get_tuple_name(isl.dim_type.in_), []).append(m)
+    pairs = []
     for name, info in scop.statements.items():
         stmt = scop.fn.statements[info.index]
         if info.is_init or stmt.reduction is None or _reads_own_tensor(stmt):
             continue
-        acc = scop.writes.intersect_domain(isl.UnionSet.from_set(scop.domains[name]))
-        pairs = pairs.union(acc.apply_range(acc.reverse()))
-    return pairs
+        for acc in writes.get(name, ()):
+            pairs.append(isl.UnionMap.from_map(acc.apply_range(acc.reverse())))
+    return union_all(pairs, isl.UnionMap.empty(scop.domain.get_space()))
 
 
 def _reads_own_tensor(stmt: ir.Statement) -> bool:

@@ -29,7 +29,7 @@ from .. import ir
 from ..affine import guarded_reads, to_isl
 from ..errors import CallError
 
-__all__ = ["Scop", "StatementInfo", "build_scop", "format_scop", "maps_of", "sets_of"]
+__all__ = ["Scop", "StatementInfo", "build_scop", "format_scop", "maps_of", "sets_of", "union_all"]
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,10 @@ def build_scop(fn: ir.Function, sizes: Mapping[str, int] | None = None,
                         f"{fn.context}")
     infos: dict[str, StatementInfo] = {}
     domains: list[isl.Set] = []
-    reads, may_reads, writes = builder.empty_map(), builder.empty_map(), builder.empty_map()
+    # the access maps, united once at the end (a running union copies the growing one)
+    reads: list[isl.UnionMap] = []
+    may_reads: list[isl.UnionMap] = []
+    writes: list[isl.UnionMap] = []
     for k, stmt in enumerate(fn.statements):
         lhs_ranges = tuple(stmt.range_of(n) for n in stmt.lhs)
         if stmt.init:
@@ -92,30 +95,29 @@ def build_scop(fn: ir.Function, sizes: Mapping[str, int] | None = None,
             dom = builder.box(name, lhs_ranges).intersect_params(context)
             infos[name] = StatementInfo(name, k, True, stmt.lhs)
             domains.append(dom)
-            writes = writes.union(builder.accumulator(name, stmt.lhs, stmt).intersect_domain(dom))
+            writes.append(builder.accumulator(name, stmt.lhs, stmt).intersect_domain(dom))
         name = f"S{k}"
         dom = builder.box(name, stmt.ranges).intersect_params(context)
         infos[name] = StatementInfo(name, k, False, stmt.index_names)
         domains.append(dom)
         acc = builder.accumulator(name, stmt.index_names, stmt).intersect_domain(dom)
-        writes = writes.union(acc)
+        writes.append(acc)
         if stmt.reduction is not None:
-            reads = reads.union(acc)
+            reads.append(acc)
         for read, guard in guarded_reads(stmt.rhs):
             exact, maybe = builder.access(name, stmt.index_names, read)
             where = dom if guard is None else dom.intersect(
                 builder.guard(name, stmt.index_names, guard))
             if exact is not None:
-                reads = reads.union(isl.UnionMap.from_map(exact.intersect_domain(where)))
+                reads.append(isl.UnionMap.from_map(exact.intersect_domain(where)))
             if maybe is not None:
-                may_reads = may_reads.union(isl.UnionMap.from_map(maybe.intersect_domain(where)))
-    domain = isl.UnionSet.empty(isl.Space.params_alloc(ctx, 0))
-    domain = builder.align(domain)
-    for dom in domains:
-        domain = domain.union(isl.UnionSet.from_set(dom))
+                may_reads.append(isl.UnionMap.from_map(maybe.intersect_domain(where)))
+    empty = builder.empty_map()
+    domain = union_all([isl.UnionSet.from_set(dom) for dom in domains], empty.domain())
     schedule = _program_order(ctx, domain, [infos[n] for n in infos], domains)
     return Scop(fn, ctx, params, None if sizes is None else MappingProxyType(dict(sizes)),
-                context, domain, reads.coalesce(), may_reads.coalesce(), writes.coalesce(),
+                context, domain, union_all(reads, empty).coalesce(),
+                union_all(may_reads, empty).coalesce(), union_all(writes, empty).coalesce(),
                 schedule, MappingProxyType(infos),
                 MappingProxyType(dict(zip(infos, domains, strict=True))))
 
@@ -247,6 +249,15 @@ def format_scop(scop: Scop) -> str:
             for m in maps_of(umap.intersect_domain(isl.UnionSet.from_set(sd))):
                 lines.append(f"  {label}: {m.gist_domain(sd)}")
     return "\n".join(lines)
+
+
+def union_all(parts: list, empty):
+    """The union of ``parts`` (union maps or union sets; ``empty`` if there are none),
+    pairwise: a running union copies the growing one each time (quadratic in the parts)."""
+    while len(parts) > 1:
+        parts = [parts[i].union(parts[i + 1]) if i + 1 < len(parts) else parts[i]
+                 for i in range(0, len(parts), 2)]
+    return parts[0] if parts else empty
 
 
 def sets_of(uset: isl.UnionSet) -> list[isl.Set]:

@@ -311,7 +311,7 @@ def _queue(_fast: Any, plan: Any, events: Sequence[Any]) -> None:
             zip(plan._kernels, plan._launch_info, strict=True)):
         events[i].record()
         check(driver.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, dyn[0] if dyn else 0, 0,
-                                    plan.block.address, 0),
+                                    plan.block.kernel_addresses[i], 0),
               "cuLaunchKernel", context=f"profiling kernel {name}")
     events[-1].record()
 
@@ -325,12 +325,13 @@ def _queue_direct(fast: Any, plan: Any, events: Sequence[Any]) -> None:
         return cuda_memory.error_text(cuda_memory.driver.CUresult(err))
 
     # `DirectCalls.launch` takes no argtypes: handles and addresses as c_void_p
-    record, launch, address = fast.event_record, fast.launch, fast.pointer(plan.block.address)
+    record, launch = fast.event_record, fast.launch
+    addresses = [fast.pointer(a) for a in plan.block.kernel_addresses]
     handles = [int(e.handle) for e in events]
     for i, ((f, gx, gy, gz, bx, by, bz, *dyn), (name, _, _)) in enumerate(
             zip(plan._kernels, plan._launch_info, strict=True)):
         err = record(handles[i], None) or launch(fast.pointer(int(f)), gx, gy, gz, bx, by, bz, dyn[0] if dyn else 0,
-                                                 None, address, None)
+                                                 None, addresses[i], None)
         if err:
             raise CudaError(f"profiling kernel {name}: {error_text(err)}")
     err = record(handles[-1], None)

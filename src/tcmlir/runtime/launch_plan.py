@@ -29,7 +29,6 @@ may happen there): replays set the flag, and a later call or `check_errors` repo
 
 from __future__ import annotations
 
-import ctypes
 import math
 import threading
 from collections.abc import Callable, Sequence
@@ -47,6 +46,7 @@ from .cuda_memory import check, driver, error_text
 from .fast_driver import direct_calls
 from .launch_limits import validate_launch
 from .launch_thunk import STAGE_CONTEXT, STAGE_FILL, LaunchRecord, decode
+from .param_block import ParamBlock, kernel_layouts
 from .streams import DriverMemory, TorchMemory, memory_for, stream_handle
 from .torch_fast import OutputSpec, generate
 
@@ -58,24 +58,6 @@ _TORCH_PTR, _CUPY_PTR, _SCALAR, _HOST, _ANY = range(5)
 KEEP_TEMPORARY_STREAMS = 8
 KEEP_TEMPORARY_BYTES = 64 << 20
 _SCALAR_TYPES = (bool, int, float)
-
-
-class ParamBlock:
-    """``kernelParams`` for the tcmlir CUDA ABI, where every parameter is 8 bytes (tensor
-    pointers, i64 sizes, the error flag's pointer): ``values[k]`` is parameter k's slot and
-    ``address`` the ``void*[n]`` array of slot addresses that ``cuLaunchKernel`` reads."""
-
-    def __init__(self, count: int):
-        self.count = count
-        self.values = (ctypes.c_uint64 * max(1, count))()
-        base = ctypes.addressof(self.values)
-        self._pointers = (ctypes.c_void_p * max(1, count))(*(base + 8 * k for k in range(count)))
-        self.address = ctypes.addressof(self._pointers) if count else 0
-
-    def slots(self) -> list[int]:
-        """The parameter values as the driver will read them (through the pointer array)."""
-        pointers = (ctypes.c_void_p * self.count).from_address(self.address)
-        return [ctypes.c_uint64.from_address(p).value for p in pointers]
 
 
 def _plain_torch_like(cls: type, view: Any, shape: tuple[int, ...], dtype: Any) -> bool:
@@ -142,15 +124,16 @@ class CudaPlan:
                             kernel_max_threads=f.max_threads_per_block,
                             static_shared_bytes=f.static_shared_bytes)
             takes = f.param_count
-            if takes is not None and takes != count:
+            if takes is not None and takes != k.parameter_count:
                 raise CudaError(f"kernel {k.name} takes {takes} parameters, the tcmlir ABI passes "
-                                f"{count} ({n_tensors} tensors, {n_sizes} sizes, the error flag)")
+                                f"{k.parameter_count} ({len(k.tensors)} tensors, {len(k.sizes)} "
+                                "sizes, the error flag)")
             if shared:  # opt in above the default 48 KB (once per plan)
                 f.allow_dynamic_shared(shared)
             kernels.append((f.handle, *k.grid, *k.block, shared))
         self._kernels = tuple(kernels)
         self._launch_info = tuple((k.name, k.grid, k.block) for k in image.kernels)
-        self.block = ParamBlock(count)
+        self.block = ParamBlock(count, kernel_layouts(image))
         for j, name in enumerate(image.sizes_order):
             self.block.values[n_tensors + j] = int(bound.sizes[name])
         slot = {name: k for k, name in enumerate(image.arg_order)}
@@ -221,7 +204,8 @@ class CudaPlan:
         self._record = None
         if self._direct is not None:
             self._record = LaunchRecord(self._direct.addresses, self._context_address(),
-                                        self.block.address, self._kernels)
+                                        self.block.address, self._kernels,
+                                        kernel_params=self.block.kernel_addresses)
         # per input, the bytes from its data pointer to its last element (`_make_torch_call`)
         self._input_spans = tuple(_span_bytes(bound.views[t.name]) for t in fn.inputs)
         self.fast_source: str | None = None
@@ -318,7 +302,8 @@ class CudaPlan:
         records: list[Any] = [None, None]
         if native:
             records = [LaunchRecord(self._direct.addresses, self._context_address(),
-                                    self.block.address, self._kernels, fills)
+                                    self.block.address, self._kernels, fills,
+                                    self.block.kernel_addresses)
                        for fills in (fresh_fills + temp_fills, temp_fills)]
         self._fast_records = records  # (kept alive with the plan)
 
@@ -448,9 +433,9 @@ class CudaPlan:
             self.last_stream = handle
             return
         launch, ok = self._launch, self._success
-        address = self.block.address if params is None else params
+        addresses = (self.block if params is None else params).kernel_addresses
         for i, (f, gx, gy, gz, bx, by, bz, shared) in enumerate(self._kernels):
-            err = launch(f, gx, gy, gz, bx, by, bz, shared, handle, address, 0)[0]
+            err = launch(f, gx, gy, gz, bx, by, bz, shared, handle, addresses[i], 0)[0]
             if err != ok:
                 name, grid, block = self._launch_info[i]
                 raise CudaError(f"CUDA driver call cuLaunchKernel failed: {error_text(err)} "
@@ -487,13 +472,18 @@ class CudaPlan:
         """For a caller packing its own `ParamBlock` (`multi.prepared`): the slots of the inputs'
         and outputs' pointers, the temporaries (slot, bytes, zero-filled) it must provide, and
         the outputs the kernels take ``ALIGN_BYTES``-aligned; the other slots (sizes, the error
-        flag) are those of ``self.block``."""
+        flag) are those of ``self.block``; `ParamBlock.blank` makes a block of its layouts."""
         return (tuple(k for k, *_ in self._inputs), tuple(k for k, *_ in self._outputs),
                 self._temps, frozenset(n for n in self._output_names if n in self._aligned))
 
     def packed_params(self, block: ParamBlock) -> Any:
-        """What `launch_packed` takes for ``block`` (made once per block)."""
-        return block.address if self._record is None else self._record.with_params(block.address)
+        """What `launch_packed` takes for ``block`` (made once per block; of the plan's
+        block's layouts, `ParamBlock.blank`)."""
+        if block.layouts != self.block.layouts:
+            raise ValueError(f"{self.entry}: a parameter block of other kernel layouts")
+        if self._record is None:
+            return block
+        return self._record.with_params(block.address, block.kernel_addresses)
 
     def launch_packed(self, params: Any, handle: int) -> None:
         """Queue the kernels on ``handle`` with a block the caller packed (``params``: its

@@ -12,11 +12,12 @@ word  meaning
       ``cuMemsetD8Async`` (from ``libcuda`` through ctypes; tests give fakes)
 4     the plan's context: the thunk launches nothing unless it is current on this thread
 5     the stream (written per call)
-6     ``kernelParams``: the plan's `ParamBlock` address (``void*[n]``, one pointer per slot)
+6     the plan's `ParamBlock` address (``void*[n]``, one pointer per slot): the fills read it
 7, 8  how many zero fills, how many kernels
 9..   per fill: the parameter slot holding the buffer's pointer, its bytes (``cuMemsetD32Async``
       when a multiple of 4, else ``cuMemsetD8Async``), queued before the launches
-then  per kernel: the ``CUfunction``, grid x, y, z, block x, y, z, dynamic shared bytes
+then  per kernel: the ``CUfunction``, grid x, y, z, block x, y, z, dynamic shared bytes, its
+      ``kernelParams`` (`ParamBlock.kernel_addresses`: its own slots, by default word 6)
 ====  =====================================================================================
 
 `LaunchRecord.run` returns 0, or a code: ``STAGE_CONTEXT`` (the context is not current — the
@@ -44,7 +45,7 @@ __all__ = ["STAGE_CONTEXT", "STAGE_FILL", "STAGE_LAUNCH", "LaunchRecord", "decod
 
 STAGE_CONTEXT, STAGE_FILL, STAGE_LAUNCH = 1, 2, 3
 _HEADER = 9
-_KERNEL_WORDS = 8
+_KERNEL_WORDS = 9
 _FILL_WORDS = 2
 _lock = threading.Lock()
 
@@ -94,7 +95,6 @@ def _build() -> ir.Module:
 
     b.position_at_end(fills_head)
     stream = b.inttoptr(word(5), ptr)
-    params = b.inttoptr(word(6), ir.PointerType(ptr))
     n_fills, n_kernels = word(7), word(8)
     params_words = b.inttoptr(word(6), ir.PointerType(ir.PointerType(i64)))
     zero32 = ir.Constant(i32, 0)
@@ -146,10 +146,11 @@ def _build() -> ir.Module:
     null = ir.Constant(ir.PointerType(ptr), None)
 
     def launch(j: Any) -> Any:
-        """cuLaunchKernel(f, grid, block, shared, stream, params, NULL) of kernel j."""
+        """cuLaunchKernel(f, grid, block, shared, stream, its params, NULL) of kernel j."""
         at = b.add(first, b.mul(j, ir.Constant(i64, _KERNEL_WORDS)))
         f = b.inttoptr(word(at), ptr)
         dims = [b.trunc(word(b.add(at, ir.Constant(i64, d))), i32) for d in range(1, 8)]
+        params = b.inttoptr(word(b.add(at, ir.Constant(i64, 8))), ir.PointerType(ptr))
         return b.call(launch_fn, [f, *dims, stream, params, null])
 
     counted("fills", n_fills, STAGE_FILL, fill)
@@ -174,18 +175,25 @@ def thunk() -> tuple[Any, Any]:
 class LaunchRecord:
     """The words `thunk` reads for one plan (see the module docstring).
 
-    ``functions``: the four driver entry points' addresses; ``kernels``: per kernel
-    (CUfunction, gx, gy, gz, bx, by, bz[, dynamic shared bytes]); ``fills``: (parameter slot, bytes) zeroed before the
-    launches on every `run`. ``fn(arg)`` is the thunk's call itself, for a caller that has
-    written the stream into ``words[5]`` (the generated warm calls, `torch_fast`)."""
+    ``functions``: the four driver entry points' addresses; ``params``: the `ParamBlock`'s
+    address (every slot); ``kernels``: per kernel (CUfunction, gx, gy, gz, bx, by, bz[,
+    dynamic shared bytes]); ``fills``: (parameter slot, bytes) zeroed before the launches on
+    every `run`; ``kernel_params``: per kernel its ``kernelParams`` (default ``params``).
+    ``fn(arg)`` is the thunk's call itself, for a caller that has written the stream into
+    ``words[5]`` (the generated warm calls, `torch_fast`)."""
 
     def __init__(self, functions: Sequence[int], context: int, params: int,
-                 kernels: Sequence[Sequence[int]], fills: Sequence[tuple[int, int]] = ()):
+                 kernels: Sequence[Sequence[int]], fills: Sequence[tuple[int, int]] = (),
+                 kernel_params: Sequence[int] | None = None):
+        if kernel_params is None:
+            kernel_params = [params] * len(kernels)
+        if len(kernel_params) != len(kernels):
+            raise ValueError(f"{len(kernel_params)} parameter arrays for {len(kernels)} kernels")
         words = [*functions, context, 0, params, len(fills), len(kernels)]
         for k, nbytes in fills:
             words += [k, nbytes]
-        for f, gx, gy, gz, bx, by, bz, *shared in kernels:
-            words += [int(f), gx, gy, gz, bx, by, bz, shared[0] if shared else 0]
+        for (f, gx, gy, gz, bx, by, bz, *shared), own in zip(kernels, kernel_params, strict=True):
+            words += [int(f), gx, gy, gz, bx, by, bz, shared[0] if shared else 0, own]
         self.words = (ctypes.c_uint64 * len(words))(*words)
         self.arg = ctypes.c_void_p(ctypes.addressof(self.words))
         self.fn = thunk()[0]
@@ -195,12 +203,19 @@ class LaunchRecord:
         self.words[5] = stream
         return self.fn(self.arg)
 
-    def with_params(self, params: int) -> LaunchRecord:
-        """A copy launching with another parameter block (and no fills)."""
+    def with_params(self, params: int, kernel_params: Sequence[int] | None = None) -> LaunchRecord:
+        """A copy launching with another parameter block (and no fills): ``params`` its
+        address, ``kernel_params`` per kernel its own array (default ``params``)."""
         copy = LaunchRecord.__new__(LaunchRecord)
-        n_fills = self.words[7]
+        n_fills, n_kernels = self.words[7], self.words[8]
+        if kernel_params is None:
+            kernel_params = [params] * n_kernels
+        if len(kernel_params) != n_kernels:
+            raise ValueError(f"{len(kernel_params)} parameter arrays for {n_kernels} kernels")
         words = list(self.words)
         head, kernels = words[:_HEADER], words[_HEADER + _FILL_WORDS * n_fills:]
+        for j, own in enumerate(kernel_params):
+            kernels[j * _KERNEL_WORDS + 8] = own
         head[6], head[7] = params, 0
         copy.words = (ctypes.c_uint64 * (len(head) + len(kernels)))(*head, *kernels)
         copy.arg = ctypes.c_void_p(ctypes.addressof(copy.words))
