@@ -8,7 +8,9 @@ becomes::
     mark "kernel grid=GX,GY,GZ block=T,1,1"          one launch, T = 32 * WM * WN threads
       filter  floor(n / BN) mod GX = _bx,             the block that owns each instance:
               floor(m / BM) mod GY = _by,             its output tile and batch entry, for
-              batch mod GZ = _bz                      every statement (S<k>, S<k>_init, the rounding)
+              batch mod GZ = _bz                      every statement (S<k>, S<k>_init, the rounding);
+                                                      m, n, batch: row-major flattenings of
+                                                      their index groups (`ContractionPlan`)
         mark "mma S<k> tile=BM,BN,BK warps=WM,WN stages=S grid=GX,GY,GZ"
           ... the tree as `schedule` made it
 
@@ -85,14 +87,17 @@ class MapMma(Pass):
         domain = schedule.get_domain()
         params = [domain.get_space().get_dim_name(isl.dim_type.param, i)
                   for i in range(domain.get_space().dim(isl.dim_type.param))]
+        def flat(indices, names: dict[str, str]) -> str:  # row-major, outermost first
+            expr, inner = "0", 1
+            for name in reversed(indices):
+                expr = f"{names[name]} * {inner} + {expr}"
+                inner *= plan.index_extent(name)
+            return expr
+
         def cond(names: dict[str, str]) -> str:  # the plan's lhs names -> a statement's
-            batch, inner = "0", 1
-            for name in reversed(plan.batch):
-                batch = f"{names[name]} * {inner} + {batch}"
-                inner *= plan.extent(name)
-            return (f"floor(({names[plan.n]}) / {bn}) mod {grid[0]} = _bx and "
-                    f"floor(({names[plan.m]}) / {bm}) mod {grid[1]} = _by and "
-                    f"({batch}) mod {grid[2]} = _bz")
+            return (f"floor(({flat(plan.members(plan.n), names)}) / {bn}) mod {grid[0]} = _bx and "
+                    f"floor(({flat(plan.members(plan.m), names)}) / {bm}) mod {grid[1]} = _by and "
+                    f"({flat(plan.batch, names)}) mod {grid[2]} = _bz")
 
         st = state.fn.statements[plan.statement]
         same = {i: i for i in st.lhs}

@@ -244,38 +244,58 @@ class MmaEmitter(EpilogueMixin):
                     self.copy_chunk(buf, c, r0, k0, stage_v)
 
     def copy_chunk(self, buf: RingBuffer, c: IntV, r0: ir.Value, k0: ir.Value, stage: IntV) -> None:
-        """Chunk ``c`` (16 bytes) of ``buf``'s tile, rows from ``r0``, steps from ``k0``: one
-        ``cp.async.cg ... 16`` (zero-filled past the end) where the operand is 16-byte aligned
-        (the kernel's aligned tensors), else eight loads and one store. The extent along the
-        contiguous index is a multiple of 8, so a chunk lies wholly inside or wholly past the end."""
+        """Chunk ``c`` (8 halves along the storage row) of ``buf``'s tile, rows from ``r0``,
+        steps from ``k0``. Where the operand is 16-byte aligned (the kernel's aligned tensors)
+        the plan's ``copy`` width says how: ``cp.async`` of 16, 8 or 4 bytes each, the bytes
+        past the end of the contiguous dimension zero-filled by a shorter source size; else
+        eight element loads (zero past the ends) and one 16-byte store."""
         b, plan = self.b, self.plan
         op = buf.operand
         per_row = buf.row_len // CHUNK
         srow, sch = c // per_row, c % per_row
         if op.k_major:
             row, k = b.add(r0, srow.wide().v), b.add(k0, (sch * CHUNK).wide().v)
+            outer_ok = b.icmp_unsigned("<", row, ir.Constant(I64, self.sizes[op.row]))
+            inner, inner_ext, inner_stride = k, self.sizes[plan.k], op.stride(plan.k)
         else:
             k, row = b.add(k0, srow.wide().v), b.add(r0, (sch * CHUNK).wide().v)
-        valid = b.and_(b.icmp_unsigned("<", row, ir.Constant(I64, self.sizes[op.row])),
-                       b.icmp_unsigned("<", k, ir.Constant(I64, self.sizes[plan.k])))
+            outer_ok = b.icmp_unsigned("<", k, ir.Constant(I64, self.sizes[plan.k]))
+            inner, inner_ext, inner_stride = row, self.sizes[op.row], op.stride(op.row)
         off = b.add(self.offsets[op.tensor],
                     b.add(b.mul(row, ir.Constant(I64, op.stride(op.row))),
                           b.mul(k, ir.Constant(I64, op.stride(plan.k)))))
-        off = b.select(valid, off, ir.Constant(I64, 0))
         dst = buf.slot(b, stage, srow, sch * CHUNK)
         base = self.w.pointer(op.tensor)
-        if op.tensor in getattr(self.w.owner, "aligned", ()):
-            copy = self.fn("llvm.nvvm.cp.async.cg.shared.global.16.s", ir.VoidType(),
+        width = op.copy if op.tensor in getattr(self.w.owner, "aligned", ()) else 1
+        if width > 1:
+            cache = "cg" if width == CHUNK else "ca"  # (.cg exists for 16 bytes only)
+            copy = self.fn(f"llvm.nvvm.cp.async.{cache}.shared.global.{2 * width}.s", ir.VoidType(),
                            [ir.PointerType(addrspace=3), ir.PointerType(addrspace=1), I32])
-            src = b.gep(base, [off], inbounds=True, source_etype=half_type(plan.dtype))
-            b.call(copy, [dst, src, b.select(valid, ir.Constant(I32, 16), ir.Constant(I32, 0))])
+            for p in range(CHUNK // width):
+                start = b.add(inner, ir.Constant(I64, p * width))
+                valid = b.and_(outer_ok, b.icmp_unsigned("<", start, ir.Constant(I64, inner_ext)))
+                if inner_ext % width:  # the last piece of a row is partly past the end
+                    left = b.trunc(b.sub(ir.Constant(I64, inner_ext), start), I32)
+                    n = b.select(b.icmp_unsigned("<", left, ir.Constant(I32, width)), left,
+                                 ir.Constant(I32, width))
+                    nbytes = b.select(valid, b.shl(n, ir.Constant(I32, 1)), ir.Constant(I32, 0))
+                else:
+                    nbytes = b.select(valid, ir.Constant(I32, 2 * width), ir.Constant(I32, 0))
+                src_off = b.select(valid, b.add(off, ir.Constant(I64, p * width)), ir.Constant(I64, 0))
+                src = b.gep(base, [src_off], inbounds=True, source_etype=half_type(plan.dtype))
+                piece = dst if p == 0 else b.gep(dst, [ir.Constant(I32, p * width)], inbounds=True,
+                                                 source_etype=I16)
+                b.call(copy, [piece, src, nbytes])
             return
         vec = ir.Constant(ir.VectorType(I16, CHUNK), None)
         for e in range(CHUNK):
-            src = b.gep(base, [b.add(off, ir.Constant(I64, e))], inbounds=True, source_etype=I16)
+            valid = b.and_(outer_ok, b.icmp_unsigned("<", b.add(inner, ir.Constant(I64, e)),
+                                                     ir.Constant(I64, inner_ext)))
+            at = b.select(valid, b.add(off, ir.Constant(I64, e * inner_stride)), ir.Constant(I64, 0))
+            src = b.gep(base, [at], inbounds=True, source_etype=I16)
             val = b.select(valid, b.load(src, typ=I16), ir.Constant(I16, 0))
             vec = b.insert_element(vec, val, ir.Constant(I32, e))
-        b.store(vec, dst, align=16)
+        b.store(vec, b.bitcast(dst, vec.type.as_pointer(3)), align=16)
 
     def compute(self, stage: IntV) -> None:
         b, mark, plan = self.b, self.mark, self.plan

@@ -3,26 +3,36 @@
 `contraction_plan(fn, sizes)` reads a checked function and returns a `ContractionPlan` or the
 reason it is not one. A contraction here is
 
-* one statement ``T(lhs) +=! X(...) * Y(...)`` with one reduction index ``k``, half-precision
-  (float16 or bfloat16) operands of one type, each read at distinct plain indices, and a float32
-  ``T`` — optionally followed by the one rounding statement ``C(lhs) = T(lhs)`` that
-  `lang/half_accumulate.py` adds for a half output (``T`` then never leaves the chip);
+* one statement ``T(lhs) +=! X(...) * Y(...)`` over reduction indices that are one flattened
+  dimension ``k`` of both operands (``A(m, k0, k1) * B(k0, k1, n)``: each index's stride the next
+  one's times its extent, in both), half-precision (float16 or bfloat16) operands of one type,
+  each read at distinct plain indices, and a float32 ``T`` — optionally followed by the one
+  rounding statement ``C(lhs) = T(lhs)`` that `lang/half_accumulate.py` adds for a half output
+  (``T`` then never leaves the chip);
 * then any number of pointwise statements ``C(lhs) = f(C(lhs), B(...), ...)`` on the output
   (a bias, an activation, a scale: reads of other tensors at lhs indices only), applied to
   each element in registers before it is stored (the *epilogue*);
-* every lhs index that only ``X`` reads is a candidate row index ``m``, every one only ``Y``
-  reads a candidate column index ``n`` (the last candidate of each in lhs order; the others,
-  and indices both read or neither reads, are *batch* indices walked outside the tile);
-* each operand is contiguous along ``k`` or along its own row index (``k_major`` or not), its
-  other strides and that extent multiples of 8 elements (16-byte copies).
+* every lhs index that only ``X`` reads is a candidate row index, every one only ``Y`` reads a
+  candidate column index; the last candidate of each in lhs order is ``m`` (``n``), joined by
+  the candidates before it as long as they form one flattened dimension of the operand and of
+  the output (``XW(m, n0, n1, d) +=! X(m, n0, n1, r) * W(d, r)``: ``m, n0, n1`` is one row
+  dimension). The other lhs indices (both operands read them, or neither, or a candidate that
+  is not contiguous with its group) are *batch* indices walked outside the tile;
+* any sizes and strides: each operand is stored in shared memory contiguous along ``k`` where
+  it is in global memory (``k_major``), else along its row dimension; the copies from global
+  memory are 16, 8 or 4 bytes wide (``Operand.copy``: the widest that every stride outside the
+  contiguous dimension keeps aligned), or element loads (odd strides, or no contiguous
+  dimension); copies that reach past the end of a dimension are zero-filled.
 
 Any layout and batch form qualifies: ``A(m,k)·B(k,n)``, ``A(m,k)·B(n,k)``, ``A(k,m)·...``,
 ``Z(b,n,m) +=! X(b,n,k) * Y(b,m,k)``. Sizes must be fixed (the strides are constants).
+Reduction indices that are not one dimension of both operands are refused, with the strides.
 The plan is pure data; `passes/map_mma.py` maps it and `codegen/gpu_mma.py` emits it.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Mapping
@@ -42,8 +52,10 @@ CHUNK = 8  # halves per 16-byte copy
 class Operand:
     tensor: str
     row: str                      # m for the A operand, n for the B operand
-    k_major: bool                 # contiguous along k (else along ``row``)
+    k_major: bool                 # stored k-contiguous in shared memory (else ``row``-contiguous)
     strides: tuple[tuple[str, int], ...]  # (index, elements) for every index it reads
+    copy: int = CHUNK             # halves per asynchronous copy (8, 4, 2) of a 16-byte aligned
+    #                               tensor; 1: element loads (odd strides, no contiguous index)
 
     def stride(self, index: str) -> int:
         return dict(self.strides).get(index, 0)
@@ -58,7 +70,7 @@ class ContractionPlan:
     dtype: DType                  # the operands' type
     a: Operand
     b: Operand
-    m: str
+    m: str                        # the innermost index of each group (`members`)
     n: str
     k: str
     extents: tuple[tuple[str, int], ...]  # every index of the statement
@@ -66,9 +78,19 @@ class ContractionPlan:
     out_strides: tuple[tuple[str, int], ...]
     lhs: tuple[str, ...]
     epilogue: tuple[int, ...] = ()  # pointwise statements on the output, fused into the store
+    groups: tuple[tuple[str, tuple[str, ...]], ...] = ()  # m, n, k -> its indices, outermost
+    #                               first, when several form one flattened dimension
+
+    def members(self, index: str) -> tuple[str, ...]:
+        """The indices that ``index`` (``m``, ``n``, ``k`` or a batch index) stands for."""
+        return dict(self.groups).get(index, (index,))
+
+    def index_extent(self, index: str) -> int:
+        return dict(self.extents)[index]
 
     def extent(self, index: str) -> int:
-        return dict(self.extents)[index]
+        """The extent of ``index``'s dimension: the product of its group's."""
+        return math.prod(self.index_extent(i) for i in self.members(index))
 
     @property
     def batch_count(self) -> int:
@@ -97,6 +119,34 @@ def _strides(fn: ir.Function, read: ir.Read, sizes: Mapping[str, int]) -> dict[s
     return out
 
 
+def _flattens(group: list[str], strides: Mapping[str, int], extents: Mapping[str, int]) -> bool:
+    """``group`` (outermost first) is one dimension of a tensor with ``strides``: each index's
+    stride is the next one's times that one's extent."""
+    return all(strides[o] == strides[i] * extents[i] for o, i in itertools.pairwise(group))
+
+
+def _row_group(last: str, candidates: list[str], strides: tuple[Mapping[str, int], ...],
+               extents: Mapping[str, int]) -> list[str]:
+    """The longest run of ``candidates`` ending at ``last`` that is one flattened dimension of
+    every tensor in ``strides`` (the others stay batch indices, walked outside the tile)."""
+    group = [last]
+    for cand in reversed(candidates[:candidates.index(last)]):
+        trial = [cand, *group]
+        if not all(_flattens(trial, s, extents) for s in strides):
+            break
+        group = trial
+    return group
+
+
+def _copy_width(strides: Mapping[str, int], inner: list[str]) -> int:
+    """Halves per copy: the widest of 8, 4, 2 that divides every stride outside the
+    contiguous group ``inner`` (so every copy is aligned as wide as itself), else 1."""
+    if strides[inner[-1]] != 1:
+        return 1
+    rest = [s for i, s in strides.items() if i not in inner]
+    return next(w for w in (CHUNK, 4, 2, 1) if all(s % w == 0 for s in rest))
+
+
 def contraction_plan(fn: ir.Function, sizes: Mapping[str, int] | None
                      ) -> ContractionPlan | str:
     """The plan of ``fn`` at ``sizes``, or why tensor cores do not apply (a sentence)."""
@@ -106,8 +156,8 @@ def contraction_plan(fn: ir.Function, sizes: Mapping[str, int] | None
     if not sts:
         return "not a single contraction statement"
     st = sts[0]
-    if st.reduction is not ir.Reduction.ADD or not st.init or len(st.reduction_indices) != 1:
-        return "statement 0 is not a `+=!` reduction over one index"
+    if st.reduction is not ir.Reduction.ADD or not st.init or not st.reduction_indices:
+        return "statement 0 is not a `+=!` reduction"
     if fn.tensor(st.tensor).dtype is not DType.FLOAT32:
         return "the accumulator is not float32"
     rhs = st.rhs
@@ -138,13 +188,21 @@ def contraction_plan(fn: ir.Function, sizes: Mapping[str, int] | None
         if r.lo.evaluate(sizes) != 0:
             return f"index {r.name} does not start at 0"
         extents[r.name] = r.hi.evaluate(sizes)
-    k = st.reduction_indices[0]
     xs, ys = _strides(fn, x, sizes), _strides(fn, y, sizes)
     outs = _strides(fn, ir.Read(out, tuple(ir.Index(i) for i in st.lhs), DType.FLOAT32), sizes)
     if xs is None or ys is None or outs is None:
         return "an operand is not read at distinct plain indices"
-    if k not in xs or k not in ys:
-        return "an operand does not read the reduction index"
+    for r in st.reduction_indices:
+        if r not in xs or r not in ys:
+            return f"an operand does not read the reduction index {r}"
+    # the reduction indices, outermost first in x: one flattened dimension of both operands
+    ks = sorted(st.reduction_indices, key=lambda i: -xs[i])
+    for read, strides in ((x, xs), (y, ys)):
+        if not _flattens(ks, strides, extents):
+            where = ", ".join(f"{i}: {strides[i]}" for i in ks)
+            return (f"the reduction indices {', '.join(ks)} are not one flattened dimension of "
+                    f"{read.tensor} (strides {where}): tensor cores take one reduction dimension")
+    k = ks[-1]
     ms = [i for i in st.lhs if i in xs and i not in ys]
     ns = [i for i in st.lhs if i in ys and i not in xs]
     if not ms or not ns:
@@ -152,23 +210,23 @@ def contraction_plan(fn: ir.Function, sizes: Mapping[str, int] | None
     if ns[-1] != st.lhs[-1] and ms[-1] == st.lhs[-1]:  # the output's contiguous index on n
         x, y, xs, ys, ms, ns = y, x, ys, xs, ns, ms
     m, n = ms[-1], ns[-1]
-    batch = tuple(i for i in st.lhs if i not in (m, n))
+    mg = _row_group(m, ms, (xs, outs), extents)
+    ng = _row_group(n, ns, (ys, outs), extents)
+    batch = tuple(i for i in st.lhs if i not in mg and i not in ng)
     operands = []
-    for read, strides, row in ((x, xs, m), (y, ys, n)):
-        if strides.get(k) == 1:
+    for read, strides, row in ((x, xs, mg), (y, ys, ng)):
+        if strides[k] == 1:
             k_major = True
-        elif strides.get(row) == 1:
+        elif strides[row[-1]] == 1:
             k_major = False
-        else:
-            return f"operand {read.tensor} is contiguous along neither {k} nor {row}"
-        inner = k if k_major else row
-        if extents[inner] % CHUNK or any(s % CHUNK for i, s in strides.items() if i != inner):
-            return (f"operand {read.tensor}: 16-byte copies need its rows to be multiples of "
-                    f"{CHUNK} elements")
-        operands.append(Operand(read.tensor, row, k_major, tuple(strides.items())))
+        else:  # no contiguous dimension: element loads along the one of smaller stride
+            k_major = strides[k] <= strides[row[-1]]
+        width = _copy_width(strides, ks if k_major else row)
+        operands.append(Operand(read.tensor, row[-1], k_major, tuple(strides.items()), width))
+    groups = tuple((g[-1], tuple(g)) for g in (mg, ng, ks) if len(g) > 1)
     return ContractionPlan(0, cast, st.tensor, out, next(iter(dtypes)), operands[0],
                            operands[1], m, n, k, tuple(extents.items()), batch,
-                           tuple(outs.items()), st.lhs, tuple(rest))
+                           tuple(outs.items()), st.lhs, tuple(rest), groups)
 
 
 def _is_rounding(fn: ir.Function, c: ir.Statement, st: ir.Statement) -> bool:
