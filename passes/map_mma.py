@@ -44,7 +44,8 @@ _MAX_GRID_YZ = 65535
 @dataclass(frozen=True)
 class MapMma(Pass):
     """Map a half-precision contraction onto tensor cores (see the module docstring):
-    ``tile`` = BM, BN, BK; ``warps`` = warps along m and n; ``stages`` operand tiles in flight."""
+    ``tile`` = BM, BN, BK; ``warps`` = warps along m and n; ``stages`` operand tiles in flight;
+    ``tf32``: a float32 contraction too (mma.sync m16n8k8 in TF32)."""
 
     name = "map-mma"
     requires_schedule = True
@@ -52,6 +53,7 @@ class MapMma(Pass):
     warps: tuple[int, ...] = (2, 2)
     stages: int = 3
     wgmma: bool = False
+    tf32: bool = False  # float32 operands too, their products in TF32 (on request only)
 
     def __post_init__(self):
         if len(self.tile) != 3 or len(self.warps) != 2:
@@ -75,7 +77,7 @@ class MapMma(Pass):
         assert schedule is not None
         if "kernel grid=" in str(schedule):
             raise PipelineError("map-mma: the tree is already mapped")
-        plan = contraction_plan(state.fn, state.sizes)
+        plan = contraction_plan(state.fn, state.sizes, tf32=self.tf32)
         if isinstance(plan, str):
             raise PipelineError(f"map-mma: {state.fn.name} is not a tensor-core contraction: {plan}")
         bm, bn, bk = self.tile
@@ -109,11 +111,16 @@ class MapMma(Pass):
         text = f"[{', '.join(params)}] -> {{ {'; '.join(pieces)} }}"
         filt = isl.UnionSet.read_from_str(state.ctx, text).intersect(domain)
         mark = MmaMark(plan.statement, (bm, bn, bk), (self.warps[0], self.warps[1]), self.stages, grid,
-                       self.wgmma)
+                       self.wgmma, self.tf32)
         if self.wgmma:
             why = wgmma_problem(plan, mark.tile, mark.warps)
             if why is not None:
                 raise PipelineError(f"map-mma: {why}")
+        smem = self.stages * (bm + bn) * bk * (plan.dtype.bits // 8)
+        if smem > 227 * 1024:
+            raise PipelineError(f"map-mma: {self.stages} stages of {bm}x{bk} and {bn}x{bk} "
+                                f"{plan.dtype.name.lower()} need {smem} bytes of shared memory "
+                                "(227 KB at most): fewer stages or a smaller tile")
         kernel = KernelMark(grid, (mark.threads, 1, 1))
         node = schedule.get_root().child(0)
         node = node.insert_mark(isl.Id(mark.name, context=state.ctx))

@@ -54,8 +54,9 @@ class Operand:
     row: str                      # m for the A operand, n for the B operand
     k_major: bool                 # stored k-contiguous in shared memory (else ``row``-contiguous)
     strides: tuple[tuple[str, int], ...]  # (index, elements) for every index it reads
-    copy: int = CHUNK             # halves per asynchronous copy (8, 4, 2) of a 16-byte aligned
-    #                               tensor; 1: element loads (odd strides, no contiguous index)
+    copy: int = CHUNK             # elements per copy of a 16-byte aligned tensor: 16, 8 or 4
+    #                               bytes (cp.async), else (2-byte halves: odd strides, or no
+    #                               contiguous index) element loads
 
     def stride(self, index: str) -> int:
         return dict(self.strides).get(index, 0)
@@ -138,18 +139,21 @@ def _row_group(last: str, candidates: list[str], strides: tuple[Mapping[str, int
     return group
 
 
-def _copy_width(strides: Mapping[str, int], inner: list[str]) -> int:
-    """Halves per copy: the widest of 8, 4, 2 that divides every stride outside the
-    contiguous group ``inner`` (so every copy is aligned as wide as itself), else 1."""
+def _copy_width(strides: Mapping[str, int], inner: list[str], chunk: int) -> int:
+    """Elements per copy: the widest of ``chunk`` (16 bytes), its half, ... that divides every
+    stride outside the contiguous group ``inner`` (so every copy is aligned as wide as
+    itself), else 1."""
     if strides[inner[-1]] != 1:
         return 1
     rest = [s for i, s in strides.items() if i not in inner]
-    return next(w for w in (CHUNK, 4, 2, 1) if all(s % w == 0 for s in rest))
+    widths = [chunk >> j for j in range(chunk.bit_length())]
+    return next(w for w in widths if all(s % w == 0 for s in rest))
 
 
-def contraction_plan(fn: ir.Function, sizes: Mapping[str, int] | None
+def contraction_plan(fn: ir.Function, sizes: Mapping[str, int] | None, tf32: bool = False
                      ) -> ContractionPlan | str:
-    """The plan of ``fn`` at ``sizes``, or why tensor cores do not apply (a sentence)."""
+    """The plan of ``fn`` at ``sizes``, or why tensor cores do not apply (a sentence).
+    ``tf32``: float32 operands qualify too (their products in TF32: on request only)."""
     if sizes is None or any(s not in sizes for s in fn.sizes):
         return "tensor cores need fixed sizes (not a parametric kernel)"
     sts = fn.statements
@@ -169,8 +173,10 @@ def contraction_plan(fn: ir.Function, sizes: Mapping[str, int] | None
     if x is None or y is None:
         return "the right-hand side is not a product of two reads"
     dtypes = {fn.tensor(x.tensor).dtype, fn.tensor(y.tensor).dtype}
-    if len(dtypes) != 1 or next(iter(dtypes)) not in _HALF:
-        return "operands are not both float16 or both bfloat16"
+    allowed = (*_HALF, DType.FLOAT32) if tf32 else _HALF
+    if len(dtypes) != 1 or next(iter(dtypes)) not in allowed:
+        return ("operands are not both float16 or both bfloat16"
+                + (" or both float32" if tf32 else " (float32: precision='tf32' on request)"))
     cast = None
     out = st.tensor
     rest = list(range(1, len(sts)))
@@ -221,7 +227,7 @@ def contraction_plan(fn: ir.Function, sizes: Mapping[str, int] | None
             k_major = False
         else:  # no contiguous dimension: element loads along the one of smaller stride
             k_major = strides[k] <= strides[row[-1]]
-        width = _copy_width(strides, ks if k_major else row)
+        width = _copy_width(strides, ks if k_major else row, 128 // fn.tensor(read.tensor).dtype.bits)
         operands.append(Operand(read.tensor, row[-1], k_major, tuple(strides.items()), width))
     groups = tuple((g[-1], tuple(g)) for g in (mg, ng, ks) if len(g) > 1)
     return ContractionPlan(0, cast, st.tensor, out, next(iter(dtypes)), operands[0],
@@ -260,7 +266,7 @@ def _epilogue_problem(fn: ir.Function, c: ir.Statement, out: str, acc: str | Non
 # ---------------------------------------------------------------- the mark
 
 _MARK = re.compile(r"^mma S(\d+) tile=(\d+),(\d+),(\d+) warps=(\d+),(\d+) stages=(\d+) "
-                   r"grid=(\d+),(\d+),(\d+)( wgmma)?$")
+                   r"grid=(\d+),(\d+),(\d+)( wgmma)?( tf32)?$")
 
 
 @dataclass(frozen=True)
@@ -271,12 +277,14 @@ class MmaMark:
     stages: int
     grid: tuple[int, int, int]
     wgmma: bool = False  # warpgroup instructions (sm_90a), else mma.sync
+    tf32: bool = False   # float32 operands allowed (their products in TF32)
 
     @property
     def name(self) -> str:
         t, w, g = self.tile, self.warps, self.grid
         return (f"mma S{self.statement} tile={t[0]},{t[1]},{t[2]} warps={w[0]},{w[1]} "
-                f"stages={self.stages} grid={g[0]},{g[1]},{g[2]}" + (" wgmma" if self.wgmma else ""))
+                f"stages={self.stages} grid={g[0]},{g[1]},{g[2]}" + (" wgmma" if self.wgmma else "")
+                + (" tf32" if self.tf32 else ""))
 
     @property
     def threads(self) -> int:
@@ -289,7 +297,7 @@ def parse_mma_mark(name: str) -> MmaMark | None:
         return None
     v = [int(x) for x in m.groups()[:10]]
     return MmaMark(v[0], (v[1], v[2], v[3]), (v[4], v[5]), v[6], (v[7], v[8], v[9]),
-                   m.group(11) is not None)
+                   m.group(11) is not None, m.group(12) is not None)
 
 
 
@@ -299,6 +307,8 @@ WGMMA_ROW_HALVES = 64  # BK of wgmma: one 128-byte swizzled row per operand row
 def wgmma_problem(plan: ContractionPlan | None, tile: tuple[int, int, int], warps: tuple[int, int]) -> str | None:
     """Why this plan and tile cannot use wgmma (None: they can)."""
     bm, bn, bk = tile
+    if plan is not None and plan.dtype is DType.FLOAT32:
+        return "TF32 runs on mma.sync here (wgmma: half precision only)"
     if bk != WGMMA_ROW_HALVES:
         return f"wgmma needs BK = {WGMMA_ROW_HALVES}"
     if bm % 64 or warps != (bm // 16, 1):
