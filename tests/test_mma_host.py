@@ -1,0 +1,525 @@
+"""Tensor-core kernel pieces run on the host, as the code generator emits them.
+
+* The operand copies: the LLVM IR that `codegen/gpu_mma.MmaEmitter.load_stage` (and
+  `WgmmaEmitter`'s) emits for one ring slot, with the address spaces dropped and ``cp.async``
+  replaced by a host function that checks its alignment and zero-fills past its source size,
+  JIT-compiled and run for every thread of the block; the slot must then hold the swizzled
+  tile of the operand (`mma_layout.swizzled_offset`), zero past every end. So copy widths,
+  partial copies at the edges, element loads of odd strides, index groups, batch offsets and
+  TF32's two 16-bit units per element are checked for the code the GPU runs.
+* The warps' reduction step: `MmaEmitter.compute` (16-bit and TF32 fragments) run by every
+  thread of a block at once, ``ldmatrix`` and ``mma`` emulated by the documented layouts
+  across the 32 lanes of each warp; the accumulators must be the tile's exact product.
+
+Planted bugs (a copy too wide, a missing zero-fill, a wrong fragment address) fail them."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import llvmlite.binding as llvm
+import numpy as np
+import pytest
+from llvmlite import ir
+
+import tcmlir as tc
+from tcmlir.codegen.gpu_mma import MmaEmitter
+from tcmlir.codegen.gpu_wgmma import WgmmaEmitter
+from tcmlir.codegen.host import host_target_machine
+from tcmlir.codegen.mma_ir import F32, I32, I64, IntV
+from tcmlir.codegen.mma_layout import (
+    a_element,
+    a_element_tf32,
+    b_element,
+    b_element_tf32,
+    c_element,
+    lane_row_address,
+    ldmatrix_element,
+    swizzled_offset,
+)
+from tcmlir.poly.contraction import MmaMark, contraction_plan
+
+_COPY_WIDTHS = (4, 8, 16)
+_VIOLATIONS: list[tuple[int, int, int, int]] = []  # cp.async calls misaligned or oversized
+
+
+def _emulated_copy(width: int):
+    def copy(dst: int, src: int, nbytes: int) -> None:
+        if dst % width or src % width or not 0 <= nbytes <= width:
+            _VIOLATIONS.append((dst, src, nbytes, width))
+        ctypes.memset(dst, 0, width)
+        if nbytes:
+            ctypes.memmove(dst, src, nbytes)
+    return ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)(copy)
+
+
+_CALLBACKS = {w: _emulated_copy(w) for w in _COPY_WIDTHS}
+for _w, _cb in _CALLBACKS.items():
+    llvm.add_symbol(f"emu_cp_async_{_w}", ctypes.cast(_cb, ctypes.c_void_p).value)
+
+_COPY_FN = ctypes.CFUNCTYPE(None, ctypes.c_int32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                            ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)
+
+
+@dataclass
+class _Owner:
+    aligned: frozenset[str]
+    kernel_shared_bytes: int = 0
+    needs_sm90a: bool = False
+
+
+@dataclass
+class _Walker:  # what MmaEmitter reads of the NVPTX walker
+    fn: Any
+    llfn: Any
+    builder: ir.IRBuilder
+    entry: ir.IRBuilder
+    owner: _Owner
+    pointers: dict[str, ir.Value] = field(default_factory=dict)
+
+    def pointer(self, name: str) -> ir.Value:
+        return self.pointers[name]
+
+
+def _copy_kernel(src: str, sizes: dict[str, int], tile, warps, stages, tf32: bool, aligned: bool,
+                 edit=None, wgmma=False):
+    """JIT ``copy(tid, kt, m0, n0, stage, batch, a, b)``: one thread's copies of step ``kt``
+    (``edit``: a change to the plan, for planted bugs)."""
+    fn = tc.define(src, target="cuda")
+    plan = contraction_plan(fn.ir, sizes, tf32=tf32)
+    assert not isinstance(plan, str), plan
+    plan = edit(plan) if edit else plan
+    mod = ir.Module("copies")
+    glob = ir.PointerType(addrspace=1)
+    llfn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [I32, I64, I64, I64, I32, I64, glob, glob]),
+                       "copy")
+    entry = ir.IRBuilder(llfn.append_basic_block("entry"))
+    body = llfn.append_basic_block("body")
+    b = ir.IRBuilder(body)
+    tid, kt, m0, n0, stage, batch, pa, pb = llfn.args
+    names = (plan.a.tensor, plan.b.tensor)
+    walker = _Walker(fn.ir, llfn, b, entry, _Owner(frozenset(names) if aligned else frozenset()),
+                     {names[0]: pa, names[1]: pb})
+    emitter = WgmmaEmitter if wgmma else MmaEmitter
+    em = emitter(walker, plan, MmaMark(0, tile, warps, stages, (1, 1, 1), wgmma, tf32))
+    em.tid = IntV(b, tid)
+    em.batch_offsets(batch)
+    em.load_stage(stage, kt, m0, n0)
+    b.ret_void()
+    entry.branch(body)  # (after the allocas the emitter put in the entry block)
+    text = str(mod).replace(" addrspace(3)", "").replace(" addrspace(1)", "")
+    for cache in ("cg", "ca"):
+        for w in _COPY_WIDTHS:
+            text = text.replace(f'"llvm.nvvm.cp.async.{cache}.shared.global.{w}.s"',
+                                f'"emu_cp_async_{w}"')
+    text = text.replace("internal global", "global")  # the ring: read back by name
+    module = llvm.parse_assembly(text)
+    module.verify()
+    engine = llvm.create_mcjit_compiler(module, host_target_machine())
+    engine.finalize_object()
+    return fn, plan, em, engine
+
+
+def _slot(logical: np.ndarray, k_major: bool, r0: int, k0: int, buf, units: int) -> np.ndarray:
+    """The 16-bit units a ring slot must hold: ``logical[rows][K]``'s tile, zero past the ends,
+    stored ``[rows][k]`` (k-major) or ``[k][rows]``, swizzled (wgmma's MN-major tiles: in
+    atoms of ``buf.atom`` columns, one after the other, each swizzled as its own tile)."""
+    cols = buf.row_len // units
+    tile = np.zeros((buf.rows, cols), logical.dtype)
+    rows, k_ext = logical.shape
+    for s in range(buf.rows):
+        for c in range(cols):
+            r, k = (r0 + s, k0 + c) if k_major else (r0 + c, k0 + s)
+            if r < rows and k < k_ext:
+                tile[s, c] = logical[r, k]
+    units16 = tile.view(np.uint16).reshape(buf.rows, buf.row_len)
+    flat = np.zeros(buf.rows * buf.row_len, np.uint16)
+    for s in range(buf.rows):
+        for c in range(buf.row_len):
+            if buf.atom:
+                at = (c // buf.atom) * buf.rows * buf.atom + swizzled_offset(s, c % buf.atom, buf.atom)
+            else:
+                at = swizzled_offset(s, c, buf.row_len)
+            flat[at] = units16[s, c]
+    return flat
+
+
+def _check_copies(src, sizes, logical, *, tile=(64, 64, 32), warps=(2, 2), stages=2, tf32=False,
+                  aligned=True, batches=(0,), rng=None, edit=None, wgmma=False):
+    """Every tile of every block at reduction steps 0 and 1 (and the last): the ring slots
+    against `_slot`; no misaligned or oversized cp.async."""
+    rng = rng or np.random.default_rng(0)
+    fn, plan, em, engine = _copy_kernel(src, sizes, tile, warps, stages, tf32, aligned, edit, wgmma)
+    dtype = np.float32 if tf32 else np.float16
+    arrays = {t.name: rng.integers(1, 100, tuple(s.evaluate(sizes) for s in t.shape)).astype(dtype)
+              for t in fn.ir.inputs}  # no zeros: a missing zero-fill shows
+    copy = _COPY_FN(engine.get_function_address("copy"))
+    ring_at = engine.get_global_value_address("copy.mma_ring")
+    total = stages * sum(buf.elems for buf in em.bufs)
+    ring = np.frombuffer((ctypes.c_uint16 * total).from_address(ring_at), np.uint16)
+    bm, bn, bk = tile
+    steps = -(-plan.extent(plan.k) // bk)
+    del _VIOLATIONS[:]
+    for batch in batches:
+        mats = logical(arrays, batch)
+        for tm in range(-(-plan.extent(plan.m) // bm)):
+            for tn in range(-(-plan.extent(plan.n) // bn)):
+                for kt in sorted({0, min(1, steps - 1), steps - 1}):
+                    ctypes.memset(ring_at, 0xAB, total * 2)
+                    for tid in range(32 * warps[0] * warps[1]):
+                        copy(tid, kt, tm * bm, tn * bn, kt % stages, batch,
+                             arrays[plan.a.tensor].ctypes.data, arrays[plan.b.tensor].ctypes.data)
+                    start = 0
+                    for buf, r0 in zip(em.bufs, (tm * bm, tn * bn), strict=True):
+                        want = _slot(mats[buf.operand.tensor], buf.operand.k_major, r0, kt * bk,
+                                     buf, em.units)
+                        at = start + (kt % stages) * buf.elems
+                        got = ring[at:at + buf.elems]
+                        assert np.array_equal(got, want), (
+                            f"{buf.operand.tensor}: tile {tm},{tn}, step {kt}, batch {batch}: "
+                            f"units {np.flatnonzero(got != want)[:8]} differ")
+                        start += stages * buf.elems
+    assert not _VIOLATIONS, f"misaligned or oversized cp.async: {_VIOLATIONS[:4]}"
+    return plan
+
+
+NN = "def f(float16(M, K) A, float16(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }"
+TT = "def f(float16(K, M) A, float16(N, K) B) -> (C) { C(m, n) +=! A(k, m) * B(n, k) }"
+LOGICAL = {  # each operand as [rows][K]
+    NN: lambda a, _: {"A": a["A"], "B": a["B"].T},
+    TT: lambda a, _: {"A": a["A"].T, "B": a["B"]},
+}
+SIZES = [(7, 15, 17), (100, 33, 30), (64, 36, 20), (1, 1, 1), (70, 72, 72), (33, 100, 15)]
+
+
+@pytest.mark.parametrize("src", [NN, TT], ids=["nn", "tt"])
+@pytest.mark.parametrize("mnk", SIZES)
+@pytest.mark.parametrize("aligned", [True, False])
+def test_copies_of_awkward_sizes(src, mnk, aligned):
+    m, n, k = mnk
+    _check_copies(src, {"M": m, "N": n, "K": k}, LOGICAL[src], aligned=aligned)
+
+
+@pytest.mark.parametrize("src", [NN, TT], ids=["nn", "tt"])
+@pytest.mark.parametrize("mnk", [(7, 15, 17), (100, 33, 30), (70, 72, 130)])
+def test_wgmma_copies(src, mnk):
+    m, n, k = mnk
+    _check_copies(src, {"M": m, "N": n, "K": k}, LOGICAL[src], tile=(64, 64, 64), warps=(4, 1),
+                  stages=3, wgmma=True)
+
+
+@pytest.mark.parametrize("src", [NN, TT], ids=["nn", "tt"])
+@pytest.mark.parametrize("mnk", [(7, 15, 17), (100, 33, 30), (70, 72, 72)])
+def test_tf32_copies(src, mnk):
+    m, n, k = mnk
+    f32 = src.replace("float16", "float")
+    _check_copies(f32, {"M": m, "N": n, "K": k}, lambda a, b: LOGICAL[src](a, b), tf32=True)
+
+
+def test_copies_of_index_groups():
+    xw = ("def f(float16(M, N0, N1, R) X, float16(D, R) W) -> (XW) "
+          "{ XW(m, n0, n1, d) +=! X(m, n0, n1, r) * W(d, r) }")
+    plan = _check_copies(xw, {"M": 3, "N0": 5, "N1": 7, "R": 30, "D": 33},
+                         lambda a, _: {"X": a["X"].reshape(-1, 30), "W": a["W"]})
+    assert plan.members(plan.m) == ("m", "n0", "n1")
+    two_k = ("def f(float16(M, K0, K1) A, float16(K0, K1, N) B) -> (C) "
+             "{ C(m, n) +=! A(m, k0, k1) * B(k0, k1, n) }")
+    plan = _check_copies(two_k, {"M": 33, "N": 17, "K0": 3, "K1": 11},
+                         lambda a, _: {"A": a["A"].reshape(33, -1), "B": a["B"].reshape(-1, 17).T})
+    assert plan.members(plan.k) == ("k0", "k1")
+
+
+def test_copies_of_batch_entries_and_operands_without_a_contiguous_dimension():
+    batched = ("def f(float16(Bt, N, K) X, float16(Bt, M, K) Y) -> (Z) "
+               "{ Z(b, n, m) +=! X(b, n, k) * Y(b, m, k) }")
+    _check_copies(batched, {"K": 30, "M": 17, "N": 9, "Bt": 3},
+                  lambda a, b: {"X": a["X"][b], "Y": a["Y"][b]}, batches=(0, 2))
+    strided = ("def f(float16(K, M, Bt) A, float16(K, N, Bt) B) -> (C) "
+               "{ C(b, m, n) +=! A(k, m, b) * B(k, n, b) }")
+    _check_copies(strided, {"K": 33, "M": 17, "N": 7, "Bt": 3},
+                  lambda a, b: {"A": a["A"][:, :, b].T, "B": a["B"][:, :, b].T}, batches=(0, 2))
+
+
+def test_a_copy_too_wide_for_the_strides_is_caught():
+    """A planted bug: 16-byte copies of rows 60 bytes apart (K = 30) misalign."""
+    def wide(plan):
+        return dataclasses.replace(plan, a=dataclasses.replace(plan.a, copy=8))
+
+    with pytest.raises(AssertionError, match="misaligned"):
+        _check_copies(NN, {"M": 16, "N": 16, "K": 30}, LOGICAL[NN], edit=wide)
+
+
+def test_a_missing_zero_fill_is_caught(monkeypatch):
+    """A planted bug: copies that always read their full width (no shorter source size at
+    the end of a row) put the next row's elements where zeros belong."""
+    real = MmaEmitter.copy_chunk
+
+    def full_rows(self, buf, c, r0, k0, stage):
+        sizes = self.sizes
+        self.sizes = {**sizes, self.plan.k: -(-sizes[self.plan.k] // 8) * 8}
+        try:
+            real(self, buf, c, r0, k0, stage)
+        finally:
+            self.sizes = sizes
+
+    monkeypatch.setattr(MmaEmitter, "copy_chunk", full_rows)
+    with pytest.raises(AssertionError, match="differ"):
+        _check_copies(NN, {"M": 16, "N": 16, "K": 12}, LOGICAL[NN])
+
+
+# ---------------------------------------------------------------- the warps' reduction step
+#
+# `MmaEmitter.compute` for one ring slot, run on the host by every thread of a block at once
+# (one OS thread each): ``ldmatrix`` and ``mma`` become calls into Python that wait for the
+# 32 lanes of the warp, then give each lane its registers by the documented layouts
+# (`mma_layout`: `ldmatrix_element`, `a_element`, `b_element`, `c_element` and the TF32 ones).
+
+_EMULATED = {  # intrinsic -> (emulation, the callback's first argument)
+    "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.b16": ("emu_ldsm", 0),
+    "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.trans.b16": ("emu_ldsm", 1),
+    "llvm.nvvm.mma.m16n8k16.row.col.f32.f32": ("emu_mma", 0),
+    "llvm.nvvm.mma.m16n8k16.row.col.bf16": ("emu_mma", 1),
+    "llvm.nvvm.mma.m16n8k8.row.col.tf32": ("emu_mma", 2),
+}
+_S4I, _S4F = "{i32, i32, i32, i32}", "{float, float, float, float}"
+
+
+def _wrappers() -> str:
+    """IR definitions of the emulated intrinsics: arguments to memory, a C call, the result
+    struct read back."""
+    out = ["declare void @emu_ldsm_cb(i32, ptr, ptr)", "declare void @emu_mma_cb(i32, ptr, ptr)"]
+    for name, (base, kind) in _EMULATED.items():
+        if base == "emu_ldsm":
+            out.append(f'define {_S4I} @"emu.{name}"(ptr %p) {{\n  %o = alloca {_S4I}\n'
+                       f"  call void @emu_ldsm_cb(i32 {kind}, ptr %p, ptr %o)\n"
+                       f"  %r = load {_S4I}, ptr %o\n  ret {_S4I} %r\n}}")
+            continue
+        reg = "<2 x half>" if kind == 0 else "i32"
+        params = [f"{reg} %a{i}" for i in range(6)] + [f"float %c{i}" for i in range(4)]
+        body = ["  %in = alloca [10 x i32]"]
+        for i in range(10):
+            ty, v = (reg, f"%a{i}") if i < 6 else ("float", f"%c{i - 6}")
+            body += [f"  %x{i} = bitcast {ty} {v} to i32",
+                     f"  %p{i} = getelementptr [10 x i32], ptr %in, i32 0, i32 {i}",
+                     f"  store i32 %x{i}, ptr %p{i}"]
+        body += [f"  %o = alloca {_S4F}", f"  call void @emu_mma_cb(i32 {kind}, ptr %in, ptr %o)",
+                 f"  %r = load {_S4F}, ptr %o", f"  ret {_S4F} %r"]
+        out.append(f'define {_S4F} @"emu.{name}"({", ".join(params)}) {{\n'
+                   + "\n".join(body) + "\n}")
+    # cvt.rna.tf32.f32: round to nearest, ties away, to 10 mantissa bits
+    out.append('define i32 @"emu.llvm.nvvm.f2tf32.rna"(float %x) {\n'
+               "  %b = bitcast float %x to i32\n  %r = add i32 %b, 4096\n"
+               "  %t = and i32 %r, -8192\n  ret i32 %t\n}")
+    return "\n\n".join(out)
+
+
+class _Warps:
+    """What the lanes of each warp hand to a collective instruction, and its results."""
+
+    def __init__(self, threads: int):
+        self.tid: dict[int, int] = {}  # OS thread -> thread of the block
+        self.barriers = [threading.Barrier(32, timeout=60) for _ in range(threads // 32)]
+        self.inputs = [[None] * 32 for _ in range(threads // 32)]
+        self.outputs = [[None] * 32 for _ in range(threads // 32)]
+
+    def collective(self, value, compute):
+        warp, lane = divmod(self.tid[threading.get_ident()], 32)
+        self.inputs[warp][lane] = value
+        self.barriers[warp].wait()
+        if lane == 0:
+            self.outputs[warp] = compute(self.inputs[warp])
+        self.barriers[warp].wait()
+        return self.outputs[warp][lane]
+
+
+_STATE: dict[str, _Warps] = {}
+
+
+def _ldsm(trans: int, addr: int, out: int) -> None:
+    def compute(addrs):
+        res = []
+        for lane in range(32):
+            regs = []
+            for j in range(4):
+                halves = []
+                for e in range(2):
+                    r, c = ldmatrix_element(lane, e, bool(trans))
+                    halves.append(ctypes.c_uint16.from_address(addrs[8 * j + r] + 2 * c).value)
+                regs.append(halves[0] | halves[1] << 16)
+            res.append(regs)
+        return res
+
+    regs = _STATE["warps"].collective(addr, compute)
+    (ctypes.c_uint32 * 4).from_address(out)[:] = regs
+
+
+def _halves(bits: int, kind: int) -> list[float]:
+    pair = np.array([bits & 0xFFFF, bits >> 16], np.uint16)
+    if kind == 0:
+        return [float(x) for x in pair.view(np.float16)]
+    return [float(x) for x in (pair.astype(np.uint32) << 16).view(np.float32)]
+
+
+def _mma(kind: int, args: int, out: int) -> None:
+    words = list((ctypes.c_uint32 * 10).from_address(args))
+
+    def compute(lanes):
+        k = 8 if kind == 2 else 16
+        a, b, c = np.zeros((16, k)), np.zeros((k, 8)), np.zeros((16, 8))
+        for lane, w in enumerate(lanes):
+            for i in range(4):
+                if kind == 2:
+                    a[a_element_tf32(lane, i)] = np.array([w[i]], np.uint32).view(np.float32)[0]
+                else:
+                    for e, v in enumerate(_halves(w[i], kind)):
+                        a[a_element(lane, i, e)] = v
+            for i in range(2):
+                if kind == 2:
+                    b[b_element_tf32(lane, i)] = np.array([w[4 + i]], np.uint32).view(np.float32)[0]
+                else:
+                    for e, v in enumerate(_halves(w[4 + i], kind)):
+                        b[b_element(lane, i, e)] = v
+            for i in range(4):
+                c[c_element(lane, i)] = np.array([w[6 + i]], np.uint32).view(np.float32)[0]
+        d = a @ b + c
+        return [[float(d[c_element(lane, i)]) for i in range(4)] for lane in range(32)]
+
+    (ctypes.c_float * 4).from_address(out)[:] = _STATE["warps"].collective(words, compute)
+
+
+_CB_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p)
+_LDSM_CB, _MMA_CB = _CB_TYPE(_ldsm), _CB_TYPE(_mma)
+llvm.add_symbol("emu_ldsm_cb", ctypes.cast(_LDSM_CB, ctypes.c_void_p).value)
+llvm.add_symbol("emu_mma_cb", ctypes.cast(_MMA_CB, ctypes.c_void_p).value)
+
+
+def _compute_kernel(src, sizes, tile, warps, tf32):
+    """JIT ``compute(tid, stage, out)``: one thread's reduction step on ring slot ``stage``
+    from zero accumulators, which it then writes to ``out[tid * n + i]``."""
+    fn = tc.define(src, target="cuda")
+    plan = contraction_plan(fn.ir, sizes, tf32=tf32)
+    assert not isinstance(plan, str), plan
+    mod = ir.Module("compute")
+    llfn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [I32, I32, ir.PointerType()]), "compute")
+    entry = ir.IRBuilder(llfn.append_basic_block("entry"))
+    body = llfn.append_basic_block("body")
+    b = ir.IRBuilder(body)
+    tid, stage, out = llfn.args
+    walker = _Walker(fn.ir, llfn, b, entry, _Owner(frozenset()), {})
+    em = MmaEmitter(walker, plan, MmaMark(0, tile, warps, 2, (1, 1, 1), False, tf32))
+    em.tid = IntV(b, tid)
+    em.lane = em.tid % 32
+    n = em.mi * em.ni * 4
+    em.acc = entry.alloca(F32, size=n)
+    for i in range(n):
+        b.store(ir.Constant(F32, 0.0), em.slot_acc(i))
+    em.compute(IntV(b, stage))
+    base = b.mul(tid, ir.Constant(I32, n))
+    for i in range(n):
+        at = b.gep(out, [b.add(base, ir.Constant(I32, i))], source_etype=F32)
+        b.store(b.load(em.slot_acc(i), typ=F32), at)
+    b.ret_void()
+    entry.branch(body)
+    text = str(mod).replace(" addrspace(3)", "").replace(" addrspace(1)", "")
+    text = "\n".join(line for line in text.splitlines()
+                     if not (line.startswith("declare") and any(f'"{k}"' in line for k in
+                                                                  (*_EMULATED, "llvm.nvvm.f2tf32.rna"))))
+    for name in (*_EMULATED, "llvm.nvvm.f2tf32.rna"):
+        text = text.replace(f'@"{name}"', f'@"emu.{name}"')
+    text = text.replace("internal global", "global") + "\n" + _wrappers() + "\n"
+    module = llvm.parse_assembly(text)
+    module.verify()
+    engine = llvm.create_mcjit_compiler(module, host_target_machine())
+    engine.finalize_object()
+    return fn, plan, em, engine
+
+
+def _check_compute(src, tile, warps, tf32=False, rng=None):
+    rng = rng or np.random.default_rng(1)
+    bm, bn, bk = tile
+    sizes = {"M": bm, "N": bn, "K": bk}
+    _, _, em, engine = _compute_kernel(src, sizes, tile, warps, tf32)
+    dtype = np.float32 if tf32 else np.float16
+    if "bfloat16" in src:
+        dtype = pytest.importorskip("ml_dtypes").bfloat16
+    a = rng.integers(-8, 8, (bm, bk)).astype(dtype)   # [rows][K], small integers: exact
+    bt = rng.integers(-8, 8, (bn, bk)).astype(dtype)
+    ring_at = engine.get_global_value_address("compute.mma_ring")
+    stage, start = 1, 0
+    for buf, mat in zip(em.bufs, (a, bt), strict=True):
+        slot = _slot(mat, buf.operand.k_major, 0, 0, buf, em.units)
+        at = ring_at + 2 * (start + stage * buf.elems)
+        ctypes.memmove(at, slot.ctypes.data, slot.nbytes)
+        start += 2 * buf.elems  # (two stages)
+    threads = 32 * warps[0] * warps[1]
+    n = em.mi * em.ni * 4
+    out = np.full(threads * n, np.nan, np.float32)
+    run = ctypes.CFUNCTYPE(None, ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p)(
+        engine.get_function_address("compute"))
+    _STATE["warps"] = warps_state = _Warps(threads)
+    errors: list[BaseException] = []
+
+    def thread(t: int) -> None:
+        warps_state.tid[threading.get_ident()] = t
+        try:
+            run(t, stage, out.ctypes.data)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    pool = [threading.Thread(target=thread, args=(t,)) for t in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join(120)
+    assert not errors, errors[:2]
+    want = a.astype(np.float64) @ bt.astype(np.float64).T
+    got = np.full((bm, bn), np.nan)
+    wm_rows, wn_cols = bm // warps[0], bn // warps[1]
+    for t in range(threads):
+        wm, wn = divmod(t // 32, warps[1])
+        for mi in range(em.mi):
+            for ni in range(em.ni):
+                for reg in range(4):
+                    r, c = c_element(t % 32, reg)
+                    got[wm * wm_rows + mi * 16 + r, wn * wn_cols + ni * 8 + c] = \
+                        out[t * n + (mi * em.ni + ni) * 4 + reg]
+    np.testing.assert_array_equal(got, want)
+
+
+NT = "def f(float16(M, K) A, float16(N, K) B) -> (C) { C(m, n) +=! A(m, k) * B(n, k) }"
+TN = "def f(float16(K, M) A, float16(K, N) B) -> (C) { C(m, n) +=! A(k, m) * B(k, n) }"
+
+
+@pytest.mark.parametrize("src", [NN, NT, TN, TT], ids=["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("precision", ["half", "tf32"])
+def test_reduction_step_on_host_warps(src, precision):
+    tf32 = precision == "tf32"
+    _check_compute(src.replace("float16", "float") if tf32 else src, (64, 32, 32), (2, 1), tf32)
+
+
+def test_reduction_step_bf16_on_host_warps():
+    src = NN.replace("float16", "bfloat16").replace("-> (C)", "-> (float(M, N) C)")
+    _check_compute(src, (32, 32, 16), (1, 2))
+
+
+@pytest.mark.parametrize("precision", ["half", "tf32"])
+@pytest.mark.parametrize("src", [NN, TT], ids=["nn", "tt"])
+def test_a_wrong_fragment_address_is_caught(src, precision, monkeypatch):
+    """A planted bug: the A fragment's lanes point at each other's rows (k-major: ldmatrix
+    addresses; TF32 row-major: the elements each lane reads)."""
+    from tcmlir.codegen import gpu_mma, mma_tf32
+
+    def wrong(lane, operand, k_major):
+        r, c = lane_row_address(lane, operand, k_major)
+        return (r ^ 1, c) if operand == "a" else (r, c)
+
+    monkeypatch.setattr(gpu_mma, "lane_row_address", wrong)
+    monkeypatch.setattr(mma_tf32, "lane_row_address", wrong)
+    monkeypatch.setattr(mma_tf32, "a_element_tf32", lambda lane, reg: a_element_tf32(lane, reg ^ 1))
+    tf32 = precision == "tf32"
+    with pytest.raises(AssertionError, match="not equal"):
+        _check_compute(src.replace("float16", "float") if tf32 else src, (64, 32, 32), (2, 1), tf32)
