@@ -10,18 +10,22 @@
 * The warps' reduction step: `MmaEmitter.compute` (16-bit and TF32 fragments) run by every
   thread of a block at once, ``ldmatrix`` and ``mma`` emulated by the documented layouts
   across the 32 lanes of each warp; the accumulators must be the tile's exact product.
+* Whole kernels: what ``fn.compile(..., target="cuda", arch="sm_90")`` produces, every block
+  run on the host machine of `tests/mma_emulator.py`, against the reference interpreter —
+  every layout, bf16 with a float32 output, batches, index groups, strided operands, fused
+  epilogues, TF32, unaligned inputs, awkward sizes.
 
-Planted bugs (a copy too wide, a missing zero-fill, a wrong fragment address) fail them."""
+Planted bugs (a copy too wide, a missing zero-fill, a wrong fragment address, a wrong
+accumulator layout in the epilogue) fail them."""
 
 from __future__ import annotations
 
 import ctypes
 import dataclasses
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-import llvmlite.binding as llvm
+import mma_emulator as emu
 import numpy as np
 import pytest
 from llvmlite import ir
@@ -29,37 +33,11 @@ from llvmlite import ir
 import tcmlir as tc
 from tcmlir.codegen.gpu_mma import MmaEmitter
 from tcmlir.codegen.gpu_wgmma import WgmmaEmitter
-from tcmlir.codegen.host import host_target_machine
 from tcmlir.codegen.mma_ir import F32, I32, I64, IntV
-from tcmlir.codegen.mma_layout import (
-    a_element,
-    a_element_tf32,
-    b_element,
-    b_element_tf32,
-    c_element,
-    lane_row_address,
-    ldmatrix_element,
-    swizzled_offset,
-)
+from tcmlir.codegen.mma_layout import a_element_tf32, c_element, lane_row_address, swizzled_offset
+from tcmlir.compiler import compile_kernel
 from tcmlir.poly.contraction import MmaMark, contraction_plan
-
-_COPY_WIDTHS = (4, 8, 16)
-_VIOLATIONS: list[tuple[int, int, int, int]] = []  # cp.async calls misaligned or oversized
-
-
-def _emulated_copy(width: int):
-    def copy(dst: int, src: int, nbytes: int) -> None:
-        if dst % width or src % width or not 0 <= nbytes <= width:
-            _VIOLATIONS.append((dst, src, nbytes, width))
-        ctypes.memset(dst, 0, width)
-        if nbytes:
-            ctypes.memmove(dst, src, nbytes)
-    return ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)(copy)
-
-
-_CALLBACKS = {w: _emulated_copy(w) for w in _COPY_WIDTHS}
-for _w, _cb in _CALLBACKS.items():
-    llvm.add_symbol(f"emu_cp_async_{_w}", ctypes.cast(_cb, ctypes.c_void_p).value)
+from tcmlir.signature import ArgSpec, Signature, pointer_alignment
 
 _COPY_FN = ctypes.CFUNCTYPE(None, ctypes.c_int32, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                             ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)
@@ -111,16 +89,7 @@ def _copy_kernel(src: str, sizes: dict[str, int], tile, warps, stages, tf32: boo
     em.load_stage(stage, kt, m0, n0)
     b.ret_void()
     entry.branch(body)  # (after the allocas the emitter put in the entry block)
-    text = str(mod).replace(" addrspace(3)", "").replace(" addrspace(1)", "")
-    for cache in ("cg", "ca"):
-        for w in _COPY_WIDTHS:
-            text = text.replace(f'"llvm.nvvm.cp.async.{cache}.shared.global.{w}.s"',
-                                f'"emu_cp_async_{w}"')
-    text = text.replace("internal global", "global")  # the ring: read back by name
-    module = llvm.parse_assembly(text)
-    module.verify()
-    engine = llvm.create_mcjit_compiler(module, host_target_machine())
-    engine.finalize_object()
+    engine = emu.jit(emu.host_ir(str(mod)))
     return fn, plan, em, engine
 
 
@@ -163,7 +132,7 @@ def _check_copies(src, sizes, logical, *, tile=(64, 64, 32), warps=(2, 2), stage
     ring = np.frombuffer((ctypes.c_uint16 * total).from_address(ring_at), np.uint16)
     bm, bn, bk = tile
     steps = -(-plan.extent(plan.k) // bk)
-    del _VIOLATIONS[:]
+    del emu.VIOLATIONS[:]
     for batch in batches:
         mats = logical(arrays, batch)
         for tm in range(-(-plan.extent(plan.m) // bm)):
@@ -183,7 +152,7 @@ def _check_copies(src, sizes, logical, *, tile=(64, 64, 32), warps=(2, 2), stage
                             f"{buf.operand.tensor}: tile {tm},{tn}, step {kt}, batch {batch}: "
                             f"units {np.flatnonzero(got != want)[:8]} differ")
                         start += stages * buf.elems
-    assert not _VIOLATIONS, f"misaligned or oversized cp.async: {_VIOLATIONS[:4]}"
+    assert not emu.VIOLATIONS, f"misaligned or oversized cp.async: {emu.VIOLATIONS[:4]}"
     return plan
 
 
@@ -278,125 +247,6 @@ def test_a_missing_zero_fill_is_caught(monkeypatch):
 # 32 lanes of the warp, then give each lane its registers by the documented layouts
 # (`mma_layout`: `ldmatrix_element`, `a_element`, `b_element`, `c_element` and the TF32 ones).
 
-_EMULATED = {  # intrinsic -> (emulation, the callback's first argument)
-    "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.b16": ("emu_ldsm", 0),
-    "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.trans.b16": ("emu_ldsm", 1),
-    "llvm.nvvm.mma.m16n8k16.row.col.f32.f32": ("emu_mma", 0),
-    "llvm.nvvm.mma.m16n8k16.row.col.bf16": ("emu_mma", 1),
-    "llvm.nvvm.mma.m16n8k8.row.col.tf32": ("emu_mma", 2),
-}
-_S4I, _S4F = "{i32, i32, i32, i32}", "{float, float, float, float}"
-
-
-def _wrappers() -> str:
-    """IR definitions of the emulated intrinsics: arguments to memory, a C call, the result
-    struct read back."""
-    out = ["declare void @emu_ldsm_cb(i32, ptr, ptr)", "declare void @emu_mma_cb(i32, ptr, ptr)"]
-    for name, (base, kind) in _EMULATED.items():
-        if base == "emu_ldsm":
-            out.append(f'define {_S4I} @"emu.{name}"(ptr %p) {{\n  %o = alloca {_S4I}\n'
-                       f"  call void @emu_ldsm_cb(i32 {kind}, ptr %p, ptr %o)\n"
-                       f"  %r = load {_S4I}, ptr %o\n  ret {_S4I} %r\n}}")
-            continue
-        reg = "<2 x half>" if kind == 0 else "i32"
-        params = [f"{reg} %a{i}" for i in range(6)] + [f"float %c{i}" for i in range(4)]
-        body = ["  %in = alloca [10 x i32]"]
-        for i in range(10):
-            ty, v = (reg, f"%a{i}") if i < 6 else ("float", f"%c{i - 6}")
-            body += [f"  %x{i} = bitcast {ty} {v} to i32",
-                     f"  %p{i} = getelementptr [10 x i32], ptr %in, i32 0, i32 {i}",
-                     f"  store i32 %x{i}, ptr %p{i}"]
-        body += [f"  %o = alloca {_S4F}", f"  call void @emu_mma_cb(i32 {kind}, ptr %in, ptr %o)",
-                 f"  %r = load {_S4F}, ptr %o", f"  ret {_S4F} %r"]
-        out.append(f'define {_S4F} @"emu.{name}"({", ".join(params)}) {{\n'
-                   + "\n".join(body) + "\n}")
-    # cvt.rna.tf32.f32: round to nearest, ties away, to 10 mantissa bits
-    out.append('define i32 @"emu.llvm.nvvm.f2tf32.rna"(float %x) {\n'
-               "  %b = bitcast float %x to i32\n  %r = add i32 %b, 4096\n"
-               "  %t = and i32 %r, -8192\n  ret i32 %t\n}")
-    return "\n\n".join(out)
-
-
-class _Warps:
-    """What the lanes of each warp hand to a collective instruction, and its results."""
-
-    def __init__(self, threads: int):
-        self.tid: dict[int, int] = {}  # OS thread -> thread of the block
-        self.barriers = [threading.Barrier(32, timeout=60) for _ in range(threads // 32)]
-        self.inputs = [[None] * 32 for _ in range(threads // 32)]
-        self.outputs = [[None] * 32 for _ in range(threads // 32)]
-
-    def collective(self, value, compute):
-        warp, lane = divmod(self.tid[threading.get_ident()], 32)
-        self.inputs[warp][lane] = value
-        self.barriers[warp].wait()
-        if lane == 0:
-            self.outputs[warp] = compute(self.inputs[warp])
-        self.barriers[warp].wait()
-        return self.outputs[warp][lane]
-
-
-_STATE: dict[str, _Warps] = {}
-
-
-def _ldsm(trans: int, addr: int, out: int) -> None:
-    def compute(addrs):
-        res = []
-        for lane in range(32):
-            regs = []
-            for j in range(4):
-                halves = []
-                for e in range(2):
-                    r, c = ldmatrix_element(lane, e, bool(trans))
-                    halves.append(ctypes.c_uint16.from_address(addrs[8 * j + r] + 2 * c).value)
-                regs.append(halves[0] | halves[1] << 16)
-            res.append(regs)
-        return res
-
-    regs = _STATE["warps"].collective(addr, compute)
-    (ctypes.c_uint32 * 4).from_address(out)[:] = regs
-
-
-def _halves(bits: int, kind: int) -> list[float]:
-    pair = np.array([bits & 0xFFFF, bits >> 16], np.uint16)
-    if kind == 0:
-        return [float(x) for x in pair.view(np.float16)]
-    return [float(x) for x in (pair.astype(np.uint32) << 16).view(np.float32)]
-
-
-def _mma(kind: int, args: int, out: int) -> None:
-    words = list((ctypes.c_uint32 * 10).from_address(args))
-
-    def compute(lanes):
-        k = 8 if kind == 2 else 16
-        a, b, c = np.zeros((16, k)), np.zeros((k, 8)), np.zeros((16, 8))
-        for lane, w in enumerate(lanes):
-            for i in range(4):
-                if kind == 2:
-                    a[a_element_tf32(lane, i)] = np.array([w[i]], np.uint32).view(np.float32)[0]
-                else:
-                    for e, v in enumerate(_halves(w[i], kind)):
-                        a[a_element(lane, i, e)] = v
-            for i in range(2):
-                if kind == 2:
-                    b[b_element_tf32(lane, i)] = np.array([w[4 + i]], np.uint32).view(np.float32)[0]
-                else:
-                    for e, v in enumerate(_halves(w[4 + i], kind)):
-                        b[b_element(lane, i, e)] = v
-            for i in range(4):
-                c[c_element(lane, i)] = np.array([w[6 + i]], np.uint32).view(np.float32)[0]
-        d = a @ b + c
-        return [[float(d[c_element(lane, i)]) for i in range(4)] for lane in range(32)]
-
-    (ctypes.c_float * 4).from_address(out)[:] = _STATE["warps"].collective(words, compute)
-
-
-_CB_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p)
-_LDSM_CB, _MMA_CB = _CB_TYPE(_ldsm), _CB_TYPE(_mma)
-llvm.add_symbol("emu_ldsm_cb", ctypes.cast(_LDSM_CB, ctypes.c_void_p).value)
-llvm.add_symbol("emu_mma_cb", ctypes.cast(_MMA_CB, ctypes.c_void_p).value)
-
-
 def _compute_kernel(src, sizes, tile, warps, tf32):
     """JIT ``compute(tid, stage, out)``: one thread's reduction step on ring slot ``stage``
     from zero accumulators, which it then writes to ``out[tid * n + i]``."""
@@ -424,17 +274,7 @@ def _compute_kernel(src, sizes, tile, warps, tf32):
         b.store(b.load(em.slot_acc(i), typ=F32), at)
     b.ret_void()
     entry.branch(body)
-    text = str(mod).replace(" addrspace(3)", "").replace(" addrspace(1)", "")
-    text = "\n".join(line for line in text.splitlines()
-                     if not (line.startswith("declare") and any(f'"{k}"' in line for k in
-                                                                  (*_EMULATED, "llvm.nvvm.f2tf32.rna"))))
-    for name in (*_EMULATED, "llvm.nvvm.f2tf32.rna"):
-        text = text.replace(f'@"{name}"', f'@"emu.{name}"')
-    text = text.replace("internal global", "global") + "\n" + _wrappers() + "\n"
-    module = llvm.parse_assembly(text)
-    module.verify()
-    engine = llvm.create_mcjit_compiler(module, host_target_machine())
-    engine.finalize_object()
+    engine = emu.jit(emu.host_ir(str(mod)))
     return fn, plan, em, engine
 
 
@@ -460,22 +300,7 @@ def _check_compute(src, tile, warps, tf32=False, rng=None):
     out = np.full(threads * n, np.nan, np.float32)
     run = ctypes.CFUNCTYPE(None, ctypes.c_int32, ctypes.c_int32, ctypes.c_void_p)(
         engine.get_function_address("compute"))
-    _STATE["warps"] = warps_state = _Warps(threads)
-    errors: list[BaseException] = []
-
-    def thread(t: int) -> None:
-        warps_state.tid[threading.get_ident()] = t
-        try:
-            run(t, stage, out.ctypes.data)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-
-    pool = [threading.Thread(target=thread, args=(t,)) for t in range(threads)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join(120)
-    assert not errors, errors[:2]
+    emu.run_threads(emu.Block(threads), lambda t: run(t, stage, out.ctypes.data))
     want = a.astype(np.float64) @ bt.astype(np.float64).T
     got = np.full((bm, bn), np.nan)
     wm_rows, wn_cols = bm // warps[0], bn // warps[1]
@@ -523,3 +348,109 @@ def test_a_wrong_fragment_address_is_caught(src, precision, monkeypatch):
     tf32 = precision == "tf32"
     with pytest.raises(AssertionError, match="not equal"):
         _check_compute(src.replace("float16", "float") if tf32 else src, (64, 32, 32), (2, 1), tf32)
+
+
+# ---------------------------------------------------------------- whole kernels
+
+# (test_mma_shapes' programs) every layout and form, groups, fused epilogues, TF32
+NT = "def f(float16(M, K) A, float16(N, K) B) -> (C) { C(m, n) +=! A(m, k) * B(n, k) }"
+KERNELS = {
+    "nn": NN, "nt": NT, "tn": TN, "tt": TT,
+    "bf16-f32out": NN.replace("float16", "bfloat16").replace("-> (C)", "-> (float(M, N) C)"),
+    "batched": "def f(float16(Bt, N, K) X, float16(Bt, M, K) Y) -> (Z) "
+               "{ Z(b, n, m) +=! X(b, n, k) * Y(b, m, k) }",
+    "rows": "def f(float16(M, N0, N1, K) X, float16(N, K) W) -> (XW) "
+            "{ XW(m, n0, n1, d) +=! X(m, n0, n1, r) * W(d, r) }",
+    "two-k": "def f(float16(M, K0, K) A, float16(K0, K, N) B) -> (C) "
+             "{ C(m, n) +=! A(m, k0, k1) * B(k0, k1, n) }",
+    "cols-t": "def f(float16(K, M) A, float16(K, N0, N) B) -> (C) "
+              "{ C(m, n0, n1) +=! A(k, m) * B(k, n0, n1) }",
+    "strided": "def f(float16(K, M, Bt) A, float16(K, N, Bt) B) -> (C) "
+               "{ C(b, m, n) +=! A(k, m, b) * B(k, n, b) }",
+    "linear": """def lin(float16(M, K) I, float16(N, K) W, float16(N) bias) -> (O) {
+    O(b, n) +=! I(b, k) * W(n, k)
+    O(b, n) = O(b, n) + bias(n)
+    O(b, n) = fmax(O(b, n), 0)
+}""",
+    "linear-f32": """def lin(bfloat16(M, K) I, bfloat16(K, N) W, float(N) bias, float(M) s) -> (float(M, N) O) {
+    O(i, j) +=! I(i, k) * W(k, j)
+    O(i, j) = O(i, j) * s(i) + bias(j)
+}""",
+    "tf32-nn": NN.replace("float16", "float"), "tf32-tt": TT.replace("float16", "float"),
+    "tf32-nt": NT.replace("float16", "float"), "tf32-tn": TN.replace("float16", "float"),
+}
+MMA_SYNC = tc.MappingOptions.naive().tensor_cores((64, 32, 16), (2, 1), 3)
+
+
+def _run_on_host(src, mnk, options=MMA_SYNC, offset=0, rng=None):
+    """Compile for sm_90, run every block on the host machine, compare with the reference
+    (small integers: every sum exact). ``offset``: inputs start that many elements into
+    their buffers (not 16-byte aligned: element loads)."""
+    rng = rng or np.random.default_rng(3)
+    m, n, k = mnk
+    fn = tc.define(src, target="cuda")
+    values = {"M": m, "N": n, "K": k, "Bt": 2, "N0": 3, "N1": 5, "K0": 2}
+    sizes = {s: values[s] for s in fn.ir.sizes}
+    inputs = []
+    for t in fn.ir.inputs:
+        shape = tuple(s.evaluate(sizes) for s in t.shape)
+        x = rng.integers(-3, 4, shape).astype(t.dtype.numpy)
+        if offset:
+            buf = np.empty(x.size + offset, x.dtype)
+            buf[offset:] = x.ravel()
+            x = buf[offset:].reshape(shape)
+        inputs.append(x)
+    tf32 = "float(" in src.split("->")[0] and "float16" not in src
+    opts = options.tensor_cores(options.mma_tile, options.mma_warps, options.mma_stages,
+                                precision="tf32" if tf32 else "half")
+    if offset:  # the call's signature records the inputs' alignment
+        signature = Signature(tuple(
+            ArgSpec(x.shape, t.dtype.value, tuple(s // x.itemsize for s in x.strides),
+                    pointer_alignment(x.ctypes.data)) for t, x in zip(fn.ir.inputs, inputs, strict=True)))
+        kernel = compile_kernel(fn, "cuda", opts, signature, sizes, "sm_90")
+    else:
+        kernel = fn.compile(*inputs, target="cuda", arch="sm_90", options=opts)
+    assert "mma S0" in kernel.schedule
+    arrays = {t.name: x for t, x in zip(fn.ir.inputs, inputs, strict=True)}
+    for t in fn.ir.tensors:
+        arrays.setdefault(t.name, np.zeros(tuple(s.evaluate(sizes) for s in t.shape), t.dtype.numpy))
+    emu.run_kernel(kernel, arrays, sizes)
+    want = tc.define(src, target="numpy")(*inputs)
+    want = want if isinstance(want, tuple) else (want,)
+    for t, w in zip(fn.ir.outputs, want, strict=True):
+        np.testing.assert_array_equal(arrays[t.name].astype(np.float64), np.asarray(w, np.float64),
+                                      err_msg=f"{t.name} of {src}")
+    return kernel
+
+
+@pytest.mark.parametrize("name, mnk", [(name, (33, 17, 40)) for name in KERNELS]
+                         + [(name, (1, 7, 15)) for name in ("nn", "tt", "rows", "two-k", "tf32-nn",
+                                                            "linear")])
+def test_kernels_on_the_host_machine(name, mnk):
+    if "bfloat16" in KERNELS[name]:
+        pytest.importorskip("ml_dtypes")
+    _run_on_host(KERNELS[name], mnk)
+
+
+@pytest.mark.parametrize("name", ["nn", "tt", "tf32-nn"])
+def test_unaligned_inputs_on_the_host_machine(name):
+    kernel = _run_on_host(KERNELS[name], (17, 24, 32), offset=1)
+    assert "cp.async.cg" not in kernel.ptx  # (float32: 4-byte copies; halves: element loads)
+
+
+def test_staged_epilogue_and_several_tiles_on_the_host_machine():
+    """Sizes the tiles divide (the output leaves through shared memory) and several tiles
+    per block (grid smaller than the tiles), default-like 2 x 2 warps."""
+    opts = tc.MappingOptions.naive().tensor_cores((64, 64, 32), (2, 2), 2)
+    _run_on_host(KERNELS["nn"], (128, 64, 64), opts)
+    _run_on_host(KERNELS["linear"], (64, 128, 96), opts)
+
+
+def test_a_wrong_accumulator_layout_is_caught(monkeypatch):
+    """A planted bug: the epilogue reads the accumulators' rows the wrong way round."""
+    from tcmlir.codegen import mma_epilogue
+
+    monkeypatch.setenv("TCMLIR_ALWAYS_COMPILE", "1")  # neither a cached kernel nor caching this one
+    monkeypatch.setattr(mma_epilogue, "c_element", lambda lane, reg: c_element(lane, reg ^ 2))
+    with pytest.raises(AssertionError, match="Arrays are not equal"):
+        _run_on_host(KERNELS["nt"], (33, 17, 40))
