@@ -247,3 +247,24 @@ def lin(float16(B, K) I, float16(N, K) W, float16(N) bias) -> (O) {
 }"""
     b, k, n = sizes
     _check(src, {"B": b, "K": k, "N": n}, rng)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["nn", "tt"])
+@pytest.mark.parametrize("shape", [(33, 17, 40), (100, 64, 64)])
+def test_unaligned_device_inputs_on_gpu(layout, shape, rng):
+    """Inputs one element into their allocation (not 16-byte aligned): element loads."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    fn = _define(LAYOUTS[layout])
+    arrays = _inputs(fn, _sizes(fn, *shape), rng)
+    views = []
+    for x in arrays:
+        buf = torch.empty(x.size + 1, dtype=torch.float16, device="cuda")
+        buf[1:] = torch.from_numpy(x.ravel()).cuda()
+        views.append(buf[1:].view(*x.shape))
+    assert all(v.data_ptr() % 16 for v in views)
+    got = fn(*views).cpu().numpy()
+    want = tc.define(LAYOUTS[layout], target="numpy")(*arrays)
+    np.testing.assert_allclose(got.astype(np.float64), np.asarray(want, np.float64), rtol=1e-2)
