@@ -202,6 +202,19 @@ def test_copies_of_index_groups():
     assert plan.members(plan.k) == ("k0", "k1")
 
 
+def test_copies_of_reduction_indices_apart_in_memory():
+    src = ("def f(float16(M, K0, K1) A, float16(K0, N, K1) B) -> (C) "
+           "{ C(m, n) +=! A(m, k0, k1) * B(k0, n, k1) }")
+    plan = _check_copies(src, {"M": 33, "N": 17, "K0": 3, "K1": 11}, lambda a, _: {
+        "A": a["A"].reshape(33, -1), "B": a["B"].transpose(1, 0, 2).reshape(17, -1)})
+    assert plan.b.k_scattered and plan.b.copy == 1
+    src = ("def f(float16(M, K0, K1) A, float16(K1, K0, N) B) -> (C) "
+           "{ C(m, n) +=! A(m, k0, k1) * B(k1, k0, n) }")
+    plan = _check_copies(src, {"M": 33, "N": 24, "K0": 3, "K1": 11}, lambda a, _: {
+        "A": a["A"].reshape(33, -1), "B": a["B"].transpose(1, 0, 2).reshape(-1, 24).T})
+    assert plan.b.k_scattered and plan.b.copy == 8  # rows of B stay 16-byte copies
+
+
 def test_copies_of_batch_entries_and_operands_without_a_contiguous_dimension():
     batched = ("def f(float16(Bt, N, K) X, float16(Bt, M, K) Y) -> (Z) "
                "{ Z(b, n, m) +=! X(b, n, k) * Y(b, m, k) }")
@@ -376,6 +389,14 @@ KERNELS = {
     O(i, j) +=! I(i, k) * W(k, j)
     O(i, j) = O(i, j) * s(i) + bias(j)
 }""",
+    "k-swapped": "def f(float16(M, K0, K) A, float16(K, K0, N) B) -> (C) "
+                 "{ C(m, n) +=! A(m, k0, k1) * B(k1, k0, n) }",
+    "k-apart": "def f(float16(M, K0, K) A, float16(K0, N, K) B) -> (C) "
+               "{ C(m, n) +=! A(m, k0, k1) * B(k0, n, k1) }",
+    "k-neither": "def f(float16(K, M, K0) A, float16(K0, N, K) B) -> (C) "
+                 "{ C(m, n) +=! A(k1, m, k0) * B(k0, n, k1) }",
+    "tf32-k-apart": "def f(float(M, K0, K) A, float(K0, N, K) B) -> (C) "
+                    "{ C(m, n) +=! A(m, k0, k1) * B(k0, n, k1) }",
     "tf32-nn": NN.replace("float16", "float"), "tf32-tt": TT.replace("float16", "float"),
     "tf32-nt": NT.replace("float16", "float"), "tf32-tn": TN.replace("float16", "float"),
 }
@@ -425,7 +446,7 @@ def _run_on_host(src, mnk, options=MMA_SYNC, offset=0, rng=None):
 
 @pytest.mark.parametrize("name, mnk", [(name, (33, 17, 40)) for name in KERNELS]
                          + [(name, (1, 7, 15)) for name in ("nn", "tt", "rows", "two-k", "tf32-nn",
-                                                            "linear")])
+                                                            "linear", "k-neither")])
 def test_kernels_on_the_host_machine(name, mnk):
     if "bfloat16" in KERNELS[name]:
         pytest.importorskip("ml_dtypes")

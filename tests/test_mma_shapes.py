@@ -124,19 +124,40 @@ def test_row_indices_apart_in_memory_stay_batch_indices():
     assert plan.m == "m1" and plan.members(plan.m) == ("m1",) and plan.batch == ("m0",)
 
 
-@pytest.mark.parametrize("src, why", [
-    ("def f(float16(M, K0, K1) A, float16(K1, K0, N) B) -> (C) "
-     "{ C(m, n) +=! A(m, k0, k1) * B(k1, k0, n) }",
-     "the reduction indices k0, k1 are not one flattened dimension of B"),
-    ("def f(float16(M, K0, K1) A, float16(K0, N, K1) B) -> (C) "
-     "{ C(m, n) +=! A(m, k0, k1) * B(k0, n, k1) }",
-     "the reduction indices k0, k1 are not one flattened dimension of B"),
+SCATTERED = {  # reduction indices that are one dimension of one operand only, or of neither
+    "k-swapped": "def f(float16(M, K0, K1) A, float16(K1, K0, N) B) -> (C) "
+                 "{ C(m, n) +=! A(m, k0, k1) * B(k1, k0, n) }",
+    "k-apart": "def f(float16(M, K0, K1) A, float16(K0, N, K1) B) -> (C) "
+               "{ C(m, n) +=! A(m, k0, k1) * B(k0, n, k1) }",
+    "k-neither": "def f(float16(K1, M, K0) A, float16(K0, N, K1) B) -> (C) "
+                 "{ C(m, n) +=! A(k1, m, k0) * B(k0, n, k1) }",
+}
+
+
+@pytest.mark.parametrize("name, scattered, widths", [
+    ("k-swapped", (False, True), (8, 8)),   # B: its rows (n) contiguous: 16-byte copies
+    ("k-apart", (False, True), (8, 1)),     # B: k1 contiguous, but k0 apart: step by step
+    ("k-neither", (True, True), (1, 1)),
 ])
-def test_reduction_indices_apart_in_memory_are_refused(src, why):
-    fn = _define(src)
-    plan = contraction_plan(fn.ir, {s: 16 for s in fn.ir.sizes})
-    assert isinstance(plan, str) and why in plan, plan
-    assert not tc.MappingOptions.default_for(fn, "cuda", {s: 16 for s in fn.ir.sizes}).mma_tile
+def test_reduction_indices_apart_in_memory_are_addressed_index_by_index(name, scattered, widths):
+    plan = _plan(SCATTERED[name], {"M": 16, "N": 16, "K0": 4, "K1": 8})
+    assert len(plan.members(plan.k)) == 2
+    assert (plan.a.k_scattered, plan.b.k_scattered) == scattered
+    assert (plan.a.copy, plan.b.copy) == widths
+
+
+def test_what_stays_refused():
+    cases = {
+        "def f(float16(M, K) A, float16(K, N, R) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n, r) }":
+            "does not read the reduction index",
+        "def f(float16(N, C, H, W) I, float16(F, C, KH, KW) Wt) -> (O) "
+        "{ O(n, f, h, w) +=! I(n, c, h + kh, w + kw) * Wt(f, c, kh, kw) }":
+            "plain indices",
+    }
+    for src, why in cases.items():
+        fn = _define(src)
+        plan = contraction_plan(fn.ir, {s: 8 for s in fn.ir.sizes})
+        assert isinstance(plan, str) and why in plan, plan
 
 
 # ---------------------------------------------------------------- PTX
@@ -179,11 +200,12 @@ def test_narrow_copies_and_element_loads_in_ptx(tmp_path, rng):
 
 
 @needs_ptxas
-@pytest.mark.parametrize("group", list(GROUPS))
+@pytest.mark.parametrize("group", [*GROUPS, *SCATTERED])
 @pytest.mark.parametrize("options", [MMA_SYNC, WGMMA], ids=["mma.sync", "wgmma"])
 def test_groups_assemble(group, options, tmp_path, rng):
-    fn = _define(GROUPS[group])
-    kernel = _compile(GROUPS[group], _sizes(fn, 33, 17, 24), rng, options)
+    src = {**GROUPS, **SCATTERED}[group]
+    fn = _define(src)
+    kernel = _compile(src, _sizes(fn, 33, 17, 24), rng, options)
     assert "mma S0" in kernel.schedule
     ptxas_verbose(tmp_path, kernel.ptx, group, arch="sm_90a" if options is WGMMA else "sm_90")
 
@@ -221,12 +243,13 @@ def test_awkward_shapes_each_engine_on_gpu(layout, shape, options, rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("group", list(GROUPS))
+@pytest.mark.parametrize("group", [*GROUPS, *SCATTERED])
 @pytest.mark.parametrize("shape", [(33, 17, 24), (7, 100, 15), (1, 1, 1), (100, 64, 64)])
 @pytest.mark.parametrize("options", [None, MMA_SYNC, WGMMA], ids=["default", "mma.sync", "wgmma"])
 def test_groups_on_gpu(group, shape, options, rng):
-    fn = _define(GROUPS[group])
-    _check(GROUPS[group], _sizes(fn, *shape), rng, options)
+    src = {**GROUPS, **SCATTERED}[group]
+    fn = _define(src)
+    _check(src, _sizes(fn, *shape), rng, options)
 
 
 @pytest.mark.gpu

@@ -266,9 +266,12 @@ class MmaEmitter(EpilogueMixin):
             k, row = b.add(k0, srow.wide().v), b.add(r0, (sch * epc).wide().v)
             outer_ok = b.icmp_unsigned("<", k, ir.Constant(I64, self.sizes[plan.k]))
             inner, inner_ext, inner_stride = row, self.sizes[op.row], op.stride(op.row)
-        off = b.add(self.offsets[op.tensor],
-                    b.add(b.mul(row, ir.Constant(I64, op.stride(op.row))),
-                          b.mul(k, ir.Constant(I64, op.stride(plan.k)))))
+
+        def offset(row: ir.Value, k: ir.Value) -> ir.Value:
+            return b.add(self.offsets[op.tensor], b.add(b.mul(row, ir.Constant(I64, op.stride(op.row))),
+                                                        self.k_offset(op, k)))
+
+        off = offset(row, k)
         dst = buf.slot(b, stage, srow, sch * CHUNK)
         base = self.w.pointer(op.tensor)
         esize = 2 * self.units
@@ -288,7 +291,11 @@ class MmaEmitter(EpilogueMixin):
                     nbytes = b.select(valid, b.mul(n, ir.Constant(I32, esize)), ir.Constant(I32, 0))
                 else:
                     nbytes = b.select(valid, ir.Constant(I32, esize * width), ir.Constant(I32, 0))
-                src_off = b.select(valid, b.add(off, ir.Constant(I64, p * width)), ir.Constant(I64, 0))
+                if op.k_scattered and op.k_major:  # (width 1) step by step
+                    piece_off = offset(row, start)
+                else:
+                    piece_off = b.add(off, ir.Constant(I64, p * width))
+                src_off = b.select(valid, piece_off, ir.Constant(I64, 0))
                 src = b.gep(base, [src_off], inbounds=True, source_etype=etype)
                 piece = dst if p == 0 else b.gep(dst, [ir.Constant(I32, p * width * self.units)],
                                                  inbounds=True, source_etype=I16)
@@ -296,13 +303,32 @@ class MmaEmitter(EpilogueMixin):
             return
         vec = ir.Constant(ir.VectorType(etype, epc), None)
         for e in range(epc):
-            valid = b.and_(outer_ok, b.icmp_unsigned("<", b.add(inner, ir.Constant(I64, e)),
-                                                     ir.Constant(I64, inner_ext)))
-            at = b.select(valid, b.add(off, ir.Constant(I64, e * inner_stride)), ir.Constant(I64, 0))
+            nxt = b.add(inner, ir.Constant(I64, e))
+            valid = b.and_(outer_ok, b.icmp_unsigned("<", nxt, ir.Constant(I64, inner_ext)))
+            if op.k_scattered and op.k_major:  # step by step
+                at = offset(row, nxt)
+            else:
+                at = b.add(off, ir.Constant(I64, e * inner_stride))
+            at = b.select(valid, at, ir.Constant(I64, 0))
             src = b.gep(base, [at], inbounds=True, source_etype=etype)
             val = b.select(valid, b.load(src, typ=etype), ir.Constant(etype, 0))
             vec = b.insert_element(vec, val, ir.Constant(I32, e))
         b.store(vec, b.bitcast(dst, vec.type.as_pointer(3)), align=16)
+
+    def k_offset(self, op: Operand, k: ir.Value) -> ir.Value:
+        """Elements from the start of ``op`` to reduction step ``k`` (index by index where
+        the reduction indices are not one flattened dimension of it)."""
+        b, plan = self.b, self.plan
+        if not op.k_scattered:
+            return b.mul(k, ir.Constant(I64, op.stride(plan.k)))
+        total: ir.Value = ir.Constant(I64, 0)
+        members = plan.members(plan.k)
+        for j, name in enumerate(reversed(members)):
+            ext = ir.Constant(I64, plan.index_extent(name))
+            index = k if j == len(members) - 1 else b.urem(k, ext)
+            k = b.udiv(k, ext)
+            total = b.add(total, b.mul(index, ir.Constant(I64, op.stride(name))))
+        return total
 
     def compute(self, stage: IntV) -> None:
         if self.units == 2:  # float32 operands: TF32 fragments

@@ -3,9 +3,11 @@
 `contraction_plan(fn, sizes)` reads a checked function and returns a `ContractionPlan` or the
 reason it is not one. A contraction here is
 
-* one statement ``T(lhs) +=! X(...) * Y(...)`` over reduction indices that are one flattened
-  dimension ``k`` of both operands (``A(m, k0, k1) * B(k0, k1, n)``: each index's stride the next
-  one's times its extent, in both), half-precision (float16 or bfloat16) operands of one type,
+* one statement ``T(lhs) +=! X(...) * Y(...)``, its reduction indices walked as one dimension
+  ``k`` (in the order in which they are one flattened dimension of an operand, as in
+  ``A(m, k0, k1) * B(k0, k1, n)``: each index's stride the next one's times its extent; an
+  operand they are not one dimension of — ``B(k1, k0, n)`` — is addressed index by index,
+  ``Operand.k_scattered``), half-precision (float16 or bfloat16) operands of one type,
   each read at distinct plain indices, and a float32 ``T`` — optionally followed by the one
   rounding statement ``C(lhs) = T(lhs)`` that `lang/half_accumulate.py` adds for a half output
   (``T`` then never leaves the chip);
@@ -26,7 +28,6 @@ reason it is not one. A contraction here is
 
 Any layout and batch form qualifies: ``A(m,k)·B(k,n)``, ``A(m,k)·B(n,k)``, ``A(k,m)·...``,
 ``Z(b,n,m) +=! X(b,n,k) * Y(b,m,k)``. Sizes must be fixed (the strides are constants).
-Reduction indices that are not one dimension of both operands are refused, with the strides.
 The plan is pure data; `passes/map_mma.py` maps it and `codegen/gpu_mma.py` emits it.
 """
 
@@ -57,6 +58,8 @@ class Operand:
     copy: int = CHUNK             # elements per copy of a 16-byte aligned tensor: 16, 8 or 4
     #                               bytes (cp.async), else (2-byte halves: odd strides, or no
     #                               contiguous index) element loads
+    k_scattered: bool = False     # the reduction indices are not one flattened dimension of
+    #                               this operand: its address of step k goes index by index
 
     def stride(self, index: str) -> int:
         return dict(self.strides).get(index, 0)
@@ -201,13 +204,11 @@ def contraction_plan(fn: ir.Function, sizes: Mapping[str, int] | None, tf32: boo
     for r in st.reduction_indices:
         if r not in xs or r not in ys:
             return f"an operand does not read the reduction index {r}"
-    # the reduction indices, outermost first in x: one flattened dimension of both operands
-    ks = sorted(st.reduction_indices, key=lambda i: -xs[i])
-    for read, strides in ((x, xs), (y, ys)):
-        if not _flattens(ks, strides, extents):
-            where = ", ".join(f"{i}: {strides[i]}" for i in ks)
-            return (f"the reduction indices {', '.join(ks)} are not one flattened dimension of "
-                    f"{read.tensor} (strides {where}): tensor cores take one reduction dimension")
+    # the reduction indices as one dimension, outermost first: in the order of an operand
+    # they are one flattened dimension of (x's, else y's, else x's order)
+    orders = [sorted(st.reduction_indices, key=lambda i, s=s: -s[i]) for s in (xs, ys)]
+    ks = next((o for o, s in zip(orders, (xs, ys), strict=True) if _flattens(o, s, extents)),
+              orders[0])
     k = ks[-1]
     ms = [i for i in st.lhs if i in xs and i not in ys]
     ns = [i for i in st.lhs if i in ys and i not in xs]
@@ -221,6 +222,7 @@ def contraction_plan(fn: ir.Function, sizes: Mapping[str, int] | None, tf32: boo
     batch = tuple(i for i in st.lhs if i not in mg and i not in ng)
     operands = []
     for read, strides, row in ((x, xs, mg), (y, ys, ng)):
+        scattered = not _flattens(ks, strides, extents)
         if strides[k] == 1:
             k_major = True
         elif strides[row[-1]] == 1:
@@ -228,7 +230,10 @@ def contraction_plan(fn: ir.Function, sizes: Mapping[str, int] | None, tf32: boo
         else:  # no contiguous dimension: element loads along the one of smaller stride
             k_major = strides[k] <= strides[row[-1]]
         width = _copy_width(strides, ks if k_major else row, 128 // fn.tensor(read.tensor).dtype.bits)
-        operands.append(Operand(read.tensor, row[-1], k_major, tuple(strides.items()), width))
+        if scattered and k_major:  # consecutive steps are not consecutive in memory
+            width = 1
+        operands.append(Operand(read.tensor, row[-1], k_major, tuple(strides.items()), width,
+                                scattered))
     groups = tuple((g[-1], tuple(g)) for g in (mg, ng, ks) if len(g) > 1)
     return ContractionPlan(0, cast, st.tensor, out, next(iter(dtypes)), operands[0],
                            operands[1], m, n, k, tuple(extents.items()), batch,
