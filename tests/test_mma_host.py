@@ -28,6 +28,8 @@ from typing import Any
 import mma_emulator as emu
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 from llvmlite import ir
 
 import tcmlir as tc
@@ -475,3 +477,54 @@ def test_a_wrong_accumulator_layout_is_caught(monkeypatch):
     monkeypatch.setattr(mma_epilogue, "c_element", lambda lane, reg: c_element(lane, reg ^ 2))
     with pytest.raises(AssertionError, match="Arrays are not equal"):
         _run_on_host(KERNELS["nt"], (33, 17, 40))
+
+
+@st.composite
+def _contractions(draw):
+    """A random contraction: one or two row, column and reduction indices, maybe a batch
+    index, each tensor's indices in a random order, small sizes."""
+    ms = [f"m{i}" for i in range(draw(st.integers(1, 2)))]
+    ns = [f"n{i}" for i in range(draw(st.integers(1, 2)))]
+    ks = [f"k{i}" for i in range(draw(st.integers(1, 2)))]
+    bs = ["b"] * draw(st.integers(0, 1))
+    x = draw(st.permutations(ms + ks + bs))
+    y = draw(st.permutations(ns + ks + bs))
+    lhs = draw(st.permutations(bs + ms + ns))
+    sizes = {i: draw(st.sampled_from([1, 2, 3, 5, 8, 13, 17, 24])) for i in ms + ns + ks + bs}
+    dtype = draw(st.sampled_from(["float16", "bfloat16", "float"]))
+    out = "(C)" if dtype == "float16" else f"(float({', '.join(i.upper() for i in lhs)}) C)"
+
+    def decl(name, idx):
+        return f"{dtype}({', '.join(i.upper() for i in idx)}) {name}"
+
+    src = (f"def f({decl('X', x)}, {decl('Y', y)}) -> {out} "
+           f"{{ C({', '.join(lhs)}) +=! X({', '.join(x)}) * Y({', '.join(y)}) }}")
+    return src, {i.upper(): v for i, v in sizes.items()}
+
+
+@settings(max_examples=10, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(case=_contractions())
+@example(case=(  # float32 operand with no contiguous dimension: 4-byte copies along a stride
+    "def f(float(M0, K0) X, float(N1, K0, N0) Y) -> (float(M0, N0, N1) C) "
+    "{ C(m0, n0, n1) +=! X(m0, k0) * Y(n1, k0, n0) }", {"M0": 1, "N0": 2, "N1": 1, "K0": 2}))
+def test_random_contractions_on_the_host_machine(case):
+    src, sizes = case
+    if "bfloat16" in src:
+        pytest.importorskip("ml_dtypes")
+    fn = tc.define(src, target="cuda")
+    plan = contraction_plan(fn.ir, sizes, tf32=True)
+    assert not isinstance(plan, str), (src, plan)
+    rng = np.random.default_rng(5)
+    inputs = [rng.integers(-3, 4, tuple(s.evaluate(sizes) for s in t.shape)).astype(t.dtype.numpy)
+              for t in fn.ir.inputs]
+    opts = MMA_SYNC.tensor_cores(MMA_SYNC.mma_tile, MMA_SYNC.mma_warps, MMA_SYNC.mma_stages,
+                                 precision="tf32" if plan.dtype.name == "FLOAT32" else "half")
+    kernel = fn.compile(*inputs, target="cuda", arch="sm_90", options=opts)
+    arrays = {t.name: x for t, x in zip(fn.ir.inputs, inputs, strict=True)}
+    for t in fn.ir.tensors:
+        arrays.setdefault(t.name, np.zeros(tuple(s.evaluate(sizes) for s in t.shape), t.dtype.numpy))
+    emu.run_kernel(kernel, arrays, sizes)
+    want = tc.define(src, target="numpy")(*inputs)
+    np.testing.assert_array_equal(arrays["C"].astype(np.float64), np.asarray(want, np.float64),
+                                  err_msg=src)

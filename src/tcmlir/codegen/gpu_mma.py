@@ -293,8 +293,8 @@ class MmaEmitter(EpilogueMixin):
                     nbytes = b.select(valid, ir.Constant(I32, esize * width), ir.Constant(I32, 0))
                 if op.k_scattered and op.k_major:  # (width 1) step by step
                     piece_off = offset(row, start)
-                else:
-                    piece_off = b.add(off, ir.Constant(I64, p * width))
+                else:  # (a float32 operand with no contiguous dimension: width 1, strided)
+                    piece_off = b.add(off, ir.Constant(I64, p * width * inner_stride))
                 src_off = b.select(valid, piece_off, ir.Constant(I64, 0))
                 src = b.gep(base, [src_off], inbounds=True, source_etype=etype)
                 piece = dst if p == 0 else b.gep(dst, [ir.Constant(I32, p * width * self.units)],
