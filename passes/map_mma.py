@@ -8,7 +8,9 @@ becomes::
     mark "kernel grid=GX,GY,GZ block=T,1,1"          one launch, T = 32 * WM * WN threads
       filter  floor(n / BN) mod GX = _bx,             the block that owns each instance:
               floor(m / BM) mod GY = _by,             its output tile and batch entry, for
-              batch mod GZ = _bz                      every statement (S<k>, S<k>_init, the rounding)
+              batch mod GZ = _bz                      every statement (S<k>, S<k>_init, the rounding);
+                                                      m, n, batch: row-major flattenings of
+                                                      their index groups (`ContractionPlan`)
         mark "mma S<k> tile=BM,BN,BK warps=WM,WN stages=S grid=GX,GY,GZ"
           ... the tree as `schedule` made it
 
@@ -42,7 +44,8 @@ _MAX_GRID_YZ = 65535
 @dataclass(frozen=True)
 class MapMma(Pass):
     """Map a half-precision contraction onto tensor cores (see the module docstring):
-    ``tile`` = BM, BN, BK; ``warps`` = warps along m and n; ``stages`` operand tiles in flight."""
+    ``tile`` = BM, BN, BK; ``warps`` = warps along m and n; ``stages`` operand tiles in flight;
+    ``tf32``: a float32 contraction too (mma.sync m16n8k8 in TF32)."""
 
     name = "map-mma"
     requires_schedule = True
@@ -50,6 +53,7 @@ class MapMma(Pass):
     warps: tuple[int, ...] = (2, 2)
     stages: int = 3
     wgmma: bool = False
+    tf32: bool = False  # float32 operands too, their products in TF32 (on request only)
 
     def __post_init__(self):
         if len(self.tile) != 3 or len(self.warps) != 2:
@@ -73,7 +77,7 @@ class MapMma(Pass):
         assert schedule is not None
         if "kernel grid=" in str(schedule):
             raise PipelineError("map-mma: the tree is already mapped")
-        plan = contraction_plan(state.fn, state.sizes)
+        plan = contraction_plan(state.fn, state.sizes, tf32=self.tf32)
         if isinstance(plan, str):
             raise PipelineError(f"map-mma: {state.fn.name} is not a tensor-core contraction: {plan}")
         bm, bn, bk = self.tile
@@ -85,14 +89,17 @@ class MapMma(Pass):
         domain = schedule.get_domain()
         params = [domain.get_space().get_dim_name(isl.dim_type.param, i)
                   for i in range(domain.get_space().dim(isl.dim_type.param))]
+        def flat(indices, names: dict[str, str]) -> str:  # row-major, outermost first
+            expr, inner = "0", 1
+            for name in reversed(indices):
+                expr = f"{names[name]} * {inner} + {expr}"
+                inner *= plan.index_extent(name)
+            return expr
+
         def cond(names: dict[str, str]) -> str:  # the plan's lhs names -> a statement's
-            batch, inner = "0", 1
-            for name in reversed(plan.batch):
-                batch = f"{names[name]} * {inner} + {batch}"
-                inner *= plan.extent(name)
-            return (f"floor(({names[plan.n]}) / {bn}) mod {grid[0]} = _bx and "
-                    f"floor(({names[plan.m]}) / {bm}) mod {grid[1]} = _by and "
-                    f"({batch}) mod {grid[2]} = _bz")
+            return (f"floor(({flat(plan.members(plan.n), names)}) / {bn}) mod {grid[0]} = _bx and "
+                    f"floor(({flat(plan.members(plan.m), names)}) / {bm}) mod {grid[1]} = _by and "
+                    f"({flat(plan.batch, names)}) mod {grid[2]} = _bz")
 
         st = state.fn.statements[plan.statement]
         same = {i: i for i in st.lhs}
@@ -104,11 +111,16 @@ class MapMma(Pass):
         text = f"[{', '.join(params)}] -> {{ {'; '.join(pieces)} }}"
         filt = isl.UnionSet.read_from_str(state.ctx, text).intersect(domain)
         mark = MmaMark(plan.statement, (bm, bn, bk), (self.warps[0], self.warps[1]), self.stages, grid,
-                       self.wgmma)
+                       self.wgmma, self.tf32)
         if self.wgmma:
             why = wgmma_problem(plan, mark.tile, mark.warps)
             if why is not None:
                 raise PipelineError(f"map-mma: {why}")
+        smem = self.stages * (bm + bn) * bk * (plan.dtype.bits // 8)
+        if smem > 227 * 1024:
+            raise PipelineError(f"map-mma: {self.stages} stages of {bm}x{bk} and {bn}x{bk} "
+                                f"{plan.dtype.name.lower()} need {smem} bytes of shared memory "
+                                "(227 KB at most): fewer stages or a smaller tile")
         kernel = KernelMark(grid, (mark.threads, 1, 1))
         node = schedule.get_root().child(0)
         node = node.insert_mark(isl.Id(mark.name, context=state.ctx))

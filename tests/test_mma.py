@@ -100,13 +100,6 @@ def test_what_is_not_a_tensor_core_contraction(src, why):
     assert isinstance(plan, str) and why in plan
 
 
-def test_rows_that_16_byte_copies_cannot_move_are_refused():
-    fn = tc.define(FORMS["nn"][0], target="cuda")
-    plan = contraction_plan(fn.ir, {"M": 64, "N": 64, "K": 30})
-    assert isinstance(plan, str) and "multiples of 8" in plan
-    assert not tc.MappingOptions.default_for(fn, "cuda", {"M": 64, "N": 64, "K": 30}).mma_tile
-
-
 def test_options_round_trip_and_refusals():
     opts = tc.MappingOptions.naive().tensor_cores((64, 128, 32), (2, 2), 4)
     assert tc.MappingOptions.from_json(opts.to_json()) == opts

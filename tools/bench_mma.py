@@ -47,6 +47,27 @@ CASES = [
     ("skinny f16 16x4096x4096", "def mm(float16(M, K) A, float16(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }",
      lambda: (torch.randn(16, 4096, dtype=torch.float16), torch.randn(4096, 4096, dtype=torch.float16)),
      lambda a, b: a @ b),
+    # sizes and strides no tile divides: narrower copies / element loads (before: the FMA path)
+    ("matmul f16 4095x4097x4093", "def mm(float16(M, K) A, float16(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }",
+     lambda: (torch.randn(4095, 4093, dtype=torch.float16), torch.randn(4093, 4097, dtype=torch.float16)),
+     lambda a, b: a @ b),
+    ("matmul f16 4096x4096x4092", "def mm(float16(M, K) A, float16(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }",
+     lambda: (torch.randn(4096, 4092, dtype=torch.float16), torch.randn(4092, 4096, dtype=torch.float16)),
+     lambda a, b: a @ b),
+    # index groups: three row indices, two reduction indices, each one dimension
+    ("grouped rows f16 16x16x16x1024->1024", "def xw(float16(M, N0, N1, R) X, float16(D, R) W) -> (XW) "
+     "{ XW(m, n0, n1, d) +=! X(m, n0, n1, r) * W(d, r) }",
+     lambda: (torch.randn(16, 16, 16, 1024, dtype=torch.float16), torch.randn(1024, 1024, dtype=torch.float16)),
+     lambda x, w: x @ w.T),
+    ("two-index reduction f16 4096x(64x64)x4096", "def mm(float16(M, K0, K1) A, float16(K0, K1, N) B) -> (C) "
+     "{ C(m, n) +=! A(m, k0, k1) * B(k0, k1, n) }",
+     lambda: (torch.randn(4096, 64, 64, dtype=torch.float16), torch.randn(64, 64, 4096, dtype=torch.float16)),
+     lambda a, b: a.reshape(4096, -1) @ b.reshape(-1, 4096), {"k": 4096}),
+    # TF32 on request, beside cuBLAS with allow_tf32
+    ("matmul tf32 4096^3", "def mm(float(M, K) A, float(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }",
+     lambda: (torch.randn(4096, 4096), torch.randn(4096, 4096)), lambda a, b: a @ b,
+     {"options": lambda: tc.MappingOptions.naive().tensor_cores((128, 128, 32), (4, 2), 3,
+                                                                precision="tf32")}),
 ]
 
 
@@ -79,12 +100,28 @@ def _check_small() -> int:
                     "{ C(b, m, n) +=! A(b, m, k) * B(b, n, k) }",
                     lambda a, b: a @ b.transpose(0, 2, 1), (3, 72, 24), (3, 264, 24), np.float16),
     }
+    forms.update({  # any size and stride, index groups, TF32 (issue 29)
+        "odd": ("def f(float16(M, K) A, float16(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }",
+                lambda a, b: a @ b, (7, 17), (17, 15), np.float16),
+        "k30": ("def f(float16(M, K) A, float16(N, K) B) -> (C) { C(m, n) +=! A(m, k) * B(n, k) }",
+                lambda a, b: a @ b.T, (100, 30), (33, 30), np.float16),
+        "rows": ("def f(float16(M, N0, N1, R) X, float16(D, R) W) -> (XW) "
+                 "{ XW(m, n0, n1, d) +=! X(m, n0, n1, r) * W(d, r) }",
+                 lambda x, w: x @ w.T, (3, 5, 7, 24), (33, 24), np.float16),
+        "two-k": ("def f(float16(M, K0, K1) A, float16(K0, K1, N) B) -> (C) "
+                  "{ C(m, n) +=! A(m, k0, k1) * B(k0, k1, n) }",
+                  lambda a, b: np.tensordot(a, b, 2), (33, 3, 17), (3, 17, 15), np.float16),
+        "tf32": ("def f(float(M, K) A, float(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }",
+                 lambda a, b: a @ b, (100, 33), (33, 17), np.float32),
+    })
+    tf32 = tc.MappingOptions.naive().tensor_cores((64, 64, 32), (2, 2), 3, precision="tf32")
     rng = np.random.default_rng(0)
     bad = 0
     for name, (src, ref, sa, sb, dt) in forms.items():
         a = rng.standard_normal(sa).astype(dt)
         b = rng.standard_normal(sb).astype(dt)
-        got = np.asarray(tc.define(src, target="cuda")(a, b), np.float64)
+        opts = tf32 if name == "tf32" else None
+        got = np.asarray(tc.define(src, target="cuda")(a, b, options=opts), np.float64)
         want = ref(a.astype(np.float64), b.astype(np.float64))
         err = float(np.linalg.norm(got - want) / np.linalg.norm(want))
         print(f"{name}: rel err {err:.1e}", "ok" if err < 1e-2 else "WRONG")
@@ -144,19 +181,23 @@ def main() -> int:
         return _variants(args.reps)
     print(f"device: {torch.cuda.get_device_name()}")
     print(f"{'case':38s} {'tcmlir':>9s} {'eager':>9s} {'compile':>9s} {'eager/tc':>9s} {'TFLOP/s':>8s} err")
-    for name, src, make, ref in CASES:
+    for name, src, make, ref, *extra in CASES:
         if args.quick and "4096^3" not in name:
             continue
+        more = extra[0] if extra else {}
+        opts = more["options"]() if "options" in more else None
+        torch.backends.cuda.matmul.allow_tf32 = "tf32" in name  # cuBLAS in the same precision
         ins = [x.cuda() for x in make()]
         fn = tc.define(src, target="cuda")
-        got = fn(*ins)
+        got = fn(*ins, options=opts)
         want = ref(*ins)
         err = ((got.float() - want.float()).norm() / want.float().norm()).item()
-        t_tc = _time(lambda f=fn, x=ins: f(*x), args.reps)
+        t_tc = _time(lambda f=fn, x=ins, o=opts: f(*x, options=o), args.reps)
         t_eager = _time(lambda r=ref, x=ins: r(*x), args.reps)
         compiled = torch.compile(ref)
         t_comp = _time(lambda c=compiled, x=ins: c(*x), args.reps)
-        flops = 2 * want.numel() * ins[0].shape[-1]  # (K is the first input's last extent)
+        # (K: the first input's last extent unless the case says)
+        flops = 2 * want.numel() * more.get("k", ins[0].shape[-1])
         print(f"{name:38s} {t_tc:9.4f} {t_eager:9.4f} {t_comp:9.4f} {t_eager / t_tc:9.3f} "
               f"{flops / t_tc / 1e9:8.1f} {err:.1e}", flush=True)
     return 0

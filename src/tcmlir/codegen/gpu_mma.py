@@ -33,8 +33,9 @@ from ..dtypes import DType
 from ..errors import CodegenError
 from ..poly.contraction import ContractionPlan, MmaMark, Operand, contraction_plan
 from .mma_epilogue import EpilogueMixin
-from .mma_ir import F32, I16, I32, I64, IntV, counted_loop, half_type, if_then, sreg
+from .mma_ir import F32, I16, I32, I64, IntV, counted_loop, if_then, sreg
 from .mma_layout import CHUNK, lane_row_address, swizzle
+from .mma_tf32 import tf32_compute
 from .target import declare
 
 __all__ = ["emit_mma"]
@@ -75,7 +76,7 @@ class RingBuffer:
 
 def emit_mma(walker, mark: MmaMark) -> None:
     """The whole tensor-core kernel body for ``mark`` at the walker's builder position."""
-    plan = contraction_plan(walker.fn, walker.owner.sizes)
+    plan = contraction_plan(walker.fn, walker.owner.sizes, tf32=mark.tf32)
     if isinstance(plan, str):
         raise CodegenError(f"mark {mark.name!r}: {plan}")
     if mark.wgmma and walker.owner.target_arch_number() >= 90:
@@ -102,7 +103,10 @@ class MmaEmitter(EpilogueMixin):
         self.sizes = {i: plan.extent(i) for i in (plan.m, plan.n, plan.k)}
         mod = self.b.module
         fname = walker.llfn.name
-        shapes = [((rows, bk) if op.k_major else (bk, rows)) for op, rows in ((plan.a, bm), (plan.b, bn))]
+        self.units = plan.dtype.bits // 16  # 16-bit storage units per element (2: float32)
+        u = self.units
+        shapes = [((rows, bk * u) if op.k_major else (bk, rows * u))
+                  for op, rows in ((plan.a, bm), (plan.b, bn))]
         nbytes = sum(r * c for r, c in shapes) * 2 * mark.stages
         if nbytes > MAX_SHARED_BYTES:
             raise CodegenError(f"mark {mark.name!r}: {nbytes} bytes of shared memory "
@@ -244,40 +248,92 @@ class MmaEmitter(EpilogueMixin):
                     self.copy_chunk(buf, c, r0, k0, stage_v)
 
     def copy_chunk(self, buf: RingBuffer, c: IntV, r0: ir.Value, k0: ir.Value, stage: IntV) -> None:
-        """Chunk ``c`` (16 bytes) of ``buf``'s tile, rows from ``r0``, steps from ``k0``: one
-        ``cp.async.cg ... 16`` (zero-filled past the end) where the operand is 16-byte aligned
-        (the kernel's aligned tensors), else eight loads and one store. The extent along the
-        contiguous index is a multiple of 8, so a chunk lies wholly inside or wholly past the end."""
+        """Chunk ``c`` (16 bytes along the storage row) of ``buf``'s tile, rows from ``r0``,
+        steps from ``k0``. Where the operand is 16-byte aligned (the kernel's aligned tensors)
+        the plan's ``copy`` width says how: ``cp.async`` of 16, 8 or 4 bytes each, the bytes
+        past the end of the contiguous dimension zero-filled by a shorter source size; else
+        element loads (zero past the ends) and one 16-byte store."""
         b, plan = self.b, self.plan
         op = buf.operand
         per_row = buf.row_len // CHUNK
+        epc = CHUNK // self.units  # elements per chunk
         srow, sch = c // per_row, c % per_row
         if op.k_major:
-            row, k = b.add(r0, srow.wide().v), b.add(k0, (sch * CHUNK).wide().v)
+            row, k = b.add(r0, srow.wide().v), b.add(k0, (sch * epc).wide().v)
+            outer_ok = b.icmp_unsigned("<", row, ir.Constant(I64, self.sizes[op.row]))
+            inner, inner_ext, inner_stride = k, self.sizes[plan.k], op.stride(plan.k)
         else:
-            k, row = b.add(k0, srow.wide().v), b.add(r0, (sch * CHUNK).wide().v)
-        valid = b.and_(b.icmp_unsigned("<", row, ir.Constant(I64, self.sizes[op.row])),
-                       b.icmp_unsigned("<", k, ir.Constant(I64, self.sizes[plan.k])))
-        off = b.add(self.offsets[op.tensor],
-                    b.add(b.mul(row, ir.Constant(I64, op.stride(op.row))),
-                          b.mul(k, ir.Constant(I64, op.stride(plan.k)))))
-        off = b.select(valid, off, ir.Constant(I64, 0))
+            k, row = b.add(k0, srow.wide().v), b.add(r0, (sch * epc).wide().v)
+            outer_ok = b.icmp_unsigned("<", k, ir.Constant(I64, self.sizes[plan.k]))
+            inner, inner_ext, inner_stride = row, self.sizes[op.row], op.stride(op.row)
+
+        def offset(row: ir.Value, k: ir.Value) -> ir.Value:
+            return b.add(self.offsets[op.tensor], b.add(b.mul(row, ir.Constant(I64, op.stride(op.row))),
+                                                        self.k_offset(op, k)))
+
+        off = offset(row, k)
         dst = buf.slot(b, stage, srow, sch * CHUNK)
         base = self.w.pointer(op.tensor)
-        if op.tensor in getattr(self.w.owner, "aligned", ()):
-            copy = self.fn("llvm.nvvm.cp.async.cg.shared.global.16.s", ir.VoidType(),
-                           [ir.PointerType(addrspace=3), ir.PointerType(addrspace=1), I32])
-            src = b.gep(base, [off], inbounds=True, source_etype=half_type(plan.dtype))
-            b.call(copy, [dst, src, b.select(valid, ir.Constant(I32, 16), ir.Constant(I32, 0))])
+        esize = 2 * self.units
+        width = op.copy if op.tensor in getattr(self.w.owner, "aligned", ()) else 1
+        etype = I16 if self.units == 1 else I32
+        if width * esize >= 4:
+            cache = "cg" if width == epc else "ca"  # (.cg exists for 16 bytes only)
+            copy = self.fn(f"llvm.nvvm.cp.async.{cache}.shared.global.{esize * width}.s",
+                           ir.VoidType(), [ir.PointerType(addrspace=3), ir.PointerType(addrspace=1), I32])
+            for p in range(epc // width):
+                start = b.add(inner, ir.Constant(I64, p * width))
+                valid = b.and_(outer_ok, b.icmp_unsigned("<", start, ir.Constant(I64, inner_ext)))
+                if inner_ext % width:  # the last piece of a row is partly past the end
+                    left = b.trunc(b.sub(ir.Constant(I64, inner_ext), start), I32)
+                    n = b.select(b.icmp_unsigned("<", left, ir.Constant(I32, width)), left,
+                                 ir.Constant(I32, width))
+                    nbytes = b.select(valid, b.mul(n, ir.Constant(I32, esize)), ir.Constant(I32, 0))
+                else:
+                    nbytes = b.select(valid, ir.Constant(I32, esize * width), ir.Constant(I32, 0))
+                if op.k_scattered and op.k_major:  # (width 1) step by step
+                    piece_off = offset(row, start)
+                else:  # (a float32 operand with no contiguous dimension: width 1, strided)
+                    piece_off = b.add(off, ir.Constant(I64, p * width * inner_stride))
+                src_off = b.select(valid, piece_off, ir.Constant(I64, 0))
+                src = b.gep(base, [src_off], inbounds=True, source_etype=etype)
+                piece = dst if p == 0 else b.gep(dst, [ir.Constant(I32, p * width * self.units)],
+                                                 inbounds=True, source_etype=I16)
+                b.call(copy, [piece, src, nbytes])
             return
-        vec = ir.Constant(ir.VectorType(I16, CHUNK), None)
-        for e in range(CHUNK):
-            src = b.gep(base, [b.add(off, ir.Constant(I64, e))], inbounds=True, source_etype=I16)
-            val = b.select(valid, b.load(src, typ=I16), ir.Constant(I16, 0))
+        vec = ir.Constant(ir.VectorType(etype, epc), None)
+        for e in range(epc):
+            nxt = b.add(inner, ir.Constant(I64, e))
+            valid = b.and_(outer_ok, b.icmp_unsigned("<", nxt, ir.Constant(I64, inner_ext)))
+            if op.k_scattered and op.k_major:  # step by step
+                at = offset(row, nxt)
+            else:
+                at = b.add(off, ir.Constant(I64, e * inner_stride))
+            at = b.select(valid, at, ir.Constant(I64, 0))
+            src = b.gep(base, [at], inbounds=True, source_etype=etype)
+            val = b.select(valid, b.load(src, typ=etype), ir.Constant(etype, 0))
             vec = b.insert_element(vec, val, ir.Constant(I32, e))
-        b.store(vec, dst, align=16)
+        b.store(vec, b.bitcast(dst, vec.type.as_pointer(3)), align=16)
+
+    def k_offset(self, op: Operand, k: ir.Value) -> ir.Value:
+        """Elements from the start of ``op`` to reduction step ``k`` (index by index where
+        the reduction indices are not one flattened dimension of it)."""
+        b, plan = self.b, self.plan
+        if not op.k_scattered:
+            return b.mul(k, ir.Constant(I64, op.stride(plan.k)))
+        total: ir.Value = ir.Constant(I64, 0)
+        members = plan.members(plan.k)
+        for j, name in enumerate(reversed(members)):
+            ext = ir.Constant(I64, plan.index_extent(name))
+            index = k if j == len(members) - 1 else b.urem(k, ext)
+            k = b.udiv(k, ext)
+            total = b.add(total, b.mul(index, ir.Constant(I64, op.stride(name))))
+        return total
 
     def compute(self, stage: IntV) -> None:
+        if self.units == 2:  # float32 operands: TF32 fragments
+            tf32_compute(self, stage)
+            return
         b, mark, plan = self.b, self.mark, self.plan
         bm, bn, bk = mark.tile
         wm_rows, wn_cols = bm // mark.warps[0], bn // mark.warps[1]

@@ -14,7 +14,7 @@ from llvmlite import ir
 from .mma_ir import F32, I32, I64, if_then, round_to, store_type
 from .mma_layout import c_element
 
-__all__ = ["CellContext", "EpilogueMixin", "clamp"]
+__all__ = ["CellContext", "EpilogueMixin", "clamp", "unflatten"]
 
 
 class EpilogueMixin:
@@ -31,7 +31,7 @@ class EpilogueMixin:
         size = out.dtype.bits // 8
         chunk = 16 // size
         pitch = bn + chunk  # one chunk of padding: the 8 rows a fragment store covers hit 8 slots
-        strides = [plan.out_stride(i) for i in plan.lhs if i != plan.n]
+        strides = [plan.out_stride(i) for i in plan.lhs if i not in plan.members(plan.n)]
         if (plan.out_stride(plan.n) != 1 or self.sizes[plan.n] % chunk or any(s % chunk for s in strides)
                 or plan.out not in getattr(self.w.owner, "aligned", ())
                 or bm * pitch * size > self.ring_bytes):
@@ -118,8 +118,8 @@ class EpilogueMixin:
             self.cell = self.w.entry.alloca(store_type(out.dtype), name="mma.cell")
         b.store(value, self.cell)
         # indices past the ends (a tile's rest, never stored) read the last element instead
-        values = {plan.m: clamp(b, m, self.sizes[plan.m]), plan.n: clamp(b, n, self.sizes[plan.n]),
-                  **self.batch_index}
+        values = {**unflatten(b, plan, plan.m, clamp(b, m, self.sizes[plan.m])),
+                  **unflatten(b, plan, plan.n, clamp(b, n, self.sizes[plan.n])), **self.batch_index}
         ctx = CellContext(self.w, plan.out, self.cell)
         for j in plan.epilogue:
             st = self.w.fn.statements[j]
@@ -136,7 +136,9 @@ class EpilogueMixin:
         base = self.w.pointer(plan.out)
         sm, sn = plan.out_stride(plan.m), plan.out_stride(plan.n)
         big_m, big_n = self.sizes[plan.m], self.sizes[plan.n]
-        pairs = sn == 1 and big_n % 2 == 0 and plan.out in getattr(self.w.owner, "aligned", ())
+        pairs = (sn == 1 and big_n % 2 == 0 and plan.out in getattr(self.w.owner, "aligned", ())
+                 and all(plan.out_stride(i) % 2 == 0 for i in plan.lhs
+                         if i not in plan.members(plan.n)))
         for slots, row, col in self.fragment_pairs():
             m = b.add(m0, row.wide().v)
             n = b.add(n0, col.wide().v)
@@ -171,6 +173,16 @@ class EpilogueMixin:
                 store()
             else:
                 if_then(b, cond, store, "mma.row")
+
+
+def unflatten(b: ir.IRBuilder, plan, dim: str, flat: ir.Value) -> dict[str, ir.Value]:
+    """The index of each member of ``dim``'s group (`ContractionPlan.members`) at ``flat``."""
+    out: dict[str, ir.Value] = {}
+    for name in reversed(plan.members(dim)):
+        ext = ir.Constant(I64, plan.index_extent(name))
+        out[name] = flat if name == plan.members(dim)[0] else b.urem(flat, ext)
+        flat = b.udiv(flat, ext)
+    return out
 
 
 def clamp(b: ir.IRBuilder, v: ir.Value, extent: int) -> ir.Value:

@@ -11,6 +11,11 @@ Conventions: ``g = lane // 4`` (the group), ``t = lane % 4`` (the thread in the 
 * A fragment (16×16, row-major): register ``i`` (0..3) holds the pair ``e`` (0, 1) at row
   ``g + 8*(i % 2)``, column ``k = 2t + e + 8*(i // 2)``.
 * B fragment (16×8, column-major): register ``i`` (0, 1) holds ``k = 2t + e + 8*i``, column ``g``.
+* TF32 (``m16n8k8.row.col.tf32``, one 32-bit element per register): A (16×8) register ``i``
+  holds row ``g + 8*(i % 2)``, k ``t + 4*(i // 2)``; B (8×8) register ``i`` holds k ``t + 4*i``,
+  column ``g``. Stored k-major, a 32-bit element is two 16-bit units, so ``ldmatrix`` (non-
+  ``.trans``) at the same lane addresses as the A and B fragments of 16-bit types loads exactly
+  these registers; stored row-major, each lane reads its four (two) elements one by one.
 * C/D fragment (16×8, f32): register ``i`` (0..3) holds row ``g + 8*(i // 2)``, column
   ``2t + i % 2``.
 * ``ldmatrix .x4``: lane ``l`` gives the address of row ``l % 8`` of matrix ``l // 8`` (16
@@ -33,8 +38,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MMA_K", "MMA_M", "MMA_N", "a_element", "b_element", "c_element", "lane_row_address",
-           "ldmatrix_element", "simulate_warp_tile", "swizzle", "swizzled_offset"]
+__all__ = ["MMA_K", "MMA_M", "MMA_N", "a_element", "a_element_tf32", "b_element", "b_element_tf32",
+           "c_element", "lane_row_address", "ldmatrix_element", "simulate_warp_tile",
+           "simulate_warp_tile_tf32", "swizzle", "swizzled_offset"]
 
 MMA_M, MMA_N, MMA_K = 16, 8, 16
 CHUNK = 8  # halves per 16-byte chunk (one ldmatrix row, one cp.async)
@@ -48,6 +54,16 @@ def a_element(lane: Any, reg: int, e: int) -> tuple[Any, Any]:
 def b_element(lane: Any, reg: int, e: int) -> tuple[Any, Any]:
     """(k, column) of the B element lane ``lane`` holds in register ``reg``, half ``e``."""
     return (lane % 4) * 2 + e + 8 * reg, lane // 4
+
+
+def a_element_tf32(lane: Any, reg: int) -> tuple[Any, Any]:
+    """(row, k) of the TF32 A element lane ``lane`` holds in register ``reg``."""
+    return lane // 4 + 8 * (reg % 2), lane % 4 + 4 * (reg // 2)
+
+
+def b_element_tf32(lane: Any, reg: int) -> tuple[Any, Any]:
+    """(k, column) of the TF32 B element lane ``lane`` holds in register ``reg``."""
+    return lane % 4 + 4 * reg, lane // 4
 
 
 def c_element(lane: Any, reg: int) -> tuple[Any, Any]:
@@ -139,6 +155,60 @@ def simulate_warp_tile(a: np.ndarray, b: np.ndarray, a_k_major: bool, b_k_major:
                     full_a[a_element(lane, i, e)] = a_regs[lane, i, e]
                 for i in range(2):
                     full_b[b_element(lane, i, e)] = b_regs[lane, 2 * nt + i, e]
+        acc = full_a @ full_b
+        for lane in range(32):
+            for i in range(4):
+                r, c = c_element(lane, i)
+                d[r, 8 * nt + c] = acc[r, c]
+    return d
+
+
+def simulate_warp_tile_tf32(a: np.ndarray, b: np.ndarray, a_k_major: bool, b_k_major: bool,
+                            swap: tuple[int, int] | None = None) -> np.ndarray:
+    """One warp's ``D = A @ B`` for a 16×8 float32 ``a`` and an 8×16 ``b`` (two n-tiles) the
+    way the TF32 kernel computes it: the tiles stored swizzled as 16-bit units, k-major
+    fragments loaded by ``ldmatrix`` from the 16-bit types' lane addresses and put together
+    from their unit pairs, row-major ones read element by element, one ``m16n8k8`` per n-tile
+    by the TF32 fragment layouts (products exact here: no TF32 rounding is modelled). ``swap``
+    exchanges two A registers (a planted bug for the tests)."""
+    def units(store: np.ndarray) -> np.ndarray:  # [rows][cols] float32 -> [rows][2 cols] u16
+        return np.ascontiguousarray(store.astype(np.float32)).view(np.uint16)
+
+    def element(flat: np.ndarray, row_len: int, row: int, col: int) -> np.float32:
+        lo = flat[swizzled_offset(row, 2 * col, row_len)]
+        hi = flat[swizzled_offset(row, 2 * col + 1, row_len)]
+        return np.array([lo, hi], np.uint16).view(np.float32)[0]
+
+    def regs_of(pairs: np.ndarray) -> np.ndarray:  # [lane, j, 2] u16 -> [lane, j] float32
+        return np.ascontiguousarray(pairs.astype(np.uint16)).view(np.float32)[..., 0]
+
+    a_store = units(a if a_k_major else a.T)      # [m][2k] or [k][2m]
+    b_store = units(b.T if b_k_major else b)      # [n][2k] or [k][2n]
+    a_len, b_len = a_store.shape[1], b_store.shape[1]
+    a_flat, b_flat = _store(a_store, True, a_len), _store(b_store, True, b_len)
+    if a_k_major:
+        a_regs = regs_of(_ldmatrix(a_flat, a_len, [lane_row_address(lane, "a", True)
+                                                   for lane in range(32)], trans=False))
+    else:
+        a_regs = np.array([[element(a_flat, a_len, *reversed(a_element_tf32(lane, i)))
+                            for i in range(4)] for lane in range(32)])
+    if b_k_major:
+        b_regs = regs_of(_ldmatrix(b_flat, b_len, [lane_row_address(lane, "b", True)
+                                                   for lane in range(32)], trans=False))
+    else:
+        b_regs = np.array([[element(b_flat, b_len, b_element_tf32(lane, i % 2)[0],
+                                    8 * (i // 2) + b_element_tf32(lane, i % 2)[1])
+                            for i in range(4)] for lane in range(32)])
+    if swap is not None:
+        a_regs[:, [swap[0], swap[1]]] = a_regs[:, [swap[1], swap[0]]]
+    d = np.zeros((16, 16), np.float64)
+    for nt in range(2):
+        full_a, full_b = np.zeros((16, 8)), np.zeros((8, 8))
+        for lane in range(32):
+            for i in range(4):
+                full_a[a_element_tf32(lane, i)] = a_regs[lane, i]
+            for i in range(2):
+                full_b[b_element_tf32(lane, i)] = b_regs[lane, 2 * nt + i]
         acc = full_a @ full_b
         for lane in range(32):
             for i in range(4):

@@ -3,18 +3,28 @@
 `contraction_plan(fn, sizes)` reads a checked function and returns a `ContractionPlan` or the
 reason it is not one. A contraction here is
 
-* one statement ``T(lhs) +=! X(...) * Y(...)`` with one reduction index ``k``, half-precision
-  (float16 or bfloat16) operands of one type, each read at distinct plain indices, and a float32
-  ``T`` — optionally followed by the one rounding statement ``C(lhs) = T(lhs)`` that
-  `lang/half_accumulate.py` adds for a half output (``T`` then never leaves the chip);
+* one statement ``T(lhs) +=! X(...) * Y(...)``, its reduction indices walked as one dimension
+  ``k`` (in the order in which they are one flattened dimension of an operand, as in
+  ``A(m, k0, k1) * B(k0, k1, n)``: each index's stride the next one's times its extent; an
+  operand they are not one dimension of — ``B(k1, k0, n)`` — is addressed index by index,
+  ``Operand.k_scattered``), half-precision (float16 or bfloat16) operands of one type,
+  each read at distinct plain indices, and a float32 ``T`` — optionally followed by the one
+  rounding statement ``C(lhs) = T(lhs)`` that `lang/half_accumulate.py` adds for a half output
+  (``T`` then never leaves the chip);
 * then any number of pointwise statements ``C(lhs) = f(C(lhs), B(...), ...)`` on the output
   (a bias, an activation, a scale: reads of other tensors at lhs indices only), applied to
   each element in registers before it is stored (the *epilogue*);
-* every lhs index that only ``X`` reads is a candidate row index ``m``, every one only ``Y``
-  reads a candidate column index ``n`` (the last candidate of each in lhs order; the others,
-  and indices both read or neither reads, are *batch* indices walked outside the tile);
-* each operand is contiguous along ``k`` or along its own row index (``k_major`` or not), its
-  other strides and that extent multiples of 8 elements (16-byte copies).
+* every lhs index that only ``X`` reads is a candidate row index, every one only ``Y`` reads a
+  candidate column index; the last candidate of each in lhs order is ``m`` (``n``), joined by
+  the candidates before it as long as they form one flattened dimension of the operand and of
+  the output (``XW(m, n0, n1, d) +=! X(m, n0, n1, r) * W(d, r)``: ``m, n0, n1`` is one row
+  dimension). The other lhs indices (both operands read them, or neither, or a candidate that
+  is not contiguous with its group) are *batch* indices walked outside the tile;
+* any sizes and strides: each operand is stored in shared memory contiguous along ``k`` where
+  it is in global memory (``k_major``), else along its row dimension; the copies from global
+  memory are 16, 8 or 4 bytes wide (``Operand.copy``: the widest that every stride outside the
+  contiguous dimension keeps aligned), or element loads (odd strides, or no contiguous
+  dimension); copies that reach past the end of a dimension are zero-filled.
 
 Any layout and batch form qualifies: ``A(m,k)·B(k,n)``, ``A(m,k)·B(n,k)``, ``A(k,m)·...``,
 ``Z(b,n,m) +=! X(b,n,k) * Y(b,m,k)``. Sizes must be fixed (the strides are constants).
@@ -23,6 +33,7 @@ The plan is pure data; `passes/map_mma.py` maps it and `codegen/gpu_mma.py` emit
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Mapping
@@ -42,8 +53,13 @@ CHUNK = 8  # halves per 16-byte copy
 class Operand:
     tensor: str
     row: str                      # m for the A operand, n for the B operand
-    k_major: bool                 # contiguous along k (else along ``row``)
+    k_major: bool                 # stored k-contiguous in shared memory (else ``row``-contiguous)
     strides: tuple[tuple[str, int], ...]  # (index, elements) for every index it reads
+    copy: int = CHUNK             # elements per copy of a 16-byte aligned tensor: 16, 8 or 4
+    #                               bytes (cp.async), else (2-byte halves: odd strides, or no
+    #                               contiguous index) element loads
+    k_scattered: bool = False     # the reduction indices are not one flattened dimension of
+    #                               this operand: its address of step k goes index by index
 
     def stride(self, index: str) -> int:
         return dict(self.strides).get(index, 0)
@@ -58,7 +74,7 @@ class ContractionPlan:
     dtype: DType                  # the operands' type
     a: Operand
     b: Operand
-    m: str
+    m: str                        # the innermost index of each group (`members`)
     n: str
     k: str
     extents: tuple[tuple[str, int], ...]  # every index of the statement
@@ -66,9 +82,19 @@ class ContractionPlan:
     out_strides: tuple[tuple[str, int], ...]
     lhs: tuple[str, ...]
     epilogue: tuple[int, ...] = ()  # pointwise statements on the output, fused into the store
+    groups: tuple[tuple[str, tuple[str, ...]], ...] = ()  # m, n, k -> its indices, outermost
+    #                               first, when several form one flattened dimension
+
+    def members(self, index: str) -> tuple[str, ...]:
+        """The indices that ``index`` (``m``, ``n``, ``k`` or a batch index) stands for."""
+        return dict(self.groups).get(index, (index,))
+
+    def index_extent(self, index: str) -> int:
+        return dict(self.extents)[index]
 
     def extent(self, index: str) -> int:
-        return dict(self.extents)[index]
+        """The extent of ``index``'s dimension: the product of its group's."""
+        return math.prod(self.index_extent(i) for i in self.members(index))
 
     @property
     def batch_count(self) -> int:
@@ -97,17 +123,48 @@ def _strides(fn: ir.Function, read: ir.Read, sizes: Mapping[str, int]) -> dict[s
     return out
 
 
-def contraction_plan(fn: ir.Function, sizes: Mapping[str, int] | None
+def _flattens(group: list[str], strides: Mapping[str, int], extents: Mapping[str, int]) -> bool:
+    """``group`` (outermost first) is one dimension of a tensor with ``strides``: each index's
+    stride is the next one's times that one's extent."""
+    return all(strides[o] == strides[i] * extents[i] for o, i in itertools.pairwise(group))
+
+
+def _row_group(last: str, candidates: list[str], strides: tuple[Mapping[str, int], ...],
+               extents: Mapping[str, int]) -> list[str]:
+    """The longest run of ``candidates`` ending at ``last`` that is one flattened dimension of
+    every tensor in ``strides`` (the others stay batch indices, walked outside the tile)."""
+    group = [last]
+    for cand in reversed(candidates[:candidates.index(last)]):
+        trial = [cand, *group]
+        if not all(_flattens(trial, s, extents) for s in strides):
+            break
+        group = trial
+    return group
+
+
+def _copy_width(strides: Mapping[str, int], inner: list[str], chunk: int) -> int:
+    """Elements per copy: the widest of ``chunk`` (16 bytes), its half, ... that divides every
+    stride outside the contiguous group ``inner`` (so every copy is aligned as wide as
+    itself), else 1."""
+    if strides[inner[-1]] != 1:
+        return 1
+    rest = [s for i, s in strides.items() if i not in inner]
+    widths = [chunk >> j for j in range(chunk.bit_length())]
+    return next(w for w in widths if all(s % w == 0 for s in rest))
+
+
+def contraction_plan(fn: ir.Function, sizes: Mapping[str, int] | None, tf32: bool = False
                      ) -> ContractionPlan | str:
-    """The plan of ``fn`` at ``sizes``, or why tensor cores do not apply (a sentence)."""
+    """The plan of ``fn`` at ``sizes``, or why tensor cores do not apply (a sentence).
+    ``tf32``: float32 operands qualify too (their products in TF32: on request only)."""
     if sizes is None or any(s not in sizes for s in fn.sizes):
         return "tensor cores need fixed sizes (not a parametric kernel)"
     sts = fn.statements
     if not sts:
         return "not a single contraction statement"
     st = sts[0]
-    if st.reduction is not ir.Reduction.ADD or not st.init or len(st.reduction_indices) != 1:
-        return "statement 0 is not a `+=!` reduction over one index"
+    if st.reduction is not ir.Reduction.ADD or not st.init or not st.reduction_indices:
+        return "statement 0 is not a `+=!` reduction"
     if fn.tensor(st.tensor).dtype is not DType.FLOAT32:
         return "the accumulator is not float32"
     rhs = st.rhs
@@ -119,8 +176,10 @@ def contraction_plan(fn: ir.Function, sizes: Mapping[str, int] | None
     if x is None or y is None:
         return "the right-hand side is not a product of two reads"
     dtypes = {fn.tensor(x.tensor).dtype, fn.tensor(y.tensor).dtype}
-    if len(dtypes) != 1 or next(iter(dtypes)) not in _HALF:
-        return "operands are not both float16 or both bfloat16"
+    allowed = (*_HALF, DType.FLOAT32) if tf32 else _HALF
+    if len(dtypes) != 1 or next(iter(dtypes)) not in allowed:
+        return ("operands are not both float16 or both bfloat16"
+                + (" or both float32" if tf32 else " (float32: precision='tf32' on request)"))
     cast = None
     out = st.tensor
     rest = list(range(1, len(sts)))
@@ -138,13 +197,19 @@ def contraction_plan(fn: ir.Function, sizes: Mapping[str, int] | None
         if r.lo.evaluate(sizes) != 0:
             return f"index {r.name} does not start at 0"
         extents[r.name] = r.hi.evaluate(sizes)
-    k = st.reduction_indices[0]
     xs, ys = _strides(fn, x, sizes), _strides(fn, y, sizes)
     outs = _strides(fn, ir.Read(out, tuple(ir.Index(i) for i in st.lhs), DType.FLOAT32), sizes)
     if xs is None or ys is None or outs is None:
         return "an operand is not read at distinct plain indices"
-    if k not in xs or k not in ys:
-        return "an operand does not read the reduction index"
+    for r in st.reduction_indices:
+        if r not in xs or r not in ys:
+            return f"an operand does not read the reduction index {r}"
+    # the reduction indices as one dimension, outermost first: in the order of an operand
+    # they are one flattened dimension of (x's, else y's, else x's order)
+    orders = [sorted(st.reduction_indices, key=lambda i, s=s: -s[i]) for s in (xs, ys)]
+    ks = next((o for o, s in zip(orders, (xs, ys), strict=True) if _flattens(o, s, extents)),
+              orders[0])
+    k = ks[-1]
     ms = [i for i in st.lhs if i in xs and i not in ys]
     ns = [i for i in st.lhs if i in ys and i not in xs]
     if not ms or not ns:
@@ -152,23 +217,27 @@ def contraction_plan(fn: ir.Function, sizes: Mapping[str, int] | None
     if ns[-1] != st.lhs[-1] and ms[-1] == st.lhs[-1]:  # the output's contiguous index on n
         x, y, xs, ys, ms, ns = y, x, ys, xs, ns, ms
     m, n = ms[-1], ns[-1]
-    batch = tuple(i for i in st.lhs if i not in (m, n))
+    mg = _row_group(m, ms, (xs, outs), extents)
+    ng = _row_group(n, ns, (ys, outs), extents)
+    batch = tuple(i for i in st.lhs if i not in mg and i not in ng)
     operands = []
-    for read, strides, row in ((x, xs, m), (y, ys, n)):
-        if strides.get(k) == 1:
+    for read, strides, row in ((x, xs, mg), (y, ys, ng)):
+        scattered = not _flattens(ks, strides, extents)
+        if strides[k] == 1:
             k_major = True
-        elif strides.get(row) == 1:
+        elif strides[row[-1]] == 1:
             k_major = False
-        else:
-            return f"operand {read.tensor} is contiguous along neither {k} nor {row}"
-        inner = k if k_major else row
-        if extents[inner] % CHUNK or any(s % CHUNK for i, s in strides.items() if i != inner):
-            return (f"operand {read.tensor}: 16-byte copies need its rows to be multiples of "
-                    f"{CHUNK} elements")
-        operands.append(Operand(read.tensor, row, k_major, tuple(strides.items())))
+        else:  # no contiguous dimension: element loads along the one of smaller stride
+            k_major = strides[k] <= strides[row[-1]]
+        width = _copy_width(strides, ks if k_major else row, 128 // fn.tensor(read.tensor).dtype.bits)
+        if scattered and k_major:  # consecutive steps are not consecutive in memory
+            width = 1
+        operands.append(Operand(read.tensor, row[-1], k_major, tuple(strides.items()), width,
+                                scattered))
+    groups = tuple((g[-1], tuple(g)) for g in (mg, ng, ks) if len(g) > 1)
     return ContractionPlan(0, cast, st.tensor, out, next(iter(dtypes)), operands[0],
                            operands[1], m, n, k, tuple(extents.items()), batch,
-                           tuple(outs.items()), st.lhs, tuple(rest))
+                           tuple(outs.items()), st.lhs, tuple(rest), groups)
 
 
 def _is_rounding(fn: ir.Function, c: ir.Statement, st: ir.Statement) -> bool:
@@ -202,7 +271,7 @@ def _epilogue_problem(fn: ir.Function, c: ir.Statement, out: str, acc: str | Non
 # ---------------------------------------------------------------- the mark
 
 _MARK = re.compile(r"^mma S(\d+) tile=(\d+),(\d+),(\d+) warps=(\d+),(\d+) stages=(\d+) "
-                   r"grid=(\d+),(\d+),(\d+)( wgmma)?$")
+                   r"grid=(\d+),(\d+),(\d+)( wgmma)?( tf32)?$")
 
 
 @dataclass(frozen=True)
@@ -213,12 +282,14 @@ class MmaMark:
     stages: int
     grid: tuple[int, int, int]
     wgmma: bool = False  # warpgroup instructions (sm_90a), else mma.sync
+    tf32: bool = False   # float32 operands allowed (their products in TF32)
 
     @property
     def name(self) -> str:
         t, w, g = self.tile, self.warps, self.grid
         return (f"mma S{self.statement} tile={t[0]},{t[1]},{t[2]} warps={w[0]},{w[1]} "
-                f"stages={self.stages} grid={g[0]},{g[1]},{g[2]}" + (" wgmma" if self.wgmma else ""))
+                f"stages={self.stages} grid={g[0]},{g[1]},{g[2]}" + (" wgmma" if self.wgmma else "")
+                + (" tf32" if self.tf32 else ""))
 
     @property
     def threads(self) -> int:
@@ -231,7 +302,7 @@ def parse_mma_mark(name: str) -> MmaMark | None:
         return None
     v = [int(x) for x in m.groups()[:10]]
     return MmaMark(v[0], (v[1], v[2], v[3]), (v[4], v[5]), v[6], (v[7], v[8], v[9]),
-                   m.group(11) is not None)
+                   m.group(11) is not None, m.group(12) is not None)
 
 
 
@@ -241,6 +312,8 @@ WGMMA_ROW_HALVES = 64  # BK of wgmma: one 128-byte swizzled row per operand row
 def wgmma_problem(plan: ContractionPlan | None, tile: tuple[int, int, int], warps: tuple[int, int]) -> str | None:
     """Why this plan and tile cannot use wgmma (None: they can)."""
     bm, bn, bk = tile
+    if plan is not None and plan.dtype is DType.FLOAT32:
+        return "TF32 runs on mma.sync here (wgmma: half precision only)"
     if bk != WGMMA_ROW_HALVES:
         return f"wgmma needs BK = {WGMMA_ROW_HALVES}"
     if bm % 64 or warps != (bm // 16, 1):
