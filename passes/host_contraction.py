@@ -6,10 +6,11 @@ are exactly one host contraction ``S<k>`` (and its
 ``+=`` product of two plain reads), the tree becomes::
 
     band   [b1, ..., floor(m / MC)]                 batch indices, then row blocks of MC
-      mark "host-gemm S<k> tile=MC,NC,KC register=MR,NR vector=VW"
+      mark "host-gemm S<k> tile=MC,NC,KC register=MR,NR vector=VW init"
         band ... the band `schedule` made (m, n, k), with its statements
 
-The outer band is what `mark-parallel` then splits across threads (the first member with more
+(``init`` when ``S<k>_init`` is in the band; an initialisation scheduled apart, as
+``fusion=min`` does, runs before and the kernel adds to it.) The outer band is what `mark-parallel` then splits across threads (the first member with more
 than one value: the batch, else the row blocks, split into equal chunks). Below the mark,
 `codegen/host_gemm.py` emits one row block's work: for each ``KC`` slice of the reduction the
 block's rows of the ``a`` operand are packed into ``MR``-row panels, for each ``NC`` slice of
@@ -75,10 +76,9 @@ class HostContractionPass(Pass):
             if isinstance(plan, str):
                 reasons.append(f"statement {k}: {plan}")
                 continue
-            if plan.init != (f"S{k}_init" in _names(node)):
-                reasons.append(f"statement {k}: its initialisation is scheduled apart")
-                continue
-            mark = self._mark(k, plan.dtype.bits // 8, plan.extent(plan.m))
+            # an initialisation scheduled apart (fusion=min) runs before: the kernel adds
+            init = f"S{k}_init" in _names(node)
+            mark = self._mark(k, plan.dtype.bits // 8, plan.extent(plan.m), init)
             schedule = _rewrite(node, plan, mark).get_schedule()
             done += 1
         if not done:
@@ -86,7 +86,7 @@ class HostContractionPass(Pass):
                                 + (f" ({'; '.join(reasons)})" if reasons else ""))
         return dataclasses.replace(state, schedule=schedule)
 
-    def _mark(self, k: int, elt: int, m_extent: int) -> HostGemmMark:
+    def _mark(self, k: int, elt: int, m_extent: int, init: bool) -> HostGemmMark:
         from ..host_defaults import host_vector_bytes
 
         vw = self.vector or max(1, host_vector_bytes() // elt)
@@ -95,7 +95,7 @@ class HostContractionPass(Pass):
             for given, default in ((self.tile, DEFAULT_TILE), (self.register, DEFAULT_REGISTER)))
         nr = -(-nr // vw) * vw
         mc = -(-min(mc, max(m_extent, 1)) // mr) * mr  # whole panels, no larger than the rows
-        return HostGemmMark(k, (mc, nc, kc), (mr, nr), vw)
+        return HostGemmMark(k, (mc, nc, kc), (mr, nr), vw, init)
 
 
 def _names(node: isl.ScheduleNode) -> set[str]:

@@ -15,7 +15,8 @@ micro-kernel has no edge case: ``MR x NR/VW`` accumulators of type ``<VW x float
 registers by SROA), per k one vector load of ``b`` per ``VW`` columns, one broadcast of ``a``
 per row and ``llvm.fma`` into each accumulator. The tile is added to the output (contiguous
 along ``n``, its last index) with vector loads and stores when it is whole, element by element
-at the edges; with ``+=!`` the first slice stores instead of adding. The packed buffers come from
+at the edges; with the initialisation under the mark (``init``) the first slice stores
+instead of adding. The packed buffers come from
 ``aligned_alloc`` (a failed allocation traps) and are freed at the end of the block.
 
 The row block and batch entry are read from the AST below the mark: the first statement
@@ -95,7 +96,7 @@ class _Emitter:
         p, b = self.plan, self.b
         mc, nc, kc = self.mark.tile
         mr, nr = self.mark.register
-        m_ext, n_ext, k_ext = p.extent(p.m), p.extent(p.n), p.extent(p.k)
+        m_ext, n_ext, k_ext = p.extent(p.m), p.size(p.n), p.size(p.k)
         kcp = -(-kc // UNROLL) * UNROLL
         self.a_base, self.b_base, self.c_base = (
             self.batch_base(self.w.pointer(t), which, point)
@@ -120,8 +121,9 @@ class _Emitter:
         def k_slice(k0: ir.Value) -> None:
             kk = self.min(_c(kc), b.sub(_c(k_ext), k0))
             kk_pad = b.mul(b.sdiv(b.add(kk, _c(UNROLL - 1)), _c(UNROLL)), _c(UNROLL))
-            self.pack("a", m0, m_end, k0, kk, kk_pad, mr, p.m)
-            first = b.icmp_signed("==", k0, _c(0)) if p.init else ir.Constant(ir.IntType(1), 0)
+            self.pack("a", m0, m_end, k0, kk, kk_pad, mr, (p.m,))
+            first = (b.icmp_signed("==", k0, _c(0)) if self.mark.init
+                     else ir.Constant(ir.IntType(1), 0))
 
             def n_slice(n0: ir.Value) -> None:
                 n_end = self.min(b.add(n0, _c(nc)), _c(n_ext))
@@ -155,24 +157,62 @@ class _Emitter:
         b.position_at_end(ok)
 
     def batch_base(self, ptr: ir.Value, which: str, point: dict[str, ir.Value]) -> ir.Value:
-        off: ir.Value = _c(0)
+        off: ir.Value = _c({"a": self.plan.a_offset, "b": self.plan.b_offset}.get(which, 0))
         for i in self.plan.batch:
             s = self.plan.stride(which, i)
             if s:
                 off = self.b.add(off, self.scaled(point[i], s))
         return self.elem(ptr, off)
 
+    def table(self, name: str, values: list[int]):
+        """A function from an i64 position to ``values[position]``: a constant global."""
+        b = self.b
+        name = f"{self.w.llfn.name}.{name}"
+        table = self.module.globals.get(name)
+        if table is None:
+            ty = ir.ArrayType(I64, len(values))
+            table = ir.GlobalVariable(self.module, ty, name)
+            table.global_constant = True
+            table.linkage = "internal"
+            table.initializer = ir.Constant(ty, values)
+        return lambda v: b.load(b.gep(table, [_c(0), v], inbounds=True), typ=I64)
+
+    def offsets(self, which: str, group: tuple[str, ...]):
+        """A function from a flat position of ``group`` (i64) to its offset in operand
+        ``which``: a multiply for one index, a load from a constant table for several."""
+        p = self.plan
+        if len(group) == 1:
+            s = p.stride(which, group[0])
+            return lambda v: self.scaled(v, s)
+        return self.table(f"{which}.{'_'.join(group)}", p.offsets(which, group))
+
+    def runs(self, which: str, group: tuple[str, ...]):
+        """For a flattened ``group`` (else None): a function from a flat position to how many
+        positions from it on lie at consecutive offsets of operand ``which`` (a convolution's
+        ``(h, w)`` rows: up to the end of the row)."""
+        if len(group) == 1:
+            return None
+        offs = self.plan.offsets(which, group)
+        out = [1] * len(offs)
+        for i in range(len(offs) - 2, -1, -1):
+            if offs[i + 1] == offs[i] + 1:
+                out[i] = out[i + 1] + 1
+        return self.table(f"{which}.{'_'.join(group)}.runs", out)
+
     def pack(self, which: str, r0: ir.Value, r_end: ir.Value, k0: ir.Value, kk: ir.Value,
-             kk_pad: ir.Value, width: int, row: str) -> None:
-        """Pack rows ``[r0, r_end)`` x reduction ``[k0, k0 + kk)`` of operand ``which`` into
-        panels of ``width`` rows: element (row r0 + width*q + j, k0 + k) at
-        ``(q * KCP + k) * width + j``; rows past ``r_end`` and k past ``kk`` (to ``kk_pad``)
-        are 0. The innermost loop walks ``j``: the stores are contiguous, and so are the loads
-        where the operand is contiguous along its rows (else LLVM gathers them)."""
+             kk_pad: ir.Value, width: int, rows_of: tuple[str, ...]) -> None:
+        """Pack rows ``[r0, r_end)`` (flat positions of ``rows_of``) x reduction ``[k0, k0 +
+        kk)`` of operand ``which`` into panels of ``width`` rows: element (row r0 + width*q + j,
+        k0 + k) at ``(q * KCP + k) * width + j``; rows past ``r_end`` and k past ``kk`` (to
+        ``kk_pad``) are 0. The innermost loop walks ``j``: the stores are contiguous, and so
+        are the loads where the operand is contiguous along its rows (else LLVM gathers them).
+        Flattened rows are copied in runs of consecutive offsets (`runs`), each a contiguous
+        copy per k, instead of element by element through the offset table."""
         b, p = self.b, self.plan
         src = self.a_base if which == "a" else self.b_base
         dst = self.a_pack if which == "a" else self.b_pack
-        s_row, s_k = p.stride(which, row), p.stride(which, p.k)
+        row_off, k_off = self.offsets(which, rows_of), self.offsets(which, p.k)
+        runs = self.runs(which, rows_of)
         panels = b.sdiv(b.add(b.sub(r_end, r0), _c(width - 1)), _c(width))
         zero = ir.Constant(self.elt, 0.0)
 
@@ -182,23 +222,56 @@ class _Emitter:
         def panel(q: ir.Value) -> None:
             first = b.add(r0, b.mul(q, _c(width)))
             rows = self.min(_c(width), b.sub(r_end, first))
-            src_q = self.elem(src, b.add(self.scaled(first, s_row), self.scaled(k0, s_k)))
 
-            def copy(k: ir.Value, j: ir.Value) -> None:
-                at = b.add(self.scaled(j, s_row), self.scaled(k, s_k))
-                b.store(b.load(self.elem(src_q, at), typ=self.elt), slot(q, k, j))
+            def copy(at: ir.Value, k: ir.Value, j: ir.Value) -> None:
+                b.store(b.load(self.elem(src, at), typ=self.elt), slot(q, k, j))
 
             def row_k(k: ir.Value) -> None:
-                self.loop(_c(0), rows, 1, f"pack.{which}.j", lambda j: copy(k, j))
+                k_src = k_off(b.add(k0, k))
+                if runs is None:
+                    self.loop(_c(0), rows, 1, f"pack.{which}.j",
+                              lambda j: copy(b.add(row_off(b.add(first, j)), k_src), k, j))
                 self.loop(rows, _c(width), 1, f"pack.{which}.z",
                           lambda j: b.store(zero, slot(q, k, j)))
 
+            if runs is not None:
+                def segment(j: ir.Value) -> ir.Value:
+                    count = self.min(runs(b.add(first, j)), b.sub(rows, j))
+                    base = row_off(b.add(first, j))
+
+                    def run_k(k: ir.Value) -> None:
+                        at = b.add(base, k_off(b.add(k0, k)))
+                        self.loop(_c(0), count, 1, f"pack.{which}.r",
+                                  lambda i: copy(b.add(at, i), k, b.add(j, i)))
+
+                    self.loop(_c(0), kk, 1, f"pack.{which}.rk", run_k)
+                    return count
+
+                self.steps(rows, f"pack.{which}.seg", segment)
             self.loop(_c(0), kk, 1, f"pack.{which}.k", row_k)
             self.loop(kk, kk_pad, 1, f"pack.{which}.kz",
                       lambda k: self.loop(_c(0), _c(width), 1, f"pack.{which}.zz",
                                           lambda j: b.store(zero, slot(q, k, j))))
 
         self.loop(_c(0), panels, 1, f"pack.{which}.q", panel)
+
+    def steps(self, hi: ir.Value, name: str, body) -> None:
+        """``for (iv = 0; iv < hi; iv += body(iv))`` (``body`` returns its step, >= 1)."""
+        b = self.b
+        slot = self.w.entry.alloca(I64, name=name)
+        b.store(_c(0), slot)
+        head = b.append_basic_block(f"{name}.head")
+        inner = b.append_basic_block(f"{name}.body")
+        done = b.append_basic_block(f"{name}.end")
+        b.branch(head)
+        b.position_at_end(head)
+        iv = b.load(slot, typ=I64, name=name)
+        b.cbranch(b.icmp_signed("<", iv, hi), inner, done)
+        b.position_at_end(inner)
+        step = body(iv)
+        b.store(b.add(iv, step), slot)
+        b.branch(head)
+        b.position_at_end(done)
 
     def micro(self, pi: ir.Value, qi: ir.Value, kk_pad: ir.Value) -> None:
         b = self.b
@@ -241,7 +314,6 @@ class _Emitter:
         b, p = self.b, self.plan
         mr, nr = self.mark.register
         s_m = p.stride("out", p.m)
-        assert p.stride("out", p.n) == 1, "host_contraction puts n on the output's last index"
         whole = b.and_(b.icmp_signed("<=", b.add(i0, _c(mr)), m_end),
                        b.icmp_signed("<=", b.add(j0, _c(nr)), n_end))
         then_bb = b.append_basic_block("gemm.whole")
