@@ -4,7 +4,8 @@ A fluent, immutable value (``opts.tile(32, 32).map_to_threads(32, 8)`` returns a
 that round-trips exactly through JSON and compiles to a pass pipeline string (`to_pipeline`).
 The presets follow Tensor Comprehensions' (`naive`, `pointwise`, `mlp`, `convolution`,
 `group_convolution`). Which fields a backend honours: the CPU uses the schedule options,
-tiling, unrolling, `threads` and `parametric`; the GPU backend uses the schedule options,
+tiling, unrolling, `threads`, `parametric` and `register_tile` (MR, NR of the packed
+contraction kernel, `passes/host_contraction.py`, its tile sizes then MC, NC, KC); the GPU backend uses the schedule options,
 tiling, `block` (replaced by tile / register sizes when `register_tile` is set), `grid`,
 unrolling, `parametric`, `register_tile`, `use_shared_memory` (with `max_shared_memory`, at most
 the 48 KiB of static shared memory, and `unroll_copy_shared`) and `use_private_memory`. Both use

@@ -25,18 +25,37 @@ instance reached through its loops' first iterations lies in the block.
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
 import islpy as isl
 from llvmlite import ir
 
+from .. import ir as tc
 from ..errors import CodegenError
 from ..poly.host_contraction import HostContraction, HostGemmMark, host_contraction
-from .exprs import I64
-from .lower import GroupWalker
+
+
+class GroupWalker(Protocol):
+    """What the emitter uses of `lower.GroupWalker` (not imported: `target` imports this
+    module, and `lower` imports `target`)."""
+
+    builder: ir.IRBuilder
+    entry: ir.IRBuilder
+    env: dict[str, ir.Value]
+    llfn: ir.Function
+    fn: tc.Function
+    owner: Any
+
+    def expr(self, e: isl.AstExpr) -> ir.Value: ...
+
+    def pointer(self, tensor: str) -> ir.Value: ...
+
 
 __all__ = ["UNROLL", "emit_host_gemm"]
 
 UNROLL = 4  # k steps per micro-kernel iteration (panels are padded to a multiple of it)
 I32 = ir.IntType(32)
+I64 = ir.IntType(64)
 PTR = ir.PointerType()
 _STMT_PREFIX = "S"
 
