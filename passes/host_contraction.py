@@ -1,17 +1,18 @@
 """The `host-contraction` pass: a contraction on the host as one packed, register-blocked kernel.
 
 For each outermost band (or sequence, when every loop has one iteration) whose statements
-are exactly one host contraction ``S<k>`` (and its
-``S<k>_init``; `poly.host_contraction.host_contraction` at the state's fixed sizes: a float
-``+=`` product of two plain reads), the tree becomes::
+are exactly one host contraction ``S<k>`` (and its ``S<k>_init``;
+`poly.host_contraction.host_contraction` at the state's fixed sizes: a float ``+=`` product
+of two affine reads), the tree becomes::
 
-    band   [b1, ..., floor(m / MC)]                 batch indices, then row blocks of MC
+    band  [floor(m / MC) + R * (b_n + E_n * (b_n-1 + ...))]   batch entries x row blocks
       mark "host-gemm S<k> tile=MC,NC,KC register=MR,NR vector=VW init"
-        band ... the band `schedule` made (m, n, k), with its statements
+        band ... the band `schedule` made, with its statements
 
-(``init`` when ``S<k>_init`` is in the band; an initialisation scheduled apart, as
-``fusion=min`` does, runs before and the kernel adds to it.) The outer band is what `mark-parallel` then splits across threads (the first member with more
-than one value: the batch, else the row blocks, split into equal chunks). Below the mark,
+``R`` is the number of row blocks of ``MC`` rows, ``E_i`` the extent of batch index ``b_i``;
+``init`` when ``S<k>_init`` is under the mark (one scheduled apart runs before, and the kernel
+adds to what it wrote). `mark-parallel` then splits the one outer member, every (batch entry,
+row block) pair, across the threads in equal chunks. Below the mark,
 `codegen/host_gemm.py` emits one row block's work: for each ``KC`` slice of the reduction the
 block's rows of the ``a`` operand are packed into ``MR``-row panels, for each ``NC`` slice of
 ``n`` the ``b`` operand into ``NR``-column panels (zero-padded: edges need no guard in the
@@ -135,7 +136,13 @@ def _rewrite(node: isl.ScheduleNode, plan, mark: HostGemmMark) -> isl.ScheduleNo
     prefix = f"[{', '.join(params)}] -> "
     mc = mark.tile[0]
     k = plan.statement
-    members = [*plan.batch, f"floor(({plan.m})/{mc})"]
+    # one member: the batch entries and row blocks numbered in order, so that the threads
+    # split all of them evenly (a batch of 3 on 2 threads is not a 2:1 split)
+    unit, terms = -(-plan.extent(plan.m) // mc), [f"floor(({plan.m})/{mc})"]
+    for b in reversed(plan.batch):
+        terms.append(f"{unit}*{b}")
+        unit *= plan.extent(b)
+    members = [" + ".join(terms)]
     st_dims = {f"S{k}": None, f"S{k}_init": None}
     names = _names(node)
     pieces = []

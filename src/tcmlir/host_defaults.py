@@ -18,6 +18,7 @@ bytes: SSE, NEON), its cache sizes from sysfs (defaults where absent).
 from __future__ import annotations
 
 import functools
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -78,16 +79,17 @@ def host_cache_sizes() -> CacheSizes:
     return CacheSizes(_sysfs_cache(1) or 32 << 10, _sysfs_cache(2) or 512 << 10)
 
 
-def contraction_blocking(elt: int, m_rows: int, threads: int, parallel_rows: bool
+def contraction_blocking(elt: int, m_rows: int, batch: int, threads: int
                          ) -> tuple[tuple[int, int, int], tuple[int, int]]:
-    """(MC, NC, KC), (MR, NR) for a host contraction with ``elt``-byte elements.
+    """(MC, NC, KC), (MR, NR) for a host contraction with ``elt``-byte elements, ``m_rows``
+    rows and ``batch`` batch entries.
 
     Registers: NR is two vectors, MR rows as many as the vector registers allow with two for
     the ``b`` vectors and one broadcast (32 registers with AVX-512, 16 otherwise), at most 8.
     Caches (footprints of the packed panels): an ``a`` micro-panel (KC x MR) takes a quarter of
     L1, the packed ``b`` slice (KC x NC) half of L2, the packed ``a`` block (MC x KC) a quarter
-    of L2. When the row blocks are the parallel loop (``parallel_rows``), MC is cut so that
-    every thread gets the same number of blocks.
+    of L2. The threads split the (batch entry, row block) pairs: MC is cut until their number
+    is a multiple of ``threads`` (or at least 8 per thread), so that every thread gets as many.
     """
     vec = host_vector_bytes()
     vw = max(1, vec // elt)
@@ -98,11 +100,14 @@ def contraction_blocking(elt: int, m_rows: int, threads: int, parallel_rows: boo
     kc = max(16, caches.l1 // 4 // (mr * elt) // 16 * 16)
     nc = max(nr, caches.l2 // 2 // (kc * elt) // nr * nr)
     mc = max(mr, caches.l2 // 4 // (kc * elt) // mr * mr)
-    if parallel_rows and threads > 1 and m_rows > mr:
-        per_thread = -(-m_rows // threads)
-        blocks = -(-per_thread // mc)
-        mc = -(-per_thread // blocks)
-        mc = -(-mc // mr) * mr
+    if threads > 1 and m_rows > 0:
+        blocks = -(-m_rows // mc)
+        for cand in range(blocks, -(-m_rows // mr) + 1):
+            if (batch * cand) % threads == 0 or batch * cand >= 8 * threads:
+                blocks = cand
+                break
+        rows = -(-m_rows // blocks)
+        mc = -(-rows // mr) * mr
     return (mc, nc, kc), (mr, nr)
 
 
@@ -115,10 +120,9 @@ def cpu_defaults(cls: Any, fn: Any, sizes: Mapping[str, int] | None) -> Any:
     if len(statements) == 1 and sizes is not None:
         plan = host_contraction(fn, 0, sizes)
         if not isinstance(plan, str):
-            batch = [plan.extent(b) for b in plan.batch]
-            threads = os.cpu_count() or 1
-            tile, reg = contraction_blocking(plan.dtype.bits // 8, plan.extent(plan.m), threads,
-                                             parallel_rows=all(b == 1 for b in batch))
+            batch = math.prod(plan.extent(b) for b in plan.batch)
+            tile, reg = contraction_blocking(plan.dtype.bits // 8, plan.extent(plan.m), batch,
+                                             os.cpu_count() or 1)
             return cls.naive().tile(*tile).register_tiling(*reg)
     if max((len(s.ranges) for s in statements), default=0) < 3:
         return cls(fusion="max")
