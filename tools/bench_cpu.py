@@ -10,7 +10,9 @@ with ``tc.define(src, target="cpu")`` and compiled with ``fn.compile(*inputs, op
 under the default options (what a call without ``options=`` uses) and under hand-picked
 "best" options; times come from ``Kernel.benchmark`` (median of ``--repeat`` runs after a
 warm-up run). numpy does the same work with its separate operations (``A @ B`` for matmul).
-The table gives median milliseconds and the ratio reference / tcmlir (> 1: tcmlir is faster), for
+``OPENBLAS_CORETYPE`` and ``OPENBLAS_L2_SIZE`` are removed from this process's environment
+before numpy loads, and the header names the OpenBLAS kernel that runs. The table gives
+median milliseconds and the ratio reference / tcmlir (> 1: tcmlir is faster), for
 each thread count of ``--threads`` (0 = all cores). Then the median time from source to a
 callable kernel (``tc.define`` + ``compile``) for the 512^3 matmul, default options.
 """
@@ -22,14 +24,20 @@ import os
 import statistics
 import time
 
-import numpy as np
+# numpy's BLAS picks its kernel for this CPU itself: an OPENBLAS_CORETYPE or OPENBLAS_L2_SIZE
+# inherited from the environment (set elsewhere to work around a CPU) would pin another one.
+# Dropped for this process only, before numpy loads OpenBLAS; the header names the kernel.
+UNSET = {v: os.environ.pop(v) for v in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+         if v in os.environ}
+
+import numpy as np  # noqa: E402
 
 # Measure this compiler, not kernels an earlier version left in the on-disk cache (its key
 # does not cover the pass pipeline), and time source -> kernel cold. TCMLIR_ALWAYS_COMPILE=0
 # in the environment keeps the cache.
 os.environ.setdefault("TCMLIR_ALWAYS_COMPILE", "1")
 
-import tcmlir as tc
+import tcmlir as tc  # noqa: E402
 
 CHAIN_ARITH = ("def chain(float(N) A, float(N) B, float(N) C) -> (O) "
                "{ O(i) = A(i) * B(i) + C(i) * 0.5 - A(i) }")
@@ -113,6 +121,37 @@ def cases(small: bool):
     return out
 
 
+def openblas_lib():
+    """numpy's OpenBLAS as a ctypes library (None when numpy's BLAS is not OpenBLAS)."""
+    import ctypes
+
+    with open(f"/proc/{os.getpid()}/maps") as maps:
+        libs = sorted({line.split()[-1] for line in maps if "openblas" in line.lower()})
+    return ctypes.CDLL(libs[0]) if libs else None
+
+
+def blas_kernel() -> str:
+    """Which BLAS, and which of its kernels, numpy's ``@`` runs on this CPU."""
+    import ctypes
+
+    lib = openblas_lib()
+    if lib is None:
+        return "not OpenBLAS"
+    parts = []
+    for sym in ("scipy_openblas_get_config64_", "openblas_get_config64_", "openblas_get_config"):
+        if hasattr(lib, sym):
+            getattr(lib, sym).restype = ctypes.c_char_p
+            parts.append(getattr(lib, sym)().decode())
+            break
+    for sym in ("scipy_openblas_get_corename64_", "openblas_get_corename64_",
+                "openblas_get_corename"):
+        if hasattr(lib, sym):
+            getattr(lib, sym).restype = ctypes.c_char_p
+            parts.append(f"kernel {getattr(lib, sym)().decode()}")
+            break
+    return ", ".join(parts) or "OpenBLAS"
+
+
 def blas_threads_setter():
     """A function setting numpy's OpenBLAS thread count (None if not found: BLAS keeps its own)."""
     import ctypes
@@ -157,6 +196,8 @@ def main() -> None:
     load = os.getloadavg()
     print(f"# cores {os.cpu_count()}, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, "
           f"median of {args.repeat} runs; ref: numpy, torch CPU for conv3x3")
+    print(f"# numpy BLAS: {blas_kernel()}"
+          + (f" (unset here: {', '.join(f'{k}={v}' for k, v in UNSET.items())})" if UNSET else ""))
     print(f"{'kernel':<22}{'thr':>4}{'ref ms':>10}{'default ms':>12}{'ratio':>7}"
           f"{'best ms':>10}{'ratio':>7}  best options")
     for name, src, inputs, ref, kind in cases(args.small):
