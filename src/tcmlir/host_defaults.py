@@ -24,21 +24,34 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["CacheSizes", "contraction_blocking", "cpu_defaults", "host_cache_sizes",
-           "host_vector_bytes"]
+           "host_vector_bytes", "host_vector_registers"]
 
 
 @functools.cache
-def host_vector_bytes() -> int:
-    """Bytes in the widest float vector register the host JIT may use."""
+def _host_features() -> dict[str, bool]:
     import llvmlite.binding as llvm
 
     llvm.initialize_native_target()
-    features = llvm.get_host_cpu_features()
+    try:
+        return dict(llvm.get_host_cpu_features())
+    except RuntimeError:  # pragma: no cover - LLVM knows no features for this host
+        return {}
+
+
+def host_vector_bytes() -> int:
+    """Bytes in the widest float vector register the host JIT may use (16: SSE, NEON)."""
+    features = _host_features()
     if features.get("avx512f"):
         return 64
     if features.get("avx") or features.get("avx2"):
         return 32
     return 16
+
+
+def host_vector_registers() -> int:
+    """How many of those registers there are: 32 with AVX-512 and on AArch64 (NEON), else 16."""
+    features = _host_features()
+    return 32 if features.get("avx512f") or features.get("neon") else 16
 
 
 class CacheSizes:
@@ -85,7 +98,7 @@ def contraction_blocking(elt: int, m_rows: int, batch: int, threads: int
     rows and ``batch`` batch entries.
 
     Registers: NR is two vectors, MR rows as many as the vector registers allow with two for
-    the ``b`` vectors and one broadcast (32 registers with AVX-512, 16 otherwise), at most 8.
+    the ``b`` vectors and one broadcast (`host_vector_registers`), at most 8.
     Caches (footprints of the packed panels): an ``a`` micro-panel (KC x MR) takes a quarter of
     L1 (it stays there while the kernel walks the ``b`` panels), the packed ``b`` slice
     (KC x NC) half of L2 (it stays there while the kernel walks the ``a`` panels), the packed
@@ -95,7 +108,7 @@ def contraction_blocking(elt: int, m_rows: int, batch: int, threads: int
     """
     vec = host_vector_bytes()
     vw = max(1, vec // elt)
-    regs = 32 if vec == 64 else 16
+    regs = host_vector_registers()
     nr = 2 * vw
     mr = max(1, min(8, (regs - 3) // 2))
     caches = host_cache_sizes()
