@@ -170,3 +170,30 @@ def test_parametric_kernels_keep_isl_tiles():
     fn = tc.define(LAYOUTS["nn"][0], target="cpu")
     a, b = np.ones((5, 3), np.float32), np.ones((3, 7), np.float32)
     np.testing.assert_allclose(fn(a, b, options=opts), a @ b)
+
+
+@pytest.mark.parametrize("vector", [4, 8, 16])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_narrower_vector_widths(vector, dtype):
+    """The widths an SSE/NEON (4 floats), AVX2 (8) or AVX-512 (16) host gets, each run here:
+    NR is rounded up to a multiple of the width (3 -> one vector)."""
+    from tcmlir.passes import PassManager, parse_pipeline
+
+    from tcmlir.codegen.host import compile_host
+    from tcmlir.poly.state import CompileState
+
+    src = LAYOUTS["tt"][0].replace("float(", "double(" if dtype == np.float64 else "float(")
+    fn = tc.define(src, target="cpu")
+    sizes = {"M": 13, "N": 23, "K": 11}
+    pipeline = (f"schedule,host-contraction{{tile=8,16,4,register=3,3,vector={vector}}},"
+                "mark-parallel")
+    state = PassManager(parse_pipeline(pipeline)).run(CompileState.initial(fn.ir, sizes))
+    kernel = compile_host(state, threads=2)
+    rng = np.random.default_rng(vector)
+    a = rng.standard_normal((11, 13)).astype(dtype)
+    b = rng.standard_normal((23, 11)).astype(dtype)
+    c = np.full((13, 23), np.nan, dtype)
+    kernel.run({"A": a, "B": b, "C": c}, sizes)
+    assert f"vector={vector}" in kernel.llvm_ir or f"v{vector}f" in kernel.llvm_ir
+    np.testing.assert_allclose(c, a.T.astype(np.float64) @ b.T.astype(np.float64),
+                               rtol=1e-5, atol=1e-5)
