@@ -47,6 +47,7 @@ comments and hands them to the code generator as mark nodes.
 from __future__ import annotations
 
 from . import (  # noqa: F401  (registration)
+    host_contraction,
     inline_temporaries,
     map_mixed,
     map_mma,

@@ -368,3 +368,15 @@ def test_gpu_bench_matmul_and_conv_name_their_causes():
     k = conv.kernels[0]
     if k.occupancy is not None and k.occupancy <= 0.25:
         assert tagged(conv.advice, "occupancy"), conv
+
+
+def test_host_ceilings_advice_prints_host_rates_with_their_prefix():
+    """A host's FMA ceiling (14 GFLOP/s, what the host's chain reached before FMA contraction)
+    below a matmul's rate reads "14 GFLOP/s" in the [ceilings] advice, not "0.0 TFLOP/s"."""
+    a = np.ones((256, 256), np.float32)
+    k = tc.define(MATMUL, target="cpu").compile(a, a)
+    t = 2 * 256**3 / 5e10
+    p = build_profile(k, time_s=t, kernel_times=[t],
+                      ceilings=Ceilings(1e10, 1.4e10, 3e-6, source="given"))
+    advice = tagged(p.advice, "ceilings")
+    assert advice and "the FMA ceiling 14 GFLOP/s" in advice[0] and "0.0 T" not in advice[0]

@@ -3,12 +3,16 @@
     python tools/bench_cpu.py [--repeat R] [--small] [--threads 1,0] [--only NAME,...]
 
 Kernels (float32): two fused elementwise chains over 4M elements (arithmetic only, and one with
-exp/tanh), a row softmax 4096x1024 (4 statements), matmuls 512^3 and 1024^3. Each is defined
+exp/tanh), a row softmax 4096x1024 (4 statements), matmuls 512^3, 1024^3 and 2048^3, a batched
+matmul 16x256^3 (``np.matmul``) and a 3x3 convolution 8x64x56x56 with 64 filters (no padding;
+against ``torch.nn.functional.conv2d`` on the CPU, skipped without torch). Each is defined
 with ``tc.define(src, target="cpu")`` and compiled with ``fn.compile(*inputs, options=...)``
 under the default options (what a call without ``options=`` uses) and under hand-picked
 "best" options; times come from ``Kernel.benchmark`` (median of ``--repeat`` runs after a
 warm-up run). numpy does the same work with its separate operations (``A @ B`` for matmul).
-The table gives median milliseconds and the ratio numpy / tcmlir (> 1: tcmlir is faster), for
+``OPENBLAS_CORETYPE`` and ``OPENBLAS_L2_SIZE`` are removed from this process's environment
+before numpy loads, and the header names the OpenBLAS kernel that runs. The table gives
+median milliseconds and the ratio reference / tcmlir (> 1: tcmlir is faster), for
 each thread count of ``--threads`` (0 = all cores). Then the median time from source to a
 callable kernel (``tc.define`` + ``compile``) for the 512^3 matmul, default options.
 """
@@ -20,14 +24,20 @@ import os
 import statistics
 import time
 
-import numpy as np
+# numpy's BLAS picks its kernel for this CPU itself: an OPENBLAS_CORETYPE or OPENBLAS_L2_SIZE
+# inherited from the environment (set elsewhere to work around a CPU) would pin another one.
+# Dropped for this process only, before numpy loads OpenBLAS; the header names the kernel.
+UNSET = {v: os.environ.pop(v) for v in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+         if v in os.environ}
+
+import numpy as np  # noqa: E402
 
 # Measure this compiler, not kernels an earlier version left in the on-disk cache (its key
 # does not cover the pass pipeline), and time source -> kernel cold. TCMLIR_ALWAYS_COMPILE=0
 # in the environment keeps the cache.
 os.environ.setdefault("TCMLIR_ALWAYS_COMPILE", "1")
 
-import tcmlir as tc
+import tcmlir as tc  # noqa: E402
 
 CHAIN_ARITH = ("def chain(float(N) A, float(N) B, float(N) C) -> (O) "
                "{ O(i) = A(i) * B(i) + C(i) * 0.5 - A(i) }")
@@ -40,11 +50,15 @@ SOFTMAX = """def softmax(float(N, M) X) -> (Y) {
   Y(n, m) = e(n, m) / s(n)
 }"""
 MATMUL = "def matmul(float(M, K) A, float(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }"
+BMM = ("def bmm(float(B, M, K) X, float(B, K, N) Y) -> (Z) "
+       "{ Z(b, m, n) +=! X(b, m, k) * Y(b, k, n) }")
+CONV = ("def conv(float(N, C, H, W) I, float(F, C, KH, KW) W1) -> (O) "
+        "{ O(n, f, h, w) +=! I(n, c, h + kh, w + kw) * W1(f, c, kh, kw) }")
 
 
-def default_options(fn) -> tc.MappingOptions:
+def default_options(fn, inputs) -> tc.MappingOptions:
     """What ``fn(*inputs)`` uses on target cpu without options (see TCFunction.compile)."""
-    return tc.MappingOptions.default_for(fn.ir, "cpu")
+    return tc.MappingOptions.default_for(fn.ir, "cpu", fn.size_values(*inputs))
 
 
 def best_options(kind: str) -> tc.MappingOptions:
@@ -54,6 +68,10 @@ def best_options(kind: str) -> tc.MappingOptions:
         return base.tile(0).outer_schedule_fusion_strategy("max")
     if kind == "softmax":
         return base.tile(0).outer_schedule_fusion_strategy("max")
+    if kind == "batched":
+        return base.tile(0, 32, 32, 32)
+    if kind == "conv":
+        return base
     return base.tile(16, 256, 64)
 
 
@@ -82,11 +100,56 @@ def cases(small: bool):
          np_chainm, "elementwise"),
         (f"softmax {rows}x{cols}", SOFTMAX, (X,), np_softmax, "softmax"),
     ]
-    for mm in ((128,) if small else (512, 1024)):
+    for mm in ((128,) if small else (512, 1024, 2048)):
         P = rng.standard_normal((mm, mm), dtype=f32)
         Q = rng.standard_normal((mm, mm), dtype=f32)
         out.append((f"matmul {mm}^3", MATMUL, (P, Q), lambda P=P, Q=Q: P @ Q, "matmul"))
+    nb, mb = (4, 64) if small else (16, 256)
+    P = rng.standard_normal((nb, mb, mb), dtype=f32)
+    Q = rng.standard_normal((nb, mb, mb), dtype=f32)
+    out.append((f"bmm {nb}x{mb}^3", BMM, (P, Q), lambda: np.matmul(P, Q), "batched"))
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is optional
+        return out
+    n_img, chans, side = (2, 16, 20) if small else (8, 64, 56)
+    img = rng.standard_normal((n_img, chans, side, side), dtype=f32)
+    wts = rng.standard_normal((chans, chans, 3, 3), dtype=f32)
+    ti, tw = torch.from_numpy(img), torch.from_numpy(wts)
+    out.append((f"conv3x3 {n_img}x{chans}x{side}^2", CONV, (img, wts),
+                lambda: torch.nn.functional.conv2d(ti, tw).numpy(), "conv"))
     return out
+
+
+def openblas_lib():
+    """numpy's OpenBLAS as a ctypes library (None when numpy's BLAS is not OpenBLAS)."""
+    import ctypes
+
+    with open(f"/proc/{os.getpid()}/maps") as maps:
+        libs = sorted({line.split()[-1] for line in maps if "openblas" in line.lower()})
+    return ctypes.CDLL(libs[0]) if libs else None
+
+
+def blas_kernel() -> str:
+    """Which BLAS, and which of its kernels, numpy's ``@`` runs on this CPU."""
+    import ctypes
+
+    lib = openblas_lib()
+    if lib is None:
+        return "not OpenBLAS"
+    parts = []
+    for sym in ("scipy_openblas_get_config64_", "openblas_get_config64_", "openblas_get_config"):
+        if hasattr(lib, sym):
+            getattr(lib, sym).restype = ctypes.c_char_p
+            parts.append(getattr(lib, sym)().decode())
+            break
+    for sym in ("scipy_openblas_get_corename64_", "openblas_get_corename64_",
+                "openblas_get_corename"):
+        if hasattr(lib, sym):
+            getattr(lib, sym).restype = ctypes.c_char_p
+            parts.append(f"kernel {getattr(lib, sym)().decode()}")
+            break
+    return ", ".join(parts) or "OpenBLAS"
 
 
 def blas_threads_setter():
@@ -132,8 +195,10 @@ def main() -> None:
     threads = [int(t) for t in args.threads.split(",")]
     load = os.getloadavg()
     print(f"# cores {os.cpu_count()}, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, "
-          f"median of {args.repeat} runs")
-    print(f"{'kernel':<22}{'thr':>4}{'numpy ms':>10}{'default ms':>12}{'ratio':>7}"
+          f"median of {args.repeat} runs; ref: numpy, torch CPU for conv3x3")
+    print(f"# numpy BLAS: {blas_kernel()}"
+          + (f" (unset here: {', '.join(f'{k}={v}' for k, v in UNSET.items())})" if UNSET else ""))
+    print(f"{'kernel':<22}{'thr':>4}{'ref ms':>10}{'default ms':>12}{'ratio':>7}"
           f"{'best ms':>10}{'ratio':>7}  best options")
     for name, src, inputs, ref, kind in cases(args.small):
         if only and not any(name.startswith(o) for o in only):
@@ -143,9 +208,13 @@ def main() -> None:
         for thr in threads:
             if set_blas is not None:
                 set_blas(thr or os.cpu_count())
+            if kind == "conv":  # the reference is torch's (oneDNN) convolution
+                import torch
+
+                torch.set_num_threads(thr or os.cpu_count())
             t_np = median(ref, args.repeat)
             row = f"{name:<22}{thr or os.cpu_count():>4}{t_np * 1e3:>10.2f}"
-            variants = [default_options(fn)] + ([] if args.no_best else [best_options(kind)])
+            variants = [default_options(fn, inputs)] + ([] if args.no_best else [best_options(kind)])
             for opts in variants:
                 kernel = fn.compile(*inputs, options=opts.with_threads(thr))
                 got = kernel.launch(*inputs)

@@ -4,7 +4,8 @@ A fluent, immutable value (``opts.tile(32, 32).map_to_threads(32, 8)`` returns a
 that round-trips exactly through JSON and compiles to a pass pipeline string (`to_pipeline`).
 The presets follow Tensor Comprehensions' (`naive`, `pointwise`, `mlp`, `convolution`,
 `group_convolution`). Which fields a backend honours: the CPU uses the schedule options,
-tiling, unrolling, `threads` and `parametric`; the GPU backend uses the schedule options,
+tiling, unrolling, `threads`, `parametric` and `register_tile` (MR, NR of the packed
+contraction kernel, `passes/host_contraction.py`, its tile sizes then MC, NC, KC); the GPU backend uses the schedule options,
 tiling, `block` (replaced by tile / register sizes when `register_tile` is set), `grid`,
 unrolling, `parametric`, `register_tile`, `use_shared_memory` (with `max_shared_memory`, at most
 the 48 KiB of static shared memory, and `unroll_copy_shared`) and `use_private_memory`. Both use
@@ -181,11 +182,9 @@ class MappingOptions:
         """What a call without options uses (``fn``: a `TCFunction` or its `ir.Function`;
         ``sizes``: the call's size values, when known).
 
-        On the CPU, nests of three or more loops (matmul, convolutions) get the naive 32³
-        tiling, which keeps their operands in cache (a batched contraction with its batch
-        dimensions untiled, so they are the parallel loop); shallower programs (elementwise chains,
-        row reductions, softmax) are fused instead of tiled (measured: softmax 4096×1024
-        15.5 ms fused and untiled, 42.6 ms naive). On the GPU, row programs (softmax,
+        On the CPU, `host_defaults.cpu_defaults`: a contraction gets the packed kernel
+        (``register_tile`` with ``tile`` sizes: `passes/host_contraction.py`), other nests of
+        three or more loops the naive 32³ tiling, shallower programs maximal fusion. On the GPU, row programs (softmax,
         layernorm, row, column and full reductions: bandwidth-bound) get
         `gpu_defaults.reduction_defaults` (one kernel, a block per row), programs that mix
         row statements and column reductions (a layernorm's gradient with scale and shift)
@@ -204,12 +203,10 @@ class MappingOptions:
         schedule), the naive options where it has none (sizes not known)."""
         ir_fn = getattr(fn, "ir", fn)
         statements = ir_fn.statements
-        if target == "cpu" and max((len(s.ranges) for s in statements), default=0) < 3:
-            return cls(fusion="max")
-        if target == "cpu" and (batch := _batch_dims(statements)):
-            # batched contraction: batch dimensions untiled (the parallel loop), the 32^3 tiles
-            # on (m, n, k) (16x256^3 batched matmul: 231 -> 67 ms on 2 cores)
-            return cls.naive().tile(*(0,) * batch, 32, 32, 32)
+        if target == "cpu":  # host_defaults: the packed contraction kernel, tiles, fusion
+            from .host_defaults import cpu_defaults
+
+            return cpu_defaults(cls, ir_fn, sizes)
         if target == "cuda":
             from .gpu_defaults import elementwise_defaults, mixed_defaults, reduction_defaults
             from .poly.contraction import contraction_plan, mma_tile_choice
@@ -583,7 +580,12 @@ class MappingOptions:
         tiles = self.tile_sizes
         if target == "cuda" and not any(tiles):
             tiles = tuple(reversed(self.block))  # threads need a point band to map onto
-        if any(tiles):
+        if target == "cpu" and self.register_tile and not self.parametric:
+            # the packed kernel (passes/host_contraction: fixed sizes only; a parametric
+            # kernel takes the tile sizes as isl tiles): MC, NC, KC and MR, NR, 0 = its default
+            blocks, regs = (*tiles, 0, 0, 0)[:3], (*self.register_tile, 0, 0)[:2]
+            steps.append(f"host-contraction{{tile={ints(blocks)},register={ints(regs)}}}")
+        elif any(tiles):
             steps.append(f"tile{{sizes={ints(tiles)}}}")
             if target == "cuda" and self.split_k > 1:
                 # the fold of split-k: one element per thread, a block per thread-block tile
@@ -679,18 +681,6 @@ def _conv_register_tiles(st: Any) -> bool:
         if channel not in used:
             return True
     return False
-
-
-def _batch_dims(statements: Any) -> int:
-    """The number of leading batch dimensions of a batched contraction (one reduction
-    statement with lhs rank r >= 3 and one reduction index: r - 2), else 0."""
-    reductions = [s for s in statements if s.reduction is not None]
-    if len(reductions) != 1:
-        return 0
-    st = reductions[0]
-    if len(st.lhs) < 3 or len(st.index_names) != len(st.lhs) + 1:
-        return 0
-    return len(st.lhs) - 2
 
 
 # (tile, register tile) for contractions, largest first; each gives 16 x 16 threads. Measured on

@@ -58,6 +58,7 @@ from .ceilings import Ceilings
 from .counts import WorkCounts
 from .report import KernelProfile
 from .structure import KernelStructure
+from .units import format_si
 
 __all__ = ["AUTOTUNE_BELOW", "HOST_GAP_FRACTION", "HOST_GAP_MIN_S", "LAUNCH_FACTOR",
            "OCCUPANCY_ADVICE_BELOW", "OCCUPANCY_MIN", "OCCUPANCY_MIN_TILED", "REUSE_MIN", "SHARED_ADVICE_BELOW",
@@ -145,8 +146,8 @@ def advise(fn: ir.Function, structures: Sequence[KernelStructure],
     if top.raw_fraction > 1.05:
         which = "the call" if top is whole else top.name
         bw = top.bandwidth_ceiling or ceil.bandwidth
-        against = (f"the FMA ceiling {ceil.flops / 1e12:.1f} TFLOP/s" if top.bound == "compute"
-                   else f"its bandwidth ceiling {bw / 1e12:.2f} TB/s for its read/write mix"
+        against = (f"the FMA ceiling {format_si(ceil.flops, 'FLOP/s')}" if top.bound == "compute"
+                   else f"its bandwidth ceiling {format_si(bw, 'B/s')} for its read/write mix"
                    f"{'' if ceil.read_bandwidth else ', no read ceiling known'}")
         out.append(f"[ceilings] a measured rate ({which}) is {top.raw_fraction:.2f}x the "
                    f"roofline of the ceilings ({ceil.source}; {against}): they were measured "

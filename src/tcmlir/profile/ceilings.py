@@ -48,8 +48,10 @@ from ..errors import TCError
 __all__ = ["CEILINGS_VERSION", "MEASURE_COUNTS", "Ceilings", "ceilings_for", "main",
            "measure_ceilings"]
 
-CEILINGS_VERSION = 3  # 1: TC copy / FMA-chain kernels and one-element calls (low on the GPU)
+CEILINGS_VERSION = 4  # 1: TC copy / FMA-chain kernels and one-element calls (low on the GPU)
 # 2: no read ceiling (read-only kernels measured above the copy's bandwidth)
+# 3: the host's FMA chain compiled without FMA contraction (a multiply and an add: half the
+# rate the host's packed contraction kernel reaches, issue 34)
 MEASURE_COUNTS = {"measure": 0}  # measurements made by this process (tests read it)
 
 

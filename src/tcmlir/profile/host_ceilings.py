@@ -12,7 +12,9 @@ runs the work:
 * **fp32 FMA throughput** (FLOP/s): a TC kernel whose every element runs `CHAIN` dependent
   FMAs, compiled by our pipeline for the cpu target (all host threads), its loop groups called
   through the runner's entry points on pointers packed once; the flops are counted with
-  `counts.count_work` — what our generated code reaches, best of `RUNS`;
+  `counts.count_work` — what our generated code reaches, best of `RUNS`. The host target
+  contracts ``x * a + b`` into one vector FMA (`codegen.target.HostTarget.contract_floats`),
+  the instruction the packed contraction kernel (`codegen/host_gemm.py`) runs on;
 * **launch cost**: the time per call of that kernel's entry on one element, `CALLS` calls back
   to back (the ctypes call and the thread hand-off: the host's analogue of an empty launch).
 """
