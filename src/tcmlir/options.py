@@ -570,7 +570,12 @@ class MappingOptions:
             steps.append("vectorize")  # a unit-stride parallel member innermost, if legal
         elif target == "cuda":
             block = self.thread_block()
-            steps.append(f"map-to-blocks{{grid={ints(self.grid)}}}")
+            grid = self.grid
+            if self.split_k > 1 and len(grid) < 3:
+                # the chunk index of split-k's partial sums, their outer band member: its own
+                # (outermost) grid dimension (passes/split_k)
+                grid = (*grid, self.split_k)
+            steps.append(f"map-to-blocks{{grid={ints(grid)}}}")
             if self.register_tile:
                 lace = (f",interleave={ints(self.register_interleave)}"
                         if any(self.register_interleave) else "")
