@@ -745,7 +745,7 @@ def split_k_choice(fn: Any, sizes: Mapping[str, int] | None
     `SPLIT_K_MIN_EXTENT` elements; then the largest of `SPLIT_K_TILES` (fewest ways for it)
     whose rows divide the output's, with ways from `SPLIT_K_WAYS` dividing the reduction into
     chunks of at least `SPLIT_K_MIN_CHUNK`, that reaches `SPLIT_K_MIN_BLOCKS` blocks (the
-    partial sums stack the chunks along the rows: ``ways * rows`` rows)."""
+    partial sums: ``ways`` times the blocks of ``rows`` rows, passes/split_k)."""
     from .passes.split_k import splittable_statements
 
     if sizes is None:
