@@ -3,25 +3,28 @@
 A small contraction (``C(m, n) +=! A(m, k) * B(n, k)`` with few output tiles and a long
 ``k``) launches too few blocks for the GPU while each walks the whole of ``k``. This pass
 rewrites every *splittable* statement of the `ir.Function` (below) into partial sums over
-``S`` chunks of ``k`` stacked along its first lhs index, and a fold::
+``S`` chunks of ``k``, one per value of a new leading index, and a fold::
 
-    C(m, n) +=! A(m, k) * B(n, k)          P(m2, n) +=! A(m2 mod M, (m2 div M) * KC + kk)
-      (k in [0, K), m in [0, M))      ->                  * B(n, (m2 div M) * KC + kk)
-                                             (m2 in [0, F*M), kk in [0, KC))
-                                           P(m2, n) +=! ...the same...              (tail,
-                                             (m2 in [F*M, (F+1)*M), kk in [0, L))    L > 0)
-                                           C(m, n) = P(m, n) + P(M + m, n) + ...
-                                                   + P((S'-1)*M + m, n)
+    C(m, n) +=! A(m, k) * B(n, k)          P(s, m, n) +=! A(m, s * KC + kc) * B(n, s * KC + kc)
+      (k in [0, K), m in [0, M))      ->     (s in [0, F), kc in [0, KC))
+                                           P(s, m, n) +=! ...the same...            (tail,
+                                             (s in [F, F+1), kc in [0, L))           L > 0)
+                                           C(m, n) = P(0, m, n) + P(1, m, n) + ...
+                                                   + P(S'-1, m, n)
 
 with ``KC = ceil(K / S)`` elements per chunk (rounded up to a multiple of ``align``, at most
 ``K``: `MappingOptions` passes its k tile, so chunks hold whole tiles; with chunks of 13 under
 16-wide tiles isl took minutes proving a tile copy's thread mapping), ``F = K div KC`` full
 chunks, ``L = K - F*KC``
 elements in the last one and ``S' = F + (L > 0) <= S`` chunks (``K < S``: ``K`` chunks of
-one). ``P`` is a new temporary of shape ``(S'*M, ...)``: chunk ``s`` of row ``m`` is row
-``s*M + m``, so ``P`` is laid out as ``P(s, m, n)`` and the partial statement is itself a
-plain contraction of ``S'*M`` rows — the same tile sizes, register tile and shared-memory
-promotion as the original contraction apply to it, with ``S'`` times as many blocks. A
+one). ``P`` is a new temporary of shape ``(S', M, ...)``, indexed affinely: every access of
+the partial statement is an affine function of its indices (an earlier form stacked the
+chunks along the rows, ``P(s*M + m, n)`` reading ``A(m2 mod M, (m2 div M)*KC + kc)``, whose
+floor divisions made isl's AST generation of a promoted candidate take minutes). The chunk
+index is the outer member of the partial statement's band: `tile` leaves it untiled
+(`chunk_member_band`: the contraction's tile sizes apply to the members after it, so the same
+tile sizes, register tile and shared-memory promotion as the original contraction apply) and
+`MappingOptions` gives it a grid dimension of its own (``S'`` times as many blocks). A
 remainder chunk is a second statement over its own box (no guard, nothing read outside a
 tensor); isl may fuse it with the first. The fold is an elementwise statement (its ``S'``
 reads unrolled in one expression, consecutive threads reading consecutive ``n``), so it
@@ -58,8 +61,8 @@ from .base import Pass, register
 from .register_tile import point_extent
 from .tile import tile_band
 
-__all__ = ["SplitK", "TileFolds", "chunking", "fold_statements", "split_k", "split_note",
-           "splittable", "splittable_statements"]
+__all__ = ["SplitK", "TileFolds", "chunk_member_band", "chunking", "fold_statements",
+           "partial_statements", "split_k", "split_note", "splittable", "splittable_statements"]
 
 _RESERVED = {"_bx", "_by", "_bz", "_tx", "_ty", "_tz"}
 
@@ -195,12 +198,12 @@ def _split(fn: tc.Function, st: tc.Statement, ways: int, sizes: Mapping[str, int
     kc, full, last = chunking(extent, ways, align)
     chunks = full + (last > 0)
     names = taken | set(st.index_names) | _RESERVED
-    row2 = _fresh(f"{row}_s", names)
-    red2 = _fresh(f"{red}_c", names | {row2})
+    chunk = _fresh(f"{red}_s", names)
+    red2 = _fresh(f"{red}_c", names | {chunk})
     out = fn.tensor(st.tensor)
     partial = tc.Tensor(_fresh(f"{st.tensor}_split", taken), out.dtype.compute,
-                        (tc.SizeExpr.constant(chunks * height),
-                         *(st.range_of(i).hi for i in st.lhs[1:])), tc.Role.TEMP, out.span)
+                        (tc.SizeExpr.constant(chunks), *(st.range_of(i).hi for i in st.lhs)),
+                        tc.Role.TEMP, out.span)
 
     def index(op: str, a: tc.Expr, b: tc.Expr) -> tc.Expr:
         return tc.Binary(op, a, b, DType.INT32)
@@ -208,32 +211,29 @@ def _split(fn: tc.Function, st: tc.Statement, ways: int, sizes: Mapping[str, int
     def const(v: int) -> tc.Expr:
         return tc.Const(v, DType.INT32)
 
-    start = index("*", index("floordiv", tc.Index(row2), const(height)), const(kc))
+    start = index("*", tc.Index(chunk), const(kc))
     if lo:
         start = index("+", const(lo), start)
-    moved = {row: index("floormod", tc.Index(row2), const(height)),
-             red: index("+", start, tc.Index(red2))}
-    rhs = tc.replace_indices(st.rhs, lambda i: moved.get(i.name, i))
-    others = tuple(r for r in st.ranges if r.name in st.lhs[1:])
+    rhs = tc.replace_indices(st.rhs, lambda i: index("+", start, tc.Index(red2))
+                             if i.name == red else i)
+    lhs_ranges = tuple(st.range_of(i) for i in st.lhs)
 
     def part(first: int, stop: int, length: int) -> tc.Statement:
-        ranges = (tc.IndexRange(row2, tc.SizeExpr.constant(first * height),
-                                tc.SizeExpr.constant(stop * height)),
-                  *others, tc.IndexRange(red2, tc.SizeExpr.constant(0),
-                                         tc.SizeExpr.constant(length)))
-        return tc.Statement(partial.name, (row2, *st.lhs[1:]), tc.Reduction.ADD, True, rhs,
+        ranges = (tc.IndexRange(chunk, tc.SizeExpr.constant(first), tc.SizeExpr.constant(stop)),
+                  *lhs_ranges, tc.IndexRange(red2, tc.SizeExpr.constant(0),
+                                             tc.SizeExpr.constant(length)))
+        return tc.Statement(partial.name, (chunk, *st.lhs), tc.Reduction.ADD, True, rhs,
                             ranges, st.span)
 
     parts = [part(0, full, kc)] + ([part(full, full + 1, last)] if last else [])
     total: tc.Expr | None = None
     for s in range(chunks):
-        first = tc.Index(row) if s == 0 else index("+", const(s * height), tc.Index(row))
-        rd = tc.Read(partial.name, (first, *(tc.Index(i) for i in st.lhs[1:])),
+        rd = tc.Read(partial.name, (const(s), *(tc.Index(i) for i in st.lhs)),
                      partial.dtype.compute, st.span)
         total = rd if total is None else tc.Binary("+", total, rd, rd.dtype, st.span)
     assert total is not None
     fold = tc.Statement(st.tensor, st.lhs, None if st.init else tc.Reduction.ADD, False, total,
-                        tuple(st.range_of(i) for i in st.lhs), st.span)
+                        lhs_ranges, st.span)
     return partial, [*parts, fold]
 
 
@@ -292,6 +292,39 @@ def fold_statements(fn: tc.Function) -> tuple[int, ...]:
         if any(r in temps and r.startswith(f"{st.tensor}_split") for r in reads):
             out.append(k)
     return tuple(out)
+
+
+def partial_statements(fn: tc.Function) -> tuple[int, ...]:
+    """The positions of the split-k partial sums of ``fn``: the statements that write a
+    temporary a fold (`fold_statements`) reads."""
+    temps = {t.name for t in fn.temporaries}
+    read: set[str] = set()
+    for k in fold_statements(fn):
+        read |= {x.tensor for x in tc.walk(fn.statements[k].rhs)
+                 if isinstance(x, tc.Read) and x.tensor in temps}
+    return tuple(k for k, st in enumerate(fn.statements) if st.tensor in read)
+
+
+def chunk_member_band(band: isl.ScheduleNode, fn: tc.Function) -> bool:
+    """Whether ``band`` schedules only split-k partial sums (`partial_statements`, and their
+    initialisations) and its first member is their chunk index (their first dimension): `tile`
+    leaves that member untiled and tiles the members after it with the contraction's sizes."""
+    partial = {f"S{k}" for k in partial_statements(fn)}
+    if not partial or band.band_n_member() < 2:
+        return False
+    first = isl.UnionMap.from_union_pw_aff(band.band_get_partial_schedule().get_at(0))
+    for inst in sets_of(band.get_domain()):
+        if inst.get_tuple_name().removesuffix("_init") not in partial:
+            return False
+        var = isl.Aff.var_on_domain(isl.LocalSpace.from_space(inst.get_space()),
+                                    isl.dim_type.set, 0)
+        want = isl.UnionMap.from_map(isl.Map.from_pw_aff(isl.PwAff.from_aff(var))
+                                     .intersect_domain(inst))
+        got = first.intersect_domain(isl.UnionSet.from_set(inst))
+        want = want.align_params(got.get_space())
+        if not got.align_params(want.get_space()).is_equal(want):
+            return False
+    return True
 
 
 def _untile(tile: isl.ScheduleNode) -> isl.ScheduleNode | None:

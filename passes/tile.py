@@ -23,7 +23,9 @@ class Tile(Pass):
     index ``floor(x / size)`` per member) over a point band (``x - size * tile`` in
     ``[0, size)``). A size of 0, and every member past the end of ``sizes``, leaves the member
     untiled: it stays whole in the tile band and has no point member; extra sizes are ignored.
-    Both bands keep the coincident and permutable flags. Requires a schedule; a band that is
+    Both bands keep the coincident and permutable flags. A band of `split-k` partial sums whose
+    first member is their chunk index (`split_k.chunk_member_band`) keeps that member untiled and
+    takes ``sizes`` for the members after it. Requires a schedule; a band that is
     not permutable is left alone when it has more than one tiled member (tiling it would
     reorder dependent iterations).
     """
@@ -39,9 +41,16 @@ class Tile(Pass):
     def run(self, state: CompileState) -> CompileState:
         schedule = state.schedule
         assert schedule is not None
+        chunked = None
+        if state.fn.temporaries:  # split-k partial sums: their chunk member stays untiled
+            from .split_k import chunk_member_band
+            chunked = chunk_member_band
         for path in outermost_band_paths(schedule):
             node = node_at(schedule, path)
-            schedule = tile_band(node, self.sizes).get_schedule()
+            sizes = self.sizes
+            if chunked is not None and chunked(node, state.fn):
+                sizes = (0, *sizes)
+            schedule = tile_band(node, sizes).get_schedule()
         return dataclasses.replace(state, schedule=schedule)
 
 

@@ -105,12 +105,30 @@ def test_the_rewrite_reads_nothing_outside_a_tensor_and_keeps_chunks_disjoint():
     fn = tc.define(MM.format(t="float"), target="numpy").ir
     split = split_k(fn, 4, {"M": 5, "K": 37, "N": 3})
     main, tail, fold = split.statements
-    assert [r.name for r in main.ranges] == ["m_s", "n", "k_c"]
-    assert (str(main.ranges[0].hi), str(main.ranges[2].hi)) == ("15", "10")   # 3 chunks of 10
-    assert (str(tail.ranges[0].lo), str(tail.ranges[0].hi), str(tail.ranges[2].hi)) == \
-        ("15", "20", "7")                                                        # one of 7
+    assert [r.name for r in main.ranges] == ["k_s", "m", "n", "k_c"]
+    assert main.lhs == ("k_s", "m", "n")
+    assert (str(main.ranges[0].hi), str(main.ranges[3].hi)) == ("3", "10")    # 3 chunks of 10
+    assert (str(tail.ranges[0].lo), str(tail.ranges[0].hi), str(tail.ranges[3].hi)) == \
+        ("3", "4", "7")                                                          # one of 7
     assert fold.reduction is None and not fold.reduction_indices
-    assert str(split.temporaries[-1].shape[0]) == "20"
+    assert [str(e) for e in split.temporaries[-1].shape] == ["4", "M", "N"]
+
+
+def test_the_partial_sums_are_indexed_affinely():
+    """P(s, m, n) reads A(m, s*KC + kc): no floor division or modulo in any index (the
+    flattened P(s*M + m, n) read A(m2 mod M, (m2 div M)*KC + kc), and isl's AST generation of
+    a promoted tbmm candidate took minutes over those divisions)."""
+    from tcmlir import ir
+    from tcmlir.affine import to_isl
+    from tcmlir.dtypes import DType
+
+    fn = tc.define(BMM, target="numpy").ir
+    split = split_k(fn, 8, {"B": 500, "N": 26, "K": 72, "M": 26})
+    for st in split.statements:
+        reads = [x for x in ir.walk(st.rhs) if isinstance(x, ir.Read)]
+        for idx in [i for r in reads for i in r.indices] + [ir.Index(n, DType.INT32) for n in st.lhs]:
+            text = to_isl(idx)
+            assert text is not None and "floor" not in text and "mod" not in text, (st, text)
 
 
 def test_a_reduction_of_one_element_is_left_alone():
@@ -194,11 +212,12 @@ def test_the_partials_get_more_blocks_and_the_fold_a_block_per_thread_block_tile
     assert tmm.options == contraction_access(
         MO.cuda_contraction((128, 64, 16), (8, 4)).split_reduction(16))
     partial, fold = tmm.runner.image.kernels
-    assert partial.grid == (16, 16, 1)                    # unsplit: 16 x 1 = 16 blocks
+    assert partial.grid == (16, 1, 16)                    # unsplit: 16 x 1 = 16 blocks;
+    # the chunks on blockIdx.z (the partial sums' chunk member, passes/split_k)
     assert fold.grid == (64, 8, 1) and fold.block == (16, 16, 1)   # one element per thread
     assert "C_split" in tmm.runner.image.arg_order and tmm.compiled_ir is not None
     partial, fold = fc.runner.image.kernels               # fc: the fold fuses bias and relu
-    assert partial.grid == (16, 16, 1) and fold.grid == (64, 64, 1)
+    assert partial.grid == (16, 8, 2) and fold.grid == (64, 64, 1)
     assert tc.define(TMM, target="cpu").compile(np.zeros((2, 3), np.float32),
                                                 np.zeros((2, 3), np.float32)).compiled_ir is None
 
@@ -300,8 +319,9 @@ def test_the_dump_shows_the_split_program():
     text = dump(TMM, "tmm.tc", None, "pipeline,ir", {"M": 8, "K": 37, "N": 8}, target="cuda",
                 options=SIM.split_reduction(4))
     assert "split-k{ways=4,align=4}" in text and "after split-k{ways=4,align=4}:" in text
-    assert "temporary float32(32, N) C_split" in text
-    assert "C(m, n) = (((C_split(m, n) + C_split((8:int32 + m), n))" in text
+    assert "temporary float32(4, M, N) C_split" in text
+    assert "C_split(k_s, m, n) +=! (A(m, ((k_s * 12:int32) + k_c))" in text
+    assert "C(m, n) = (((C_split(0:int32, m, n) + C_split(1:int32, m, n))" in text
     text = dump(TMM, "tmm.tc", None, "ir", None, target="cuda", options=SIM.split_reduction(4))
     assert "give M, K, N with --sizes" in text
 
@@ -353,3 +373,26 @@ def test_max_fusion_schedules_the_fold_after_the_partial_sums():
     assert done, "scheduling the split matmul took over 60 s"
     schedule = done[0].schedule.get_root().child(0)
     assert schedule.get_type() == isl.schedule_node_type.sequence
+
+
+def test_a_split_batched_candidate_whose_row_tiles_straddle_chunks_compiles_in_seconds():
+    # a tuner candidate of the benchmark's tbmm 500x26x26x72 (8 ways, 32-row tiles): with the
+    # chunks stacked along the rows (P(s*B + b, n, m), reads X(m2 mod B, ...)) a tile held rows
+    # of two chunks and isl's AST generation of its promoted accesses ran for minutes (issue
+    # 31); with P(s, b, n, m) it compiles in seconds
+    import threading
+
+    fn = tc.define(BMM, target="cuda")
+    x = np.zeros((500, 26, 72), np.float32)
+    opts = MO.from_json(
+        '{"block":[32,1,1],"double_buffer":true,"fusion":"preserve3coincident",'
+        '"grid":[1024,256],"register_interleave":[0,4],"register_tile":[4,8],"split_k":8,'
+        '"tile_sizes":[32,128,512,64],"unroll_copy_shared":false,"unroll_factor":4,'
+        '"use_private_memory":false,"use_shared_memory":true,"version":1}')
+    done: list = []
+    worker = threading.Thread(target=lambda: done.append(fn.compile(x, x, options=opts,
+                                                                    arch="sm_90")), daemon=True)
+    worker.start()
+    worker.join(60)
+    assert done, "compiling the split tbmm candidate took over 60 s"
+    assert done[0].runner.image.kernels[0].grid[2] == 8   # the chunks on blockIdx.z

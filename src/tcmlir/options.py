@@ -595,7 +595,12 @@ class MappingOptions:
             steps.append("vectorize")  # a unit-stride parallel member innermost, if legal
         elif target == "cuda":
             block = self.thread_block()
-            steps.append(f"map-to-blocks{{grid={ints(self.grid)}}}")
+            grid = self.grid
+            if self.split_k > 1 and len(grid) < 3:
+                # the chunk index of split-k's partial sums, their outer band member: its own
+                # (outermost) grid dimension (passes/split_k)
+                grid = (*grid, self.split_k)
+            steps.append(f"map-to-blocks{{grid={ints(grid)}}}")
             if self.register_tile:
                 lace = (f",interleave={ints(self.register_interleave)}"
                         if any(self.register_interleave) else "")
@@ -778,7 +783,7 @@ def split_k_choice(fn: Any, sizes: Mapping[str, int] | None
     `SPLIT_K_MIN_EXTENT` elements; then the largest of `SPLIT_K_TILES` (fewest ways for it)
     whose rows divide the output's, with ways from `SPLIT_K_WAYS` dividing the reduction into
     chunks of at least `SPLIT_K_MIN_CHUNK`, that reaches `SPLIT_K_MIN_BLOCKS` blocks (the
-    partial sums stack the chunks along the rows: ``ways * rows`` rows)."""
+    partial sums: ``ways`` times the blocks of ``rows`` rows, passes/split_k)."""
     from .passes.split_k import splittable_statements
 
     if sizes is None:

@@ -35,7 +35,8 @@ import numpy as np
 
 from . import ir
 from .poly.loops import annotation_of, build_ast
-from .poly.promotion import COPY_STMT, SYNC_STMT, CopyAccess
+from .poly.node_accesses import CopyAccess
+from .poly.promotion import COPY_STMT, SYNC_STMT
 from .reference import _Eval
 
 __all__ = ["SimulationError", "simulate_cuda"]

@@ -47,7 +47,7 @@ def _build(state: CompileState, schedule: isl.Schedule, promotion) -> isl.AstNod
 def _annotated(build: isl.AstBuild, schedule: isl.Schedule, fn, promotion) -> isl.AstNode:
     """The AST with each user node annotated with its buffer accesses (`poly.promotion`): an
     isl id whose user object the code generator reads (`annotation_of`)."""
-    from .promotion import annotate_user_node
+    from .node_accesses import annotate_user_node
 
     failures: list[BaseException] = []
     ctx = schedule.get_ctx()
