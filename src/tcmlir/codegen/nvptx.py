@@ -42,6 +42,7 @@ from llvmlite import ir
 
 from .. import ir as tc
 from ..errors import CodegenError
+from ..log import timed
 from ..poly.promotion import SYNC_STMT
 from ..signature import ALIGN_BYTES
 from .exprs import I32, I64, ExprEmitter, const, memory_type
@@ -602,10 +603,12 @@ def emit_ptx(module: ir.Module, arch: str = "sm_90") -> tuple[str, str]:
         tm = nvptx_target_machine(arch)
         module.triple = TRIPLE
         module.data_layout = str(tm.target_data)
-        text = str(module)
+        with timed("LLVM IR"):
+            text = str(module)
         mod = _optimized(text, tm)
         try:
-            ptx = tm.emit_assembly(mod)
+            with timed("PTX"):
+                ptx = tm.emit_assembly(mod)
         except RuntimeError as exc:  # pragma: no cover - LLVM reports, rarely
             raise _fail(f"the NVPTX backend failed: {exc}", text) from None
         return text, ptx
@@ -620,14 +623,17 @@ def optimized_ir(text: str, arch: str = "sm_90") -> str:
 
 def _optimized(text: str, tm: llvm.TargetMachine) -> llvm.ModuleRef:
     try:
-        mod = llvm.parse_assembly(text)
-        mod.verify()
+        with timed("LLVM parse"):
+            mod = llvm.parse_assembly(text)
+            mod.verify()
     except RuntimeError as exc:
         raise _fail(f"generated NVPTX LLVM IR does not verify: {exc}", text) from None
     if any(f.is_declaration and f.name.startswith("__nv_") for f in mod.functions):
-        _link_libdevice(mod, tm)
-    pb = llvm.create_pass_builder(tm, llvm.PipelineTuningOptions(speed_level=3))
-    pb.getModulePassManager().run(mod, pb)
+        with timed("libdevice"):
+            _link_libdevice(mod, tm)
+    with timed("LLVM opt"):
+        pb = llvm.create_pass_builder(tm, llvm.PipelineTuningOptions(speed_level=3))
+        pb.getModulePassManager().run(mod, pb)
     leftover = [f.name for f in mod.functions if f.is_declaration
                 and not f.name.startswith("llvm.")]
     if leftover:
@@ -660,10 +666,12 @@ def compile_cuda_from_ast(fn: tc.Function, ast: isl.AstNode, sizes: Mapping[str,
     lowerer = _KernelLowerer(fn, NvptxTarget(arch), sizes, fn.name)
     lowerer.promotion = promotion
     lowerer.aligned = frozenset(aligned)
-    launches = lowerer.kernels(ast)
+    with timed("LLVM IR"):
+        launches = lowerer.kernels(ast)
     cached = ptx_cache.load() if ptx_cache is not None else None
     if cached is not None:
-        text, ptx = str(lowerer.module), cached
+        with timed("LLVM IR"):
+            text, ptx = str(lowerer.module), cached
     else:
         # wgmma exists only on sm_90a: its PTX runs on sm_90 devices alone
         text, ptx = emit_ptx(lowerer.module, "sm_90a" if lowerer.needs_sm90a and arch == "sm_90" else arch)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import islpy as isl
 
+from ..log import timed
 from .state import CompileState
 
 __all__ = ["annotation_of", "build_ast", "format_loops"]
@@ -28,7 +29,8 @@ def build_ast(state: CompileState) -> isl.AstNode:
     memo = state.__dict__.get("_ast_memo")
     if memo is not None and memo[0] is schedule and memo[1] is promotion and memo[2] is state.fn:
         return memo[3]
-    ast = _build(state, schedule, promotion)
+    with timed("isl AST"):
+        ast = _build(state, schedule, promotion)
     state.__dict__["_ast_memo"] = (schedule, promotion, state.fn, ast)
     return ast
 
@@ -55,7 +57,8 @@ def _annotated(build: isl.AstBuild, schedule: isl.Schedule, fn, promotion) -> is
 
     def at_each_domain(node: isl.AstNode, b: isl.AstBuild) -> isl.AstNode:
         try:
-            payload = annotate_user_node(promotion, fn, node, b, memo)
+            with timed("access expressions"):
+                payload = annotate_user_node(promotion, fn, node, b, memo)
         except Exception as exc:  # noqa: BLE001 - isl would swallow it: re-raised below
             failures.append(exc)
             return node
