@@ -35,10 +35,11 @@ from llvmlite import ir
 
 from .. import ir as tc
 from ..errors import CodegenError, Span
+from ..poly.llvm_unroll import UNROLL_MARK, trip_count
 from ..poly.loops import annotation_of
 from ..poly.promotion import COPY_STMT, SYNC_STMT
 from .exprs import I32, I64, emit_statement
-from .target import Target
+from .target import Target, unroll_full
 
 __all__ = ["GatherSite", "Group", "GroupWalker", "LoweredModule", "lower_function"]
 
@@ -232,6 +233,7 @@ class GroupWalker(_Function):
         self._extents: dict[tuple[str, int], ir.Value] = {}
         self.redirects: dict = {}
         self.buffers_made: dict[str, ir.Value] = {}
+        self.unrolled = 0  # depth of ``unroll`` marks (`poly.llvm_unroll`) around the walk
 
     # ---- KernelContext
 
@@ -281,7 +283,15 @@ class GroupWalker(_Function):
         elif kind == isl.ast_node_type.user:
             self.user(node)
         elif kind == isl.ast_node_type.mark:
-            self.target.mark(self, node.mark_get_id().get_name(), node.mark_get_node())
+            name = node.mark_get_id().get_name()
+            if name == UNROLL_MARK:  # its loops: LLVM unrolls them
+                self.unrolled += 1
+                try:
+                    self.node(node.mark_get_node())
+                finally:
+                    self.unrolled -= 1
+                return
+            self.target.mark(self, name, node.mark_get_node())
         else:
             raise CodegenError(f"cannot lower isl AST node of type {kind}")
 
@@ -319,7 +329,12 @@ class GroupWalker(_Function):
         self.node(node.for_get_body())
         self.loop_depth -= 1
         b.store(b.add(iv, inc), slot)
-        b.branch(header)
+        latch = b.branch(header)
+        if self.unrolled:
+            if trip_count(node) is None:  # `poly.loops.build_ast` kept only constant ones
+                raise CodegenError(f"internal: loop {name} under an unroll mark has no constant "
+                                   "trip count")
+            latch.set_metadata("llvm.loop", unroll_full(b.module))
         b.position_at_end(done)
         if saved is None:
             del self.env[name]

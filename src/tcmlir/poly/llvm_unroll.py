@@ -1,0 +1,166 @@
+"""Loops LLVM unrolls instead of isl (issue 31): register tiles and unrolled strips stay loops.
+
+The passes ask isl to unroll a band by setting its members' AST loop type to ``unroll``
+(`register-tile`'s register part, `unroll`'s strips, promotion's copies). isl then generates
+one user node per iteration (an 8x8 register tile below a 16-step strip: 1024 calls of the
+statement), and the AST build, the buffer access expressions of each call and the LLVM IR walk
+all pay per node. For the bands of a GPU kernel that run only the program's own statements
+(``S<k>``, ``S<k>_init``) directly below the ``kernel`` mark (no reduction, rows or mma mark
+between), `for_llvm` instead gives those members the default loop type and puts a mark
+``unroll`` (`UNROLL_MARK`) above the band: isl generates ordinary loops, and the code generator
+(`codegen.lower`) emits each loop under such a mark as an LLVM loop with
+``llvm.loop.unroll.full`` metadata, which LLVM's full unroller honours when it knows the trip
+count. `poly.loops.build_ast` keeps a band as loops only when every loop under its ``unroll``
+mark has a constant trip count (`trip_count`: constant step, ``it <= e`` / ``it < e`` with
+``e - init`` a constant) and no ``if`` lies below the mark (`irregular_unroll_marks`), so that
+the unrolled code is straight-line with constant register indices as isl's would be; the
+other bands are unrolled by isl, as before (the AST is built again without them).
+
+Register copies (``cpin``/``cpout``/``cpinit`` of a ``_reg`` buffer) count as the program's
+statements; shared-memory copies, whose loops start at thread-dependent coordinates with
+guards isl resolves per iteration, keep isl's unrolling.
+"""
+
+from __future__ import annotations
+
+import re
+
+import islpy as isl
+
+from .scop import sets_of
+from .tree import node_at
+
+__all__ = ["UNROLL_MARK", "for_llvm", "irregular_unroll_marks", "trip_count"]
+
+UNROLL_MARK = "unroll"
+_BAND = isl.schedule_node_type.band
+_MARK = isl.schedule_node_type.mark
+_OWN = re.compile(r"S\d+(_init)?$")
+_T = isl.ast_expr_op_type
+
+
+def _convertible(band: isl.ScheduleNode) -> bool:
+    """A band isl would unroll whole, in a kernel, below no mark but the kernel's, that runs
+    the program's own statements only."""
+    n = band.band_n_member()
+    if n == 0 or any(band.band_member_get_ast_loop_type(m) != isl.ast_loop_type.unroll
+                     for m in range(n)):
+        return False
+    in_kernel = False
+    for k in range(1, band.get_tree_depth() + 1):
+        up = band.ancestor(k)
+        if up.get_type() == _MARK:
+            if not up.mark_get_id().get_name().startswith("kernel "):
+                return False
+            in_kernel = True
+    if not in_kernel:
+        return False
+    # (the statements the band schedules: below extension nodes isl has no node domain)
+    names = [s.get_tuple_name() for s in sets_of(band.band_get_partial_schedule().domain())]
+    return bool(names) and all(_OWN.match(name) for name in names)
+
+
+def for_llvm(schedule: isl.Schedule, keep: frozenset[tuple[int, ...]] = frozenset()
+             ) -> tuple[isl.Schedule, list[tuple[int, ...]]]:
+    """``schedule`` with each convertible band (module docstring) but those at the paths in
+    ``keep`` given default loop types under an ``unroll`` mark (whose id's user object is the
+    band's path), and the paths of the bands changed."""
+    paths: list[tuple[int, ...]] = []
+
+    def visit(node: isl.ScheduleNode, path: tuple[int, ...]) -> None:  # (no isl callback)
+        if node.get_type() == _BAND and path not in keep and _convertible(node):
+            paths.append(path)
+        for i in range(node.n_children()):
+            visit(node.child(i), (*path, i))
+
+    visit(schedule.get_root(), ())
+    ctx = schedule.get_ctx()
+    for path in sorted(paths, key=len, reverse=True):  # deepest first: outer paths stay valid
+        node = node_at(schedule, path)
+        for m in range(node.band_n_member()):
+            node = node.band_member_set_ast_loop_type(m, isl.ast_loop_type.default)
+        schedule = node.insert_mark(isl.Id(UNROLL_MARK, user=path, context=ctx)).get_schedule()
+    return schedule, paths
+
+
+def _affine(e: isl.AstExpr) -> dict[str, int] | None:
+    """``e`` as {name: coefficient, "": constant} when it is affine in its ids, else None."""
+    kind = e.get_type()
+    if kind == isl.ast_expr_type.int:
+        return {"": int(e.get_val().to_python())}
+    if kind == isl.ast_expr_type.id:
+        return {e.get_id().get_name(): 1}
+    op = e.get_op_type()
+    args = [_affine(e.get_op_arg(i)) for i in range(e.get_op_n_arg())]
+    if any(a is None for a in args):
+        return None
+    if op == _T.minus:
+        return {k: -v for k, v in args[0].items()}
+    if op in (_T.add, _T.sub):
+        out = dict(args[0])
+        for k, v in args[1].items():
+            out[k] = out.get(k, 0) + (v if op == _T.add else -v)
+        return out
+    if op == _T.mul:
+        a, b = args
+        if set(a) == {""}:
+            a, b = b, a
+        if set(b) == {""}:
+            return {k: v * b[""] for k, v in a.items()}
+    return None
+
+
+def trip_count(loop: isl.AstNode) -> int | None:
+    """The number of iterations of isl AST for-node ``loop`` when it is the same constant for
+    every value of the names in its bounds, else None."""
+    it = loop.for_get_iterator().get_id().get_name()
+    inc = loop.for_get_inc()
+    cond = loop.for_get_cond()
+    if inc.get_type() != isl.ast_expr_type.int or cond.get_type() != isl.ast_expr_type.op:
+        return None
+    step = int(inc.get_val().to_python())
+    if step < 1 or cond.get_op_type() not in (_T.le, _T.lt):
+        return None
+    lhs = cond.get_op_arg(0)
+    if lhs.get_type() != isl.ast_expr_type.id or lhs.get_id().get_name() != it:
+        return None
+    init, bound = _affine(loop.for_get_init()), _affine(cond.get_op_arg(1))
+    if init is None or bound is None or it in init or it in bound:
+        return None
+    diff = dict(bound)
+    for k, v in init.items():
+        diff[k] = diff.get(k, 0) - v
+    if any(v for k, v in diff.items() if k):
+        return None
+    span = diff.get("", 0) + (1 if cond.get_op_type() == _T.le else 0)  # values init .. init+span-1
+    return max(0, -(-span // step))
+
+
+def irregular_unroll_marks(ast: isl.AstNode) -> set[tuple[int, ...]]:
+    """The band paths of the ``unroll`` marks of ``ast`` below which a loop has no constant
+    trip count or an ``if`` remains (isl's unrolling resolves those per iteration; LLVM would
+    keep a guard per copy or not unroll at all)."""
+    bad: set[tuple[int, ...]] = set()
+
+    def visit(n: isl.AstNode, mark: tuple[int, ...] | None) -> None:  # (no isl callback)
+        kind = n.get_type()
+        if kind == isl.ast_node_type.mark:
+            ident = n.mark_get_id()
+            visit(n.mark_get_node(), ident.user if ident.get_name() == UNROLL_MARK else mark)
+        elif kind == isl.ast_node_type.for_:
+            if mark is not None and trip_count(n) is None:
+                bad.add(mark)
+            visit(n.for_get_body(), mark)
+        elif kind == isl.ast_node_type.if_:
+            if mark is not None:
+                bad.add(mark)
+            visit(n.if_get_then_node(), mark)
+            if n.if_has_else_node():
+                visit(n.if_get_else_node(), mark)
+        elif kind == isl.ast_node_type.block:
+            kids = n.block_get_children()
+            for i in range(kids.n_ast_node()):
+                visit(kids.get_at(i), mark)
+
+    visit(ast, None)
+    return bad
