@@ -51,7 +51,7 @@ def _kernel(source: str, shapes: list[tuple[int, ...]], options: tc.MappingOptio
 
 
 def _isl_unrolls_all(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(llvm_unroll, "for_llvm", lambda schedule, keep=frozenset(): (schedule, []))
+    monkeypatch.setattr(llvm_unroll, "for_llvm", lambda schedule, ranks=None, keep=frozenset(): (schedule, []))
 
 
 def _mix(ptx: str) -> dict[str, int]:
@@ -130,3 +130,15 @@ def test_loops_carry_the_full_unroll_request():
     for ident in ids:
         assert re.search(rf"^{ident} = distinct !{{ ?{ident}, !\d+ ?}}", ir_text, re.M), ident
     assert '!"llvm.loop.unroll.full"' in ir_text
+
+
+def test_register_copies_start_at_zero_and_stay_loops():
+    """tmm's accumulators (a register tile per thread): their initialisation and store are
+    loops from 0 (shifted by the thread's first element), not one call per register."""
+    source, shapes = CASES["tmm 128x256x512"]
+    loops = _kernel(source, shapes).loops
+    for copy in ("cpinit_", "cpout_"):
+        assert loops.count(copy) == 1, loops
+    assert re.search(r"// unroll\n\s+for \(int (c\d+) = 0; \1 <= \d; \1 \+= 1\)\n"
+                     r"\s+for \(int (c\d+) = 0; \2 <= \d; \2 \+= 1\)\n\s+cpinit_\w+\(.*\+ \1, .*\+ \2\);",
+                     loops), loops

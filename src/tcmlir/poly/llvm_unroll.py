@@ -24,6 +24,7 @@ guards isl resolves per iteration, keep isl's unrolling.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 import islpy as isl
 
@@ -36,51 +37,96 @@ UNROLL_MARK = "unroll"
 _BAND = isl.schedule_node_type.band
 _MARK = isl.schedule_node_type.mark
 _OWN = re.compile(r"S\d+(_init)?$")
+_REG_COPY = re.compile(r"cp(in|out|init)_(\w+)_reg\d+$")
 _T = isl.ast_expr_op_type
 
 
-def _convertible(band: isl.ScheduleNode) -> bool:
-    """A band isl would unroll whole, in a kernel, below no mark but the kernel's, that runs
-    the program's own statements only."""
+def _convertible(band: isl.ScheduleNode, ranks: Mapping[str, int]) -> str | None:
+    """``"own"`` for a band isl would unroll whole, in a kernel, below no mark but the
+    kernel's, that runs the program's own statements only; ``"copy"`` for such a band of
+    register copies (of tensors in ``ranks``); else None."""
     n = band.band_n_member()
     if n == 0 or any(band.band_member_get_ast_loop_type(m) != isl.ast_loop_type.unroll
                      for m in range(n)):
-        return False
+        return None
     in_kernel = False
     for k in range(1, band.get_tree_depth() + 1):
         up = band.ancestor(k)
         if up.get_type() == _MARK:
             if not up.mark_get_id().get_name().startswith("kernel "):
-                return False
+                return None
             in_kernel = True
     if not in_kernel:
-        return False
+        return None
     # (the statements the band schedules: below extension nodes isl has no node domain)
     names = [s.get_tuple_name() for s in sets_of(band.band_get_partial_schedule().domain())]
-    return bool(names) and all(_OWN.match(name) for name in names)
+    if names and all(_OWN.match(name) for name in names):
+        return "own"
+    copies = [_REG_COPY.match(name) for name in names]
+    if names and all(c is not None and c.group(2) in ranks for c in copies):
+        return "copy"
+    return None
 
 
-def for_llvm(schedule: isl.Schedule, keep: frozenset[tuple[int, ...]] = frozenset()
+def _from_zero(band: isl.ScheduleNode, ranks: Mapping[str, int]) -> isl.ScheduleNode:
+    """Register-copy band ``band`` with each member shifted by its least value over the copied
+    box at the same prefix (a copy statement's dims: the prefix schedule, then the tensor's
+    element indices), so its loops start at 0 like the register tile's: the copies of one
+    thread's registers are independent, and a shift by prefix values keeps their order."""
+    mupa = band.band_get_partial_schedule()
+    for m in range(band.band_n_member()):
+        parts = []
+        for pa in _pw_affs(mupa.get_at(m)):
+            space = pa.get_domain_space()
+            name = space.get_tuple_name(isl.dim_type.set)
+            rank = ranks[_REG_COPY.match(name).group(2)]  # type: ignore[union-attr]
+            npre = space.dim(isl.dim_type.set) - rank
+            per_prefix = isl.Map.from_pw_aff(pa).project_out(isl.dim_type.in_, npre, rank)
+            least = per_prefix.lexmin_pw_multi_aff().get_pw_aff(0)
+            least = least.insert_dims(isl.dim_type.in_, npre, rank).set_tuple_id(
+                isl.dim_type.in_, space.get_tuple_id(isl.dim_type.set))
+            parts.append(pa.sub(least.intersect_domain(pa.domain())))
+        upa = isl.UnionPwAff.from_pw_aff(parts[0])
+        for pa in parts[1:]:
+            upa = upa.union_add(isl.UnionPwAff.from_pw_aff(pa))
+        mupa = mupa.set_at(m, upa)
+    return band.delete().insert_partial_schedule(mupa)
+
+
+def _pw_affs(upa: isl.UnionPwAff) -> list[isl.PwAff]:
+    out: list[isl.PwAff] = []
+    upa.foreach_pw_aff(out.append)
+    return out
+
+
+def for_llvm(schedule: isl.Schedule, ranks: Mapping[str, int] | None = None,
+             keep: frozenset[tuple[int, ...]] = frozenset()
              ) -> tuple[isl.Schedule, list[tuple[int, ...]]]:
     """``schedule`` with each convertible band (module docstring) but those at the paths in
     ``keep`` given default loop types under an ``unroll`` mark (whose id's user object is the
-    band's path), and the paths of the bands changed."""
-    paths: list[tuple[int, ...]] = []
+    band's path), and the paths of the bands changed. ``ranks``: the tensors' ranks (register
+    copies of the tensors named there count, their members shifted to start at 0)."""
+    ranks = ranks or {}
+    found: list[tuple[tuple[int, ...], str]] = []
 
     def visit(node: isl.ScheduleNode, path: tuple[int, ...]) -> None:  # (no isl callback)
-        if node.get_type() == _BAND and path not in keep and _convertible(node):
-            paths.append(path)
+        if node.get_type() == _BAND and path not in keep:
+            kind = _convertible(node, ranks)
+            if kind is not None:
+                found.append((path, kind))
         for i in range(node.n_children()):
             visit(node.child(i), (*path, i))
 
     visit(schedule.get_root(), ())
     ctx = schedule.get_ctx()
-    for path in sorted(paths, key=len, reverse=True):  # deepest first: outer paths stay valid
+    for path, kind in sorted(found, key=lambda f: len(f[0]), reverse=True):  # deepest first
         node = node_at(schedule, path)
+        if kind == "copy":
+            node = _from_zero(node, ranks)
         for m in range(node.band_n_member()):
             node = node.band_member_set_ast_loop_type(m, isl.ast_loop_type.default)
         schedule = node.insert_mark(isl.Id(UNROLL_MARK, user=path, context=ctx)).get_schedule()
-    return schedule, paths
+    return schedule, [path for path, _ in found]
 
 
 def _affine(e: isl.AstExpr) -> dict[str, int] | None:

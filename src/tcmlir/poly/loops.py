@@ -46,8 +46,9 @@ def _build(state: CompileState, schedule: isl.Schedule, promotion) -> isl.AstNod
     # A GPU-mapped tree has block/thread parameters: their ranges join the context.
     context = build_context(schedule, state.scop.context)
     keep: frozenset[tuple[int, ...]] = frozenset()
+    ranks = {t.name: len(t.shape) for t in state.fn.tensors}
     while True:  # bands LLVM unrolls instead of isl, those isl must unroll left out
-        as_loops, changed = for_llvm(schedule, keep)
+        as_loops, changed = for_llvm(schedule, ranks, keep)
         if not changed:
             return _build_from(context, schedule, state.fn, promotion)
         ast = _build_from(context, as_loops, state.fn, promotion)
