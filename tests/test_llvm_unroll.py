@@ -103,8 +103,11 @@ def test_the_default_matmul_register_tile_is_loops_of_constant_trip_counts():
     state = compiler.lower(fn.ir, sizes, MO.default_for(fn, "cuda", sizes), "cuda")
     ast = build_ast(state)
     trips = sorted(trip_count(loop) for loop in _unroll_loops(ast))
-    assert trips == [2, 4, 8, 16]  # k strip 16; registers 8 rows x (2 groups x 4 columns)
-    assert format_loops(ast).count("S0(") == 1  # not 1024 calls
+    # k strip 16; registers 8 rows x (2 groups x 4 columns), for S0, cpinit and cpout
+    assert trips == sorted([16, 8, 2, 4] + [8, 2, 4] * 2)
+    text = format_loops(ast)
+    assert text.count("S0(") == 1  # not 1024 calls
+    assert text.count("cpinit_C_reg0(") == text.count("cpout_C_reg0(") == 1  # not 64 each
 
 
 def test_partial_tiles_keep_isls_unrolling(monkeypatch):

@@ -16,9 +16,13 @@ mark has a constant trip count (`trip_count`: constant step, ``it <= e`` / ``it 
 the unrolled code is straight-line with constant register indices as isl's would be; the
 other bands are unrolled by isl, as before (the AST is built again without them).
 
-Register copies (``cpin``/``cpout``/``cpinit`` of a ``_reg`` buffer) count as the program's
-statements; shared-memory copies, whose loops start at thread-dependent coordinates with
-guards isl resolves per iteration, keep isl's unrolling.
+Bands of register copies (``cpin``/``cpout``/``cpinit`` of a ``_reg`` buffer) convert too,
+their members first shifted to start at 0 at each prefix (`_from_zero`: they iterate over the
+tensor's coordinates, from the thread's first element) and an interleaved tile's member split
+into its groups and lanes (`_split_groups`), so that their loops are those of the register tile
+and LLVM's unrolled copies index the registers by constants. Shared-memory copies, whose loops
+start at thread-dependent positions with guards isl resolves per iteration, keep isl's
+unrolling.
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ def _from_zero(band: isl.ScheduleNode, ranks: Mapping[str, int]) -> isl.Schedule
     element indices), so its loops start at 0 like the register tile's: the copies of one
     thread's registers are independent, and a shift by prefix values keeps their order."""
     mupa = band.band_get_partial_schedule()
+    members: list[isl.UnionPwAff] = []
     for m in range(band.band_n_member()):
         parts = []
         for pa in _pw_affs(mupa.get_at(m)):
@@ -89,8 +94,48 @@ def _from_zero(band: isl.ScheduleNode, ranks: Mapping[str, int]) -> isl.Schedule
         upa = isl.UnionPwAff.from_pw_aff(parts[0])
         for pa in parts[1:]:
             upa = upa.union_add(isl.UnionPwAff.from_pw_aff(pa))
-        mupa = mupa.set_at(m, upa)
-    return band.delete().insert_partial_schedule(mupa)
+        members.extend(_split_groups(upa))
+    ctx = band.get_ctx()
+    space = isl.Space.set_alloc(ctx, 0, len(members)).align_params(mupa.get_space().params())
+    lst = isl.UnionPwAffList.alloc(ctx, len(members))
+    for u in members:
+        lst = lst.add(u)
+    return band.delete().insert_partial_schedule(
+        isl.MultiUnionPwAff.from_union_pw_aff_list(space, lst))
+
+
+def _split_groups(upa: isl.UnionPwAff) -> list[isl.UnionPwAff]:
+    """``[upa]``, or ``[floor(upa / S), upa mod S]`` (the same order) when its values are
+    ``G`` groups of ``V`` consecutive values ``S`` apart (an interleaved register tile's
+    columns, `register-tile`'s ``interleave``: ``{0..3, 64..67}``): two loops of constant trip
+    counts instead of one over ``0 .. S+V-1`` with a guard."""
+    values = isl.UnionMap.from_union_pw_aff(upa).range()
+    sets = sets_of(values)
+    if len(sets) != 1:
+        return [upa]
+    # (the values over every parameter value: the split keeps the order of any values, and
+    # the loops it gives are checked like the others, `irregular_unroll_marks`)
+    free = sets[0].project_out(isl.dim_type.param, 0, sets[0].dim(isl.dim_type.param))
+    if not free.is_bounded():
+        return [upa]
+    points: list[int] = []
+    lo, hi = free.dim_min_val(0), free.dim_max_val(0)
+    if not (lo.is_int() and hi.is_int()) or int(hi.to_python()) - int(lo.to_python()) > 4096:
+        return [upa]
+    free.foreach_point(lambda p: points.append(int(p.get_coordinate_val(isl.dim_type.set, 0)
+                                                   .to_python())))
+    points.sort()
+    width = next((i for i in range(1, len(points)) if points[i] != points[i - 1] + 1),
+                 len(points))
+    if width == len(points) or points[0] != 0 or len(points) % width:
+        return [upa]
+    span = points[width]
+    want = [g * span + v for g in range(len(points) // width) for v in range(width)]
+    if points != want:
+        return [upa]
+    ctx = upa.get_ctx()
+    s = isl.Val.int_from_si(ctx, span)
+    return [upa.scale_down_val(s).floor(), upa.mod_val(s)]
 
 
 def _pw_affs(upa: isl.UnionPwAff) -> list[isl.PwAff]:
