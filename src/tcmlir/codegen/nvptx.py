@@ -582,10 +582,30 @@ def _libdevice_bitcode() -> bytes:
         return f.read()
 
 
-def _link_libdevice(mod: llvm.ModuleRef, tm: llvm.TargetMachine) -> None:
+@functools.lru_cache(maxsize=64)
+def _libdevice_subset(names: frozenset[str], data_layout: str) -> bytes:
+    """Bitcode of the libdevice functions ``names`` and what they use, nothing else: parsing
+    the whole 450 KB library took longer than optimising a kernel that calls ``expf``
+    (issue 31); this is parsed once per process and set of functions."""
     lib = llvm.parse_bitcode(_libdevice_bitcode())
     lib.triple = TRIPLE
-    lib.data_layout = str(tm.target_data)
+    lib.data_layout = data_layout
+    for f in lib.functions:
+        if not f.is_declaration and f.name not in names:
+            f.linkage = llvm.Linkage.internal  # dropped below unless a kept one calls it
+    pm = llvm.create_new_module_pass_manager()
+    pm.add_global_dead_code_eliminate_pass()
+    pm.run(lib, llvm.create_pass_builder(nvptx_target_machine(),
+                                         llvm.PipelineTuningOptions(speed_level=0)))
+    return lib.as_bitcode()
+
+
+def _link_libdevice(mod: llvm.ModuleRef, tm: llvm.TargetMachine) -> None:
+    """Link the libdevice functions ``mod`` calls into it, every definition ``linkonce_odr``
+    (O3 then drops those it inlined)."""
+    names = frozenset(f.name for f in mod.functions
+                      if f.is_declaration and f.name.startswith("__nv_"))
+    lib = llvm.parse_bitcode(_libdevice_subset(names, str(tm.target_data)))
     for f in lib.functions:
         if not f.is_declaration:
             f.linkage = llvm.Linkage.linkonce_odr
