@@ -35,7 +35,7 @@ from llvmlite import ir
 
 from .. import ir as tc
 from ..errors import CodegenError, Span
-from ..poly.llvm_unroll import UNROLL_MARK, trip_count
+from ..poly.llvm_unroll import UNROLL_MARK, WALK_MARK, trip_count
 from ..poly.loops import annotation_of
 from ..poly.promotion import COPY_STMT, SYNC_STMT
 from .exprs import I32, I64, emit_statement
@@ -234,6 +234,7 @@ class GroupWalker(_Function):
         self.redirects: dict = {}
         self.buffers_made: dict[str, ir.Value] = {}
         self.unrolled = 0  # depth of ``unroll`` marks (`poly.llvm_unroll`) around the walk
+        self.walked = 0  # depth of ``unroll-walk`` marks: their loops are unrolled here
 
     # ---- KernelContext
 
@@ -284,12 +285,13 @@ class GroupWalker(_Function):
             self.user(node)
         elif kind == isl.ast_node_type.mark:
             name = node.mark_get_id().get_name()
-            if name == UNROLL_MARK:  # its loops: LLVM unrolls them
-                self.unrolled += 1
+            if name in (UNROLL_MARK, WALK_MARK):  # its loops: LLVM unrolls them, or we do
+                depth = "unrolled" if name == UNROLL_MARK else "walked"
+                setattr(self, depth, getattr(self, depth) + 1)
                 try:
                     self.node(node.mark_get_node())
                 finally:
-                    self.unrolled -= 1
+                    setattr(self, depth, getattr(self, depth) - 1)
                 return
             self.target.mark(self, name, node.mark_get_node())
         else:
@@ -299,6 +301,9 @@ class GroupWalker(_Function):
         return isl_expr(self.builder, e, self.lookup)
 
     def loop(self, node: isl.AstNode) -> None:
+        if self.walked:
+            self.walk_iterations(node)
+            return
         b = self.builder
         name = node.for_get_iterator().get_id().get_name()
         init, inc = self.expr(node.for_get_init()), self.expr(node.for_get_inc())
@@ -336,6 +341,29 @@ class GroupWalker(_Function):
                                    "trip count")
             latch.set_metadata("llvm.loop", unroll_full(b.module))
         b.position_at_end(done)
+        if saved is None:
+            del self.env[name]
+        else:
+            self.env[name] = saved
+
+    def walk_iterations(self, node: isl.AstNode) -> None:
+        """A loop under an ``unroll-walk`` mark: its body once per iteration, the iterator a
+        constant where the start is one (as isl's unrolled copies were), else start + offset."""
+        trips = trip_count(node)
+        if trips is None:  # `poly.loops.build_ast` kept only constant ones
+            raise CodegenError("internal: a loop under an unroll-walk mark has no constant "
+                               "trip count")
+        name = node.for_get_iterator().get_id().get_name()
+        step = int(node.for_get_inc().get_val().to_python())
+        first = node.for_get_init()
+        saved = self.env.get(name)
+        start = (int(first.get_val().to_python()) if first.get_type() == isl.ast_expr_type.int
+                 else None)
+        base = self.expr(first) if start is None else None
+        for i in range(trips):
+            self.env[name] = (ir.Constant(I64, start + i * step) if base is None
+                              else self.builder.add(base, ir.Constant(I64, i * step)))
+            self.node(node.for_get_body())
         if saved is None:
             del self.env[name]
         else:

@@ -379,20 +379,12 @@ def _unrolled_calls(mark: isl.AstNode) -> int:
     """Statement calls below a ``reduction`` mark (one phase of a row) in straight-line code:
     the row elements a thread holds at once when its stride loop is unrolled (0 for a
     ``rows`` mark, and below a loop: a thread then walks its elements and holds few)."""
-    calls, loops = [0], [0]
-
-    def fn(n: isl.AstNode) -> bool:
-        kind = n.get_type()
-        if kind == isl.ast_node_type.user:
-            calls[0] += 1
-        elif kind == isl.ast_node_type.for_:
-            loops[0] += 1
-        return True
+    from ..poly.llvm_unroll import unrolled_calls
 
     if not mark.mark_get_id().get_name().startswith("reduction "):
         return 0
-    mark.mark_get_node().foreach_descendant_top_down(fn)
-    return 0 if loops[0] else calls[0]
+    calls, loops = unrolled_calls(mark.mark_get_node())
+    return 0 if loops else calls
 
 
 def _has_kernel_mark(node: isl.AstNode) -> bool:

@@ -35,9 +35,16 @@ import islpy as isl
 from .scop import sets_of
 from .tree import node_at
 
-__all__ = ["UNROLL_MARK", "for_llvm", "irregular_unroll_marks", "trip_count"]
+__all__ = ["UNROLLED_MARKS", "UNROLL_MARK", "WALK_MARK", "for_llvm", "irregular_unroll_marks",
+           "trip_count", "unrolled_calls"]
 
 UNROLL_MARK = "unroll"
+WALK_MARK = "unroll-walk"
+UNROLLED_MARKS = (UNROLL_MARK, WALK_MARK)
+# marks of row kernels (`map-rows`, `map-reduction`, `map-columns`) whose code generators
+# (`codegen.gpu_rows`, `gpu_reduce`) take the unrolled iterations one by one: their bands get
+# a `WALK_MARK`, whose loops the code generator unrolls itself
+_ROW_MARK = re.compile(r"(rows |reduction |accumulate S\d+(,S\d+)* atomic$)")
 _BAND = isl.schedule_node_type.band
 _MARK = isl.schedule_node_type.mark
 _OWN = re.compile(r"S\d+(_init)?$")
@@ -48,24 +55,32 @@ _T = isl.ast_expr_op_type
 def _convertible(band: isl.ScheduleNode, ranks: Mapping[str, int]) -> str | None:
     """``"own"`` for a band isl would unroll whole, in a kernel, below no mark but the
     kernel's, that runs the program's own statements only; ``"copy"`` for such a band of
-    register copies (of tensors in ``ranks``); else None."""
+    register copies (of tensors in ``ranks``); ``"walk"`` for a band of the program's
+    statements in a row kernel (below ``rows``, ``reduction`` or ``accumulate`` marks, not
+    ``over-rows``); else None."""
     n = band.band_n_member()
     if n == 0 or any(band.band_member_get_ast_loop_type(m) != isl.ast_loop_type.unroll
                      for m in range(n)):
         return None
-    in_kernel = False
+    in_kernel = in_rows = False
     for k in range(1, band.get_tree_depth() + 1):
         up = band.ancestor(k)
         if up.get_type() == _MARK:
-            if not up.mark_get_id().get_name().startswith("kernel "):
+            name = up.mark_get_id().get_name()
+            if _ROW_MARK.match(name):
+                in_rows = True
+            elif not name.startswith("kernel "):
                 return None
-            in_kernel = True
+            else:
+                in_kernel = True
     if not in_kernel:
         return None
     # (the statements the band schedules: below extension nodes isl has no node domain)
     names = [s.get_tuple_name() for s in sets_of(band.band_get_partial_schedule().domain())]
     if names and all(_OWN.match(name) for name in names):
-        return "own"
+        return "walk" if in_rows else "own"
+    if in_rows:
+        return None
     copies = [_REG_COPY.match(name) for name in names]
     if names and all(c is not None and c.group(2) in ranks for c in copies):
         return "copy"
@@ -170,7 +185,8 @@ def for_llvm(schedule: isl.Schedule, ranks: Mapping[str, int] | None = None,
             node = _from_zero(node, ranks)
         for m in range(node.band_n_member()):
             node = node.band_member_set_ast_loop_type(m, isl.ast_loop_type.default)
-        schedule = node.insert_mark(isl.Id(UNROLL_MARK, user=path, context=ctx)).get_schedule()
+        mark = WALK_MARK if kind == "walk" else UNROLL_MARK
+        schedule = node.insert_mark(isl.Id(mark, user=path, context=ctx)).get_schedule()
     return schedule, [path for path, _ in found]
 
 
@@ -237,7 +253,7 @@ def irregular_unroll_marks(ast: isl.AstNode) -> set[tuple[int, ...]]:
         kind = n.get_type()
         if kind == isl.ast_node_type.mark:
             ident = n.mark_get_id()
-            visit(n.mark_get_node(), ident.user if ident.get_name() == UNROLL_MARK else mark)
+            visit(n.mark_get_node(), ident.user if ident.get_name() in UNROLLED_MARKS else mark)
         elif kind == isl.ast_node_type.for_:
             if mark is not None and trip_count(n) is None:
                 bad.add(mark)
@@ -255,3 +271,33 @@ def irregular_unroll_marks(ast: isl.AstNode) -> set[tuple[int, ...]]:
 
     visit(ast, None)
     return bad
+
+
+def unrolled_calls(node: isl.AstNode) -> tuple[int, int]:
+    """(statement calls, loops) of ``node`` as the code generator emits it: a loop under an
+    ``unroll`` or ``unroll-walk`` mark counts as its trip count times its body (isl would have
+    unrolled it), any other loop once in ``loops``."""
+
+    def visit(n: isl.AstNode, below: bool) -> tuple[int, int]:
+        kind = n.get_type()
+        if kind == isl.ast_node_type.user:
+            return 1, 0
+        if kind == isl.ast_node_type.mark:
+            return visit(n.mark_get_node(), below or n.mark_get_id().get_name() in UNROLLED_MARKS)
+        if kind == isl.ast_node_type.for_:
+            calls, loops = visit(n.for_get_body(), below)
+            if below:
+                return calls * (trip_count(n) or 0), loops
+            return calls, loops + 1
+        parts = []
+        if kind == isl.ast_node_type.if_:
+            parts.append(n.if_get_then_node())
+            if n.if_has_else_node():
+                parts.append(n.if_get_else_node())
+        elif kind == isl.ast_node_type.block:
+            kids = n.block_get_children()
+            parts.extend(kids.get_at(i) for i in range(kids.n_ast_node()))
+        counts = [visit(p, below) for p in parts]
+        return sum(c for c, _ in counts), sum(lp for _, lp in counts)
+
+    return visit(node, False)
