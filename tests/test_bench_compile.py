@@ -28,6 +28,10 @@ def test_the_tool_reports_each_stage_of_a_tiny_cuda_compile(capsys):
     table = capsys.readouterr().out
     assert table.splitlines()[0].split()[:3] == ["case", "total", "load"]
     assert table.splitlines()[1].startswith("add 64")
+    assert bench_compile.main(["--tiny", "--tuner", "2", "--limit", "60", "--json"]) == 0
+    rate = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rate["candidates"] == 2 and rate["per_minute"] > 0
+    assert rate["failed"] == rate["timed_out"] == 0
 
 
 def test_nested_stages_are_exclusive_and_every_collector_sees_them():

@@ -2,6 +2,7 @@
 
     python tools/bench_compile.py [--zoo] [--only PREFIX ...] [--size medium] [--ptxas] [--json]
     python tools/bench_compile.py --tiny            # one tiny case (CI: the tool still runs)
+    python tools/bench_compile.py --tuner 20 [--only matmul] [--limit 60]
 
 Each case is compiled for the cuda target (``arch=sm_90``; no GPU needed) under its default
 options at its full size, with ``TCMLIR_ALWAYS_COMPILE=1`` (the artifact cache is neither read
@@ -16,6 +17,12 @@ its text), LLVM parse, libdevice, LLVM opt, PTX (LLVM's NVPTX backend), loops te
 
 Cases: `tools/bench.py`'s suite; with ``--zoo`` also `ZOO_CASES` of `tools/zoo_workloads.py`
 at ``--size`` (default medium). ``--json`` prints one JSON object per case instead of the table.
+
+``--tuner N``: the tuner's throughput instead: per case, N candidates of its search space
+(`tune.space.space_for`; drawn and mutated from the default options alternately, seed 0, as
+`tools/fuzz_compile.py` does), each compiled cold in a forked child killed after ``--limit``
+seconds (the tuner's per-candidate timeout is 60 s): candidates per minute of one core, the
+median and slowest compile, and how many failed or ran out of time.
 """
 
 from __future__ import annotations
@@ -109,6 +116,56 @@ def measure(name: str, source: str, make: Callable[[], tuple[Any, ...]],
     return row
 
 
+def _compile_child(source: str, inputs: tuple[Any, ...], options_json: str, q: Any) -> None:
+    fn = tc.define(source, target="cuda")
+    start = time.perf_counter()
+    try:
+        fn.compile(*inputs, options=tc.MappingOptions.from_json(options_json), arch="sm_90")
+        q.put(("ok", time.perf_counter() - start))
+    except Exception as exc:  # noqa: BLE001 - an invalid candidate: counted, as the tuner does
+        q.put((type(exc).__name__, time.perf_counter() - start))
+
+
+def tuner_rate(name: str, source: str, make: Callable[[], tuple[Any, ...]], n: int,
+               limit: float) -> dict[str, Any]:
+    """Compile ``n`` candidates of the tuning space of ``source`` (module docstring)."""
+    import multiprocessing as mp
+    import random
+
+    from tcmlir.binding import bind_sizes
+    from tcmlir.tune.space import space_for
+
+    inputs = make()
+    fn = tc.define(source, target="cuda")
+    space = space_for(fn.ir, "cuda")
+    base = tc.MappingOptions.default_for(fn.ir, "cuda", bind_sizes(fn.ir, [x.shape for x in inputs]))
+    rng = random.Random(0)
+    ctx = mp.get_context("fork")
+    times, failed, timed_out = [], 0, 0
+    start = time.perf_counter()
+    for i in range(n):
+        o = space.sample(rng, base) if i % 2 == 0 else space.mutate(rng, base, 0.5)
+        q = ctx.Queue()
+        p = ctx.Process(target=_compile_child, args=(source, inputs, o.to_json(), q))
+        t0 = time.perf_counter()
+        p.start()
+        p.join(limit)
+        if p.is_alive():
+            p.kill()
+            p.join()
+            timed_out += 1
+            times.append(time.perf_counter() - t0)
+            continue
+        kind, _ = q.get() if not q.empty() else ("died", 0.0)
+        times.append(time.perf_counter() - t0)
+        failed += kind != "ok"
+    wall = time.perf_counter() - start
+    times.sort()
+    return {"case": name, "candidates": n, "per_minute": 60 * n / wall,
+            "median": times[len(times) // 2], "slowest": times[-1], "failed": failed,
+            "timed_out": timed_out}
+
+
 def format_table(rows: list[dict[str, Any]], run_ptxas: bool) -> str:
     used = [s for s in STAGES if any(s in r["stages"] for r in rows)]
     heads = ["total", *(SHORT.get(s, s) for s in used), "other"]
@@ -135,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ptxas", action="store_true", help="also time ptxas -v (registers, spills)")
     p.add_argument("--json", action="store_true", help="one JSON object per case")
     p.add_argument("--tiny", action="store_true", help="only a 64-element add (a smoke test)")
+    p.add_argument("--tuner", type=int, default=0, metavar="N",
+                   help="compile N tuning candidates per case: candidates per minute")
+    p.add_argument("--limit", type=float, default=60.0, help="--tuner: seconds per candidate")
     args = p.parse_args(argv)
     warm = measure(*TINY, run_ptxas=False)  # imports, LLVM's initialisation: not counted
     if args.tiny:
@@ -144,6 +204,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.only:
             todo = [c for c in todo if any(c[0].startswith(o) for o in args.only)]
     del warm
+    if args.tuner:
+        for case in todo:
+            r = tuner_rate(*case, n=args.tuner, limit=args.limit)
+            print(json.dumps(r) if args.json else
+                  f"{r['case']:34} {r['per_minute']:6.1f} candidates/min  median "
+                  f"{r['median']:5.2f} s  slowest {r['slowest']:5.2f} s  failed {r['failed']}  "
+                  f"timed out {r['timed_out']}", flush=True)
+        return 0
     rows = []
     for case in todo:
         row = measure(*case, run_ptxas=args.ptxas)
