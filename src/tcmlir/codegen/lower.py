@@ -107,6 +107,10 @@ def isl_expr(b: ir.IRBuilder, expr: isl.AstExpr, lookup: Callable[[str], ir.Valu
         return lookup(expr.get_id().get_name())
     op = expr.get_op_type()
     args = [isl_expr(b, expr.get_op_arg(i), lookup) for i in range(expr.get_op_n_arg())]
+    if op in _FOLD and all(isinstance(a, ir.Constant) and a.type == I64 for a in args):
+        # (iterators the walk binds to constants, `GroupWalker.walk_iterations`)
+        value = _FOLD[op](*(int(a.constant) for a in args))
+        return ir.Constant(I64, (value + 2**63) % 2**64 - 2**63)  # i64 wraps
     if op in _ISL_BINOPS:
         return getattr(b, _ISL_BINOPS[op])(*args)
     if op in _ISL_CMP:
@@ -130,6 +134,7 @@ _ISL_BINOPS = {
     _T.pdiv_r: "srem", _T.zdiv_r: "srem", _T.and_: "and_", _T.and_then: "and_",
     _T.or_: "or_", _T.or_else: "or_",
 }
+_FOLD = {_T.add: lambda x, y: x + y, _T.sub: lambda x, y: x - y, _T.mul: lambda x, y: x * y}
 _ISL_CMP = {_T.eq: "==", _T.le: "<=", _T.lt: "<", _T.ge: ">=", _T.gt: ">"}
 
 
