@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from ..errors import PipelineError
+from ..log import timed
 from ..poly.legality import check_legal
 from ..poly.state import CompileState
 from ..pretty import format_schedule
@@ -57,10 +58,12 @@ class PassManager:
                     f"pass '{format_pass(p)}' needs a schedule tree: run `schedule` first "
                     f"(pipeline: {self.pipeline})")
             start = time.perf_counter()
-            state = p.run(state)
+            with timed("schedule" if p.name == "schedule" else "passes"):
+                state = p.run(state)
             self.timings.append((format_pass(p), time.perf_counter() - start))
             if self.verify_each and state.schedule is not None:
-                check_legal(state.proof_schedule, state.deps)
+                with timed("verify"):
+                    check_legal(state.proof_schedule, state.deps)
             if self.print_after_all:
                 print(f"// -----// after {format_pass(p)} //----- //", file=out)
                 print(format_schedule(state.schedule) if state.schedule is not None

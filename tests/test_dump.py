@@ -86,6 +86,16 @@ def test_print_after_all_and_time_passes_go_to_stderr(tc_file, capsys):
     assert "after" not in out
 
 
+def test_time_passes_reports_the_ast_and_llvm_stages(tc_file, capsys):
+    rc, out, err = dump(capsys, tc_file, "--name", "matmul", "--stage", "ptx", "--target",
+                        "cuda", "--arch", "sm_90", "--sizes", "M=64,N=64,K=64", "--time-passes")
+    assert rc == 0 and ".entry" in out
+    table = err.split("compile stage timing")[1]
+    for stage in ("scop", "schedule", "passes", "verify", "isl AST", "access expressions",
+                  "LLVM IR", "LLVM opt", "PTX", "total"):
+        assert f"  {stage}\n" in table + "\n", stage
+
+
 def test_options_json(tc_file, capsys):
     rc, out, _ = dump(capsys, tc_file, "--name", "matmul", "--stage", "loops", "--options",
                       '{"fusion": "min", "tile_sizes": [4, 4]}')

@@ -125,6 +125,40 @@ def test_libdevice_linked_only_when_used():
     assert len(mathy.ptx) < 400_000  # linkonce_odr: the unused libdevice functions are dropped
 
 
+def test_libdevice_subset_gives_the_ptx_of_the_whole_library():
+    """Only the functions a module calls (and theirs) are parsed from libdevice (issue 31):
+    the PTX is the one linking the whole library with unused definitions dropped gave."""
+    import llvmlite.binding as llvm
+
+    from tcmlir.codegen import nvptx
+
+    if nvptx.find_libdevice() is None:
+        pytest.skip("no libdevice")
+    text = _image(_compile(case_by_name("unary_builtins"))).llvm_ir
+    tm = nvptx.nvptx_target_machine()
+    names = frozenset(re.findall(r"declare [^@]*@\"?(__nv_\w+)", text))
+    subset = llvm.parse_bitcode(nvptx._libdevice_subset(names, str(tm.target_data)))
+    defined = {f.name for f in subset.functions if not f.is_declaration}
+    assert names and names <= defined and len(defined) < 100  # of libdevice's ~500
+
+    def whole(mod: llvm.ModuleRef, tm: llvm.TargetMachine) -> None:  # the former linking
+        lib = llvm.parse_bitcode(nvptx._libdevice_bitcode())
+        lib.triple, lib.data_layout = nvptx.TRIPLE, str(tm.target_data)
+        for f in lib.functions:
+            if not f.is_declaration:
+                f.linkage = llvm.Linkage.linkonce_odr
+        mod.link_in(lib)
+
+    ours = tm.emit_assembly(nvptx._optimized(text, tm))
+    original = nvptx._link_libdevice
+    try:
+        nvptx._link_libdevice = whole
+        theirs = tm.emit_assembly(nvptx._optimized(text, tm))
+    finally:
+        nvptx._link_libdevice = original
+    assert ours == theirs
+
+
 def test_gather_kernel_flagged():
     image = _image(_compile(case_by_name("embedding_gather")))
     assert image.gathers and any(k.has_gathers for k in image.kernels)

@@ -2,7 +2,7 @@
 # One full GPU check in one call of the lent machine (it has many cores, one or two GPUs):
 #   bash tools/gpu-session.sh [tests|sanitize|bench|tune]...   (default: tests sanitize bench)
 # Installs the carried wheels (.whl/) and tcmlir without downloads, then runs, with time limits:
-#   tests     the GPU tests, split over 14 pytest processes that share the GPU
+#   tests     the GPU tests, split over 16 pytest processes that share the GPU
 #   sanitize  compute-sanitizer memcheck on the corpus and racecheck/synccheck on reductions
 #   bench     tools/bench.py (alone on the GPU, after the rest)
 #   smoke     tools/promo_smoke.py (matmul under the memory-hierarchy mappings) and
@@ -28,7 +28,7 @@ summary=()
 has() { for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 pids=()
 if has tests; then
-  # file lists, and a -k expression per group ("" = all): fourteen pytest processes share the GPU (the
+  # file lists, and a -k expression per group ("" = all): sixteen pytest processes share the GPU (the
   # mixed-rows tests in three: their CPU references at 4097 and 600 x 4096 take minutes)
   groups=("tests/test_gpu_corpus.py" "tests/test_gpu_corpus.py" "tests/test_gpu_corpus.py"
           "tests/test_gpu_rows.py tests/test_gpu_reductions.py" "tests/test_mixed_rows.py" "tests/test_mixed_rows.py" "tests/test_mixed_rows.py" "tests/test_vector_access.py"
@@ -37,9 +37,10 @@ if has tests; then
           "tests/test_multi_exec.py tests/test_multi_prepared.py tests/test_split_k.py" "tests/test_mm_smem.py tests/test_conv_regs.py"
           "tests/test_profile.py tests/test_profile_advice.py tests/test_profile_ceilings.py tests/test_torch_op.py tests/test_array_kinds.py tests/test_cache_mgmt.py"
           "tests/test_profile_split.py tests/test_dump_kernel.py tests/test_dump_target.py tests/test_robust_calls.py tests/test_robust_codegen.py"
-          "tests/test_mma.py tests/test_tune_device_inputs.py tests/test_tune_final.py tests/test_tune_workers.py tests/test_tc_programs.py")
+          "tests/test_mma.py tests/test_tune_device_inputs.py tests/test_tune_final.py tests/test_tune_workers.py tests/test_tc_programs.py"
+          "tests/test_mma_shapes.py tests/test_mma_tf32.py tests/test_lead_contraction.py tests/test_cost_model.py tests/test_robust_scale.py")
   kexprs=("not promo and not contraction and not shared" "promo or contraction" "shared" ""
-          "4097x" "600x4096" "not 4097x and not 600x4096" "" "" "" "" "" "" "" "")
+          "4097x" "600x4096" "not 4097x and not 600x4096" "" "" "" "" "" "" "" "" "")
   for i in "${!groups[@]}"; do
     kargs=(); [ -n "${kexprs[$i]}" ] && kargs=(-k "${kexprs[$i]}")
     # shellcheck disable=SC2086

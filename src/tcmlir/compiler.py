@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .kernel import Kernel, KernelOwner
-from .log import get_logger, options_digest
+from .log import get_logger, options_digest, stage_times, timed
 from .options import MappingOptions
 from .signature import Signature
 
@@ -50,7 +50,8 @@ def lower(fn_ir: Any, sizes: Mapping[str, int] | None, options: MappingOptions, 
         log.debug("%s: passes %s", fn_ir.name,
                   ", ".join(f"{name} {t * 1e3:.2f} ms" for name, t in manager.timings))
     if verify and target == "cuda" and state.schedule is not None and kernel_marks(state.schedule):
-        check_coverage(state.proof_schedule, state.scop.domain, state.scop.context)
+        with timed("verify"):
+            check_coverage(state.proof_schedule, state.scop.domain, state.scop.context)
     return state
 
 
@@ -59,10 +60,10 @@ def compile_kernel(fn: KernelOwner, target: str, options: MappingOptions, signat
     """Lower, generate code and build the runner; logs the compile (`tcmlir.log`)."""
     from .cache.artifacts import COUNTERS
 
-    stages: dict[str, float] = {}
     start = time.perf_counter()
     before = (COUNTERS.hits, COUNTERS.misses)
-    kernel = _compile_kernel(fn, target, options, signature, sizes, arch, stages)
+    with stage_times() as stages:
+        kernel = _compile_kernel(fn, target, options, signature, sizes, arch)
     total = time.perf_counter() - start
     hits, misses = COUNTERS.hits - before[0], COUNTERS.misses - before[1]
     if hits or misses:  # (counters are process-wide: approximate under concurrent compiles)
@@ -76,8 +77,7 @@ def compile_kernel(fn: KernelOwner, target: str, options: MappingOptions, signat
 
 
 def _compile_kernel(fn: KernelOwner, target: str, options: MappingOptions, signature: Signature,
-                    sizes: Mapping[str, int], arch: str | None, stages: dict[str, float]
-                    ) -> Kernel:
+                    sizes: Mapping[str, int], arch: str | None) -> Kernel:
     from .poly.loops import build_ast, format_loops
     from .pretty import format_schedule
 
@@ -93,14 +93,11 @@ def _compile_kernel(fn: KernelOwner, target: str, options: MappingOptions, signa
         inlines = "inline-temporaries" in (p.name for p in parse_pipeline(options.to_pipeline("cuda")))
         check_parameter_space(fn.ir, temporaries_may_go=inlines)
         arch = arch or fn.default_arch("cuda")
-        t0 = time.perf_counter()
-        fields = load_cuda_kernel(fn, signature, options, arch)
+        with timed("cached kernel"):
+            fields = load_cuda_kernel(fn, signature, options, arch)
         if fields is not None:
-            stages["cached kernel"] = time.perf_counter() - t0
             return cuda_kernel_from(fn, options, signature, sizes, fields)
-    t0 = time.perf_counter()
     state = lower(fn.ir, sizes, options, target)
-    stages["passes"] = time.perf_counter() - t0
     kernel = Kernel(function=fn, target=target, options=options, signature=signature,
                     sizes=dict(sizes), schedule=format_schedule(state.schedule), arch=arch,
                     compiled_ir=None if state.fn is fn.ir else state.fn)
@@ -108,29 +105,26 @@ def _compile_kernel(fn: KernelOwner, target: str, options: MappingOptions, signa
         from .cache.artifacts import compile_cuda_cached, make_cuda_runner, store_cuda_kernel
 
         assert arch is not None
-        t0 = time.perf_counter()
         image, cubin_key = compile_cuda_cached(fn, state, signature, options, arch)
-        stages["llvm+ptx"] = time.perf_counter() - t0
         kernel.arch = arch
-        t0 = time.perf_counter()
-        kernel.loops = format_loops(build_ast(state))  # code generation's AST (memoised)
-        stages["loops"] = time.perf_counter() - t0
+        ast = build_ast(state)  # code generation's AST (memoised)
+        with timed("loops text"):
+            kernel.loops = format_loops(ast)
         kernel.llvm_ir, kernel.ptx_text = image.llvm_ir, image.ptx
         kernel.runner = make_cuda_runner(image, cubin_key, device=0)
-        store_cuda_kernel(fn, signature, options, arch, kernel)
+        with timed("cache store"):
+            store_cuda_kernel(fn, signature, options, arch, kernel)
         return kernel
-    t0 = time.perf_counter()
-    kernel.loops = format_loops(build_ast(state))
-    stages["loops"] = time.perf_counter() - t0
+    ast = build_ast(state)
+    with timed("loops text"):
+        kernel.loops = format_loops(ast)
     if target == "cpu":
         from .cache.artifacts import compile_host_cached
         from .config import get_config
 
         threads = options.threads or get_config().threads
         kernel.arch = fn.default_arch("cpu")
-        t0 = time.perf_counter()
         runner = compile_host_cached(fn, state, signature, options, kernel.arch, threads)
-        stages["llvm+jit"] = time.perf_counter() - t0
         kernel.runner = runner
         kernel.llvm_ir = runner.llvm_ir
     return kernel

@@ -25,7 +25,9 @@ overrides) and the pipeline is that of ``MappingOptions.default_for(fn, target)`
 default the device's or ``sm_90``). Without ``--sizes`` everything stays parametric; with them,
 the stages are those of ``fn.compile`` on inputs of those sizes (tests/test_dump_target.py
 checks that they agree). A thin CLI on the pass manager: verification runs after each pass;
-``--print-after-all`` and ``--time-passes`` write to stderr.
+``--print-after-all`` and ``--time-passes`` write to stderr; ``--time-passes`` prints the
+passes' table, then every stage of the dump (scop, schedule, passes, verify, isl AST, access
+expressions, LLVM IR, LLVM opt, PTX, ...: `tcmlir.log.stage_times`).
 
 Every user mistake (file, entry, sizes, pipeline, options, a stage of the other target) is a
 located message on stderr and exit status 2, without a traceback.
@@ -167,8 +169,17 @@ def dump(text: str, filename: str, entry: str | None, stage: str = "all",
 
         out["ir"] = "\n".join(filter(None, (str(fn).rstrip(), split_note(fn, plan.pipeline, sizes))))
     if set(stages) & _POLY_STAGES:
-        _poly_stages(out, fn, plan, stages, sizes, print_after_all, time_passes, err, arch,
-                     flow, all_stages=stage == "all")
+        import time
+
+        from .log import format_stage_times, stage_times
+
+        start = time.perf_counter()
+        with stage_times() as times:
+            _poly_stages(out, fn, plan, stages, sizes, print_after_all, time_passes, err, arch,
+                         flow, all_stages=stage == "all")
+        if time_passes:  # after the passes' table: every stage, isl's AST and LLVM's included
+            print(format_stage_times(times, time.perf_counter() - start),
+                  file=err if err is not None else sys.stderr)
     return _join(out, stages, stage)
 
 
@@ -297,7 +308,7 @@ def add_dump_command(sub: Any) -> None:
                    help="print the schedule tree on one line (isl's flow style)")
     p.add_argument("--print-after-all", action="store_true",
                    help="print the schedule tree after each pass (stderr)")
-    p.add_argument("--time-passes", action="store_true", help="time each pass (stderr)")
+    p.add_argument("--time-passes", action="store_true", help="time each pass, then each stage: isl AST, LLVM, ... (stderr)")
     p.add_argument("--devices", metavar="0,1",
                    help="print how a call at --sizes splits across these GPUs (tcmlir.multi; "
                         "no GPU needed)")

@@ -23,6 +23,7 @@ from llvmlite import ir
 
 from .. import ir as tc
 from ..errors import CodegenError
+from ..log import timed
 from ..runtime.host import GROUP_FN, RANGE_FN, EntryPoint, HostKernel
 from .lower import LoweredModule, lower_function
 from .target import HostTarget
@@ -97,10 +98,12 @@ def jit(module: ir.Module, object_cache: ObjectCache | None = None) -> JitModule
         tm = host_target_machine()
         module.triple = llvm.get_process_triple()
         module.data_layout = _LAYOUT or ""
-        text = str(module)
+        with timed("LLVM IR"):
+            text = str(module)
         try:
-            mod = llvm.parse_assembly(text)
-            mod.verify()
+            with timed("LLVM parse"):
+                mod = llvm.parse_assembly(text)
+                mod.verify()
         except RuntimeError as exc:
             raise _fail(f"generated LLVM IR does not verify: {exc}", text) from None
         for f in mod.functions:
@@ -111,17 +114,19 @@ def jit(module: ir.Module, object_cache: ObjectCache | None = None) -> JitModule
             pto = llvm.PipelineTuningOptions(speed_level=3)
             pto.loop_vectorization = True
             pto.slp_vectorization = True
-            pb = llvm.create_pass_builder(tm, pto)
-            pb.getModulePassManager().run(mod, pb)
-            optimized = str(mod)
+            with timed("LLVM opt"):
+                pb = llvm.create_pass_builder(tm, pto)
+                pb.getModulePassManager().run(mod, pb)
+                optimized = str(mod)
         else:
             optimized = "; optimised IR not available: the object code came from the tcmlir cache"
         engine = llvm.create_mcjit_compiler(mod, tm)
         if object_cache is not None:
             engine.set_object_cache(lambda _m, buf: object_cache.store(bytes(buf)),
                                     lambda _m: cached)
-        engine.finalize_object()
-        engine.run_static_constructors()
+        with timed("JIT"):
+            engine.finalize_object()
+            engine.run_static_constructors()
         return JitModule(engine, text, optimized)
 
 
@@ -143,7 +148,8 @@ def compile_host_from_ast(fn: tc.Function, ast: isl.AstNode, sizes: Mapping[str,
                           object_cache: ObjectCache | None = None) -> HostKernel:
     """JIT ``fn`` scheduled as the isl AST ``ast``; ``sizes`` fixed at compile time (may be partial)."""
     sizes = dict(sizes or {})
-    lowered = lower_function(fn, ast, HostTarget(), sizes)
+    with timed("LLVM IR"):
+        lowered = lower_function(fn, ast, HostTarget(), sizes)
     return kernel_from_lowered(fn, lowered, sizes, threads, object_cache)
 
 

@@ -38,11 +38,12 @@ from llvmlite import ir
 
 from .. import ir as tc
 from ..errors import CodegenError, Span
+from ..poly.llvm_unroll import UNROLL_MARK, WALK_MARK, trip_count
 from ..poly.loops import annotation_of
 from ..poly.promotion import COPY_STMT, SYNC_STMT
 from .exprs import I32, I64, emit_statement
 from .shared_groups import group_key
-from .target import Target
+from .target import Target, unroll_full
 
 __all__ = ["GatherSite", "Group", "GroupWalker", "LoweredModule", "group_tensors", "lower_function",
            "statement_tensors"]
@@ -111,6 +112,10 @@ def isl_expr(b: ir.IRBuilder, expr: isl.AstExpr, lookup: Callable[[str], ir.Valu
         return lookup(expr.get_id().get_name())
     op = expr.get_op_type()
     args = [isl_expr(b, expr.get_op_arg(i), lookup) for i in range(expr.get_op_n_arg())]
+    if op in _FOLD and all(isinstance(a, ir.Constant) and a.type == I64 for a in args):
+        # (iterators the walk binds to constants, `GroupWalker.walk_iterations`)
+        value = _FOLD[op](*(int(a.constant) for a in args))
+        return ir.Constant(I64, (value + 2**63) % 2**64 - 2**63)  # i64 wraps
     if op in _ISL_BINOPS:
         return getattr(b, _ISL_BINOPS[op])(*args)
     if op in _ISL_CMP:
@@ -134,6 +139,7 @@ _ISL_BINOPS = {
     _T.pdiv_r: "srem", _T.zdiv_r: "srem", _T.and_: "and_", _T.and_then: "and_",
     _T.or_: "or_", _T.or_else: "or_",
 }
+_FOLD = {_T.add: lambda x, y: x + y, _T.sub: lambda x, y: x - y, _T.mul: lambda x, y: x * y}
 _ISL_CMP = {_T.eq: "==", _T.le: "<=", _T.lt: "<", _T.ge: ">=", _T.gt: ">"}
 
 
@@ -242,6 +248,8 @@ class GroupWalker(_Function):
         self._extents: dict[tuple[str, int], ir.Value] = {}
         self.redirects: dict = {}
         self.buffers_made: dict[str, ir.Value] = {}
+        self.unrolled = 0  # depth of ``unroll`` marks (`poly.llvm_unroll`) around the walk
+        self.walked = 0  # depth of ``unroll-walk`` marks: their loops are unrolled here
 
     # ---- KernelContext
 
@@ -291,7 +299,16 @@ class GroupWalker(_Function):
         elif kind == isl.ast_node_type.user:
             self.user(node)
         elif kind == isl.ast_node_type.mark:
-            self.target.mark(self, node.mark_get_id().get_name(), node.mark_get_node())
+            name = node.mark_get_id().get_name()
+            if name in (UNROLL_MARK, WALK_MARK):  # its loops: LLVM unrolls them, or we do
+                depth = "unrolled" if name == UNROLL_MARK else "walked"
+                setattr(self, depth, getattr(self, depth) + 1)
+                try:
+                    self.node(node.mark_get_node())
+                finally:
+                    setattr(self, depth, getattr(self, depth) - 1)
+                return
+            self.target.mark(self, name, node.mark_get_node())
         else:
             raise CodegenError(f"cannot lower isl AST node of type {kind}")
 
@@ -299,6 +316,9 @@ class GroupWalker(_Function):
         return isl_expr(self.builder, e, self.lookup)
 
     def loop(self, node: isl.AstNode) -> None:
+        if self.walked:
+            self.walk_iterations(node)
+            return
         b = self.builder
         name = node.for_get_iterator().get_id().get_name()
         init, inc = self.expr(node.for_get_init()), self.expr(node.for_get_inc())
@@ -329,8 +349,36 @@ class GroupWalker(_Function):
         self.node(node.for_get_body())
         self.loop_depth -= 1
         b.store(b.add(iv, inc), slot)
-        b.branch(header)
+        latch = b.branch(header)
+        if self.unrolled:
+            if trip_count(node) is None:  # `poly.loops.build_ast` kept only constant ones
+                raise CodegenError(f"internal: loop {name} under an unroll mark has no constant "
+                                   "trip count")
+            latch.set_metadata("llvm.loop", unroll_full(b.module))
         b.position_at_end(done)
+        if saved is None:
+            del self.env[name]
+        else:
+            self.env[name] = saved
+
+    def walk_iterations(self, node: isl.AstNode) -> None:
+        """A loop under an ``unroll-walk`` mark: its body once per iteration, the iterator a
+        constant where the start is one (as isl's unrolled copies were), else start + offset."""
+        trips = trip_count(node)
+        if trips is None:  # `poly.loops.build_ast` kept only constant ones
+            raise CodegenError("internal: a loop under an unroll-walk mark has no constant "
+                               "trip count")
+        name = node.for_get_iterator().get_id().get_name()
+        step = int(node.for_get_inc().get_val().to_python())
+        first = node.for_get_init()
+        saved = self.env.get(name)
+        start = (int(first.get_val().to_python()) if first.get_type() == isl.ast_expr_type.int
+                 else None)
+        base = self.expr(first) if start is None else None
+        for i in range(trips):
+            self.env[name] = (ir.Constant(I64, start + i * step) if base is None
+                              else self.builder.add(base, ir.Constant(I64, i * step)))
+            self.node(node.for_get_body())
         if saved is None:
             del self.env[name]
         else:

@@ -43,6 +43,7 @@ from llvmlite import ir
 
 from .. import ir as tc
 from ..errors import CodegenError
+from ..log import timed
 from ..poly.promotion import SYNC_STMT
 from ..signature import ALIGN_BYTES
 from .exprs import I32, I64, ExprEmitter, const, memory_type
@@ -389,20 +390,12 @@ def _unrolled_calls(mark: isl.AstNode) -> int:
     """Statement calls below a ``reduction`` mark (one phase of a row) in straight-line code:
     the row elements a thread holds at once when its stride loop is unrolled (0 for a
     ``rows`` mark, and below a loop: a thread then walks its elements and holds few)."""
-    calls, loops = [0], [0]
-
-    def fn(n: isl.AstNode) -> bool:
-        kind = n.get_type()
-        if kind == isl.ast_node_type.user:
-            calls[0] += 1
-        elif kind == isl.ast_node_type.for_:
-            loops[0] += 1
-        return True
+    from ..poly.llvm_unroll import unrolled_calls
 
     if not mark.mark_get_id().get_name().startswith("reduction "):
         return 0
-    mark.mark_get_node().foreach_descendant_top_down(fn)
-    return 0 if loops[0] else calls[0]
+    calls, loops = unrolled_calls(mark.mark_get_node())
+    return 0 if loops else calls
 
 
 def _has_kernel_mark(node: isl.AstNode) -> bool:
@@ -570,10 +563,30 @@ def _libdevice_bitcode() -> bytes:
         return f.read()
 
 
-def _link_libdevice(mod: llvm.ModuleRef, tm: llvm.TargetMachine) -> None:
+@functools.lru_cache(maxsize=64)
+def _libdevice_subset(names: frozenset[str], data_layout: str) -> bytes:
+    """Bitcode of the libdevice functions ``names`` and what they use, nothing else: parsing
+    the whole 450 KB library took longer than optimising a kernel that calls ``expf``
+    (issue 31); this is parsed once per process and set of functions."""
     lib = llvm.parse_bitcode(_libdevice_bitcode())
     lib.triple = TRIPLE
-    lib.data_layout = str(tm.target_data)
+    lib.data_layout = data_layout
+    for f in lib.functions:
+        if not f.is_declaration and f.name not in names:
+            f.linkage = llvm.Linkage.internal  # dropped below unless a kept one calls it
+    pm = llvm.create_new_module_pass_manager()
+    pm.add_global_dead_code_eliminate_pass()
+    pm.run(lib, llvm.create_pass_builder(nvptx_target_machine(),
+                                         llvm.PipelineTuningOptions(speed_level=0)))
+    return lib.as_bitcode()
+
+
+def _link_libdevice(mod: llvm.ModuleRef, tm: llvm.TargetMachine) -> None:
+    """Link the libdevice functions ``mod`` calls into it, every definition ``linkonce_odr``
+    (O3 then drops those it inlined)."""
+    names = frozenset(f.name for f in mod.functions
+                      if f.is_declaration and f.name.startswith("__nv_"))
+    lib = llvm.parse_bitcode(_libdevice_subset(names, str(tm.target_data)))
     for f in lib.functions:
         if not f.is_declaration:
             f.linkage = llvm.Linkage.linkonce_odr
@@ -591,10 +604,12 @@ def emit_ptx(module: ir.Module, arch: str = "sm_90") -> tuple[str, str]:
         tm = nvptx_target_machine(arch)
         module.triple = TRIPLE
         module.data_layout = str(tm.target_data)
-        text = str(module)
+        with timed("LLVM IR"):
+            text = str(module)
         mod = _optimized(text, tm)
         try:
-            ptx = tm.emit_assembly(mod)
+            with timed("PTX"):
+                ptx = tm.emit_assembly(mod)
         except RuntimeError as exc:  # pragma: no cover - LLVM reports, rarely
             raise _fail(f"the NVPTX backend failed: {exc}", text) from None
         return text, ptx
@@ -609,14 +624,17 @@ def optimized_ir(text: str, arch: str = "sm_90") -> str:
 
 def _optimized(text: str, tm: llvm.TargetMachine) -> llvm.ModuleRef:
     try:
-        mod = llvm.parse_assembly(text)
-        mod.verify()
+        with timed("LLVM parse"):
+            mod = llvm.parse_assembly(text)
+            mod.verify()
     except RuntimeError as exc:
         raise _fail(f"generated NVPTX LLVM IR does not verify: {exc}", text) from None
     if any(f.is_declaration and f.name.startswith("__nv_") for f in mod.functions):
-        _link_libdevice(mod, tm)
-    pb = llvm.create_pass_builder(tm, llvm.PipelineTuningOptions(speed_level=3))
-    pb.getModulePassManager().run(mod, pb)
+        with timed("libdevice"):
+            _link_libdevice(mod, tm)
+    with timed("LLVM opt"):
+        pb = llvm.create_pass_builder(tm, llvm.PipelineTuningOptions(speed_level=3))
+        pb.getModulePassManager().run(mod, pb)
     leftover = [f.name for f in mod.functions if f.is_declaration
                 and not f.name.startswith("llvm.")]
     if leftover:
@@ -648,10 +666,12 @@ def compile_cuda_from_ast(fn: tc.Function, ast: isl.AstNode, sizes: Mapping[str,
     lowerer = _KernelLowerer(fn, NvptxTarget(arch), sizes, fn.name)
     lowerer.promotion = promotion
     lowerer.aligned = frozenset(aligned)
-    launches = lowerer.kernels(ast)
+    with timed("LLVM IR"):
+        launches = lowerer.kernels(ast)
     cached = ptx_cache.load() if ptx_cache is not None else None
     if cached is not None:
-        text, ptx = str(lowerer.module), cached
+        with timed("LLVM IR"):
+            text, ptx = str(lowerer.module), cached
     else:
         # wgmma exists only on sm_90a: its PTX runs on sm_90 devices alone
         text, ptx = emit_ptx(lowerer.module, "sm_90a" if lowerer.needs_sm90a and arch == "sm_90" else arch)

@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from .lower import GroupWalker
 
-__all__ = ["HostTarget", "Target", "declare"]
+__all__ = ["HostTarget", "Target", "declare", "unroll_full"]
 
 
 def declare(module: ir.Module, name: str, fnty: ir.FunctionType) -> ir.Function:
@@ -150,3 +150,26 @@ class HostTarget(Target):
             emit_host_gemm(walker, mark, child)
             return
         walker.node(child)
+
+
+class _LoopID(ir.values.MDValue):
+    """A distinct, self-referential loop id ``!N = distinct !{!N, options...}`` (llvmlite's
+    `Module.add_metadata` makes only uniqued nodes)."""
+
+    def __init__(self, module: ir.Module, options: list[ir.values.MDValue]):
+        super().__init__(module, (), name=str(len(module.metadata)))
+        self.operands = (self, *options)
+
+    def descr(self, buf: list[str]) -> None:
+        buf.append("distinct ")
+        super().descr(buf)
+
+    __eq__ = object.__eq__
+    __ne__ = object.__ne__
+    __hash__ = object.__hash__
+
+
+def unroll_full(module: ir.Module) -> ir.values.MDValue:
+    """A fresh loop id asking LLVM to unroll the loop fully (``llvm.loop.unroll.full``)."""
+    full = module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.full")])
+    return _LoopID(module, [full])

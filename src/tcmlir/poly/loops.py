@@ -5,13 +5,17 @@ facts the sizes already imply (``N >= 1``, or the fixed values of a specialised 
 nodes are calls ``S{k}(e0, e1, ...)`` with one argument per statement dimension; marks of the
 tree (``parallel``, ``kernel``, ...) become mark nodes, printed as comments. Bands that take
 one value per outer point are first moved below the sequence under them
-(`sink_single_point_bands`: the same loops, at a cost linear in the statements).
+(`sink_single_point_bands`: the same loops, at a cost linear in the statements). In GPU
+kernels, the bands isl would unroll that run only the program's statements (register tiles,
+unrolled strips) stay loops under an ``unroll`` mark when their trip counts are constant, for
+LLVM to unroll (`poly.llvm_unroll`).
 """
 
 from __future__ import annotations
 
 import islpy as isl
 
+from ..log import timed
 from .state import CompileState
 
 __all__ = ["annotation_of", "build_ast", "format_loops"]
@@ -28,20 +32,37 @@ def build_ast(state: CompileState) -> isl.AstNode:
     memo = state.__dict__.get("_ast_memo")
     if memo is not None and memo[0] is schedule and memo[1] is promotion and memo[2] is state.fn:
         return memo[3]
-    ast = _build(state, schedule, promotion)
+    with timed("isl AST"):
+        ast = _build(state, schedule, promotion)
     state.__dict__["_ast_memo"] = (schedule, promotion, state.fn, ast)
     return ast
 
 
 def _build(state: CompileState, schedule: isl.Schedule, promotion) -> isl.AstNode:
     from .gpu_mapping import build_context
+    from .llvm_unroll import for_llvm, irregular_unroll_marks
 
     schedule = sink_single_point_bands(schedule)
     # A GPU-mapped tree has block/thread parameters: their ranges join the context.
-    build = isl.AstBuild.from_context(build_context(schedule, state.scop.context))
+    context = build_context(schedule, state.scop.context)
+    keep: frozenset[tuple[int, ...]] = frozenset()
+    ranks = {t.name: len(t.shape) for t in state.fn.tensors}
+    while True:  # bands LLVM unrolls instead of isl, those isl must unroll left out
+        as_loops, changed = for_llvm(schedule, ranks, keep)
+        if not changed:
+            return _build_from(context, schedule, state.fn, promotion)
+        ast = _build_from(context, as_loops, state.fn, promotion)
+        bad = irregular_unroll_marks(ast)
+        if not bad:
+            return ast
+        keep |= bad
+
+
+def _build_from(context: isl.Set, schedule: isl.Schedule, fn, promotion) -> isl.AstNode:
+    build = isl.AstBuild.from_context(context)
     if promotion is None or not promotion.buffers:
         return build.node_from_schedule(schedule)
-    return _annotated(build, schedule, state.fn, promotion)
+    return _annotated(build, schedule, fn, promotion)
 
 
 def _annotated(build: isl.AstBuild, schedule: isl.Schedule, fn, promotion) -> isl.AstNode:
@@ -55,7 +76,8 @@ def _annotated(build: isl.AstBuild, schedule: isl.Schedule, fn, promotion) -> is
 
     def at_each_domain(node: isl.AstNode, b: isl.AstBuild) -> isl.AstNode:
         try:
-            payload = annotate_user_node(promotion, fn, node, b, memo)
+            with timed("access expressions"):
+                payload = annotate_user_node(promotion, fn, node, b, memo)
         except Exception as exc:  # noqa: BLE001 - isl would swallow it: re-raised below
             failures.append(exc)
             return node

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from .. import ir
+from ..log import timed
 from .deps import Dependences, compute_dependences
 from .promotion import Promotion
 from .scop import Scop, build_scop
@@ -46,9 +47,10 @@ class CompileState:
     def initial(cls, fn: ir.Function, sizes: Mapping[str, int] | None = None,
                 ctx: isl.Context | None = None) -> CompileState:
         """The state before any pass: the scop of ``fn`` (specialised to ``sizes``) and deps."""
-        scop = build_scop(fn, sizes, ctx)
-        return cls(fn, scop, compute_dependences(scop), None,
-                   None if sizes is None else dict(sizes))
+        with timed("scop"):
+            scop = build_scop(fn, sizes, ctx)
+            deps = compute_dependences(scop)
+        return cls(fn, scop, deps, None, None if sizes is None else dict(sizes))
 
     @property
     def ctx(self) -> isl.Context:
