@@ -438,11 +438,15 @@ def row_extents(fn: tc.Function, sizes) -> list[int] | None:
 
 
 def _row_filter(band: isl.ScheduleNode, state: CompileState, r: int, grid: int) -> isl.UnionSet:
-    """Rows strided over the blocks: the row number (the row members linearised, row-major, by
-    their extents in the tree, when the sizes are fixed) ``mod grid == _bx``. With one row member, or sizes not fixed,
+    """Rows over the blocks: the row number (the row members linearised, row-major, by their
+    extents in the tree, when the sizes are fixed and every row gets its own block)
+    ``== _bx``. With one row member, or sizes not fixed,
     the last row member alone (the others walked by every block)."""
     extents = [member_extent(band, m) for m in range(r)]
-    if r == 1 or state.sizes is None or any(e is None for e in extents):
+    if r == 1 or state.sizes is None or any(e is None for e in extents) \
+            or math.prod(extents) > grid:  # type: ignore[arg-type]
+        # (more rows than blocks: a block looping over linearised rows made isl merge the
+        # phases of a row whose statements have no inner dimensions)
         return member_filter(band, r - 1, 1, grid, "_bx")
     ctx = band.get_ctx()
     mupa = band.band_get_partial_schedule()

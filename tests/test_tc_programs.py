@@ -287,3 +287,13 @@ def test_tensors_read_across_threads_are_not_noalias():
                  if line.startswith("define ptx_kernel"))
     assert re.search(r'noalias (align 16 )?%"I"', entry), entry
     assert not re.search(r'noalias (align 16 )?%"tmp"', entry), entry
+
+
+def test_rows_of_two_indices_beyond_the_grid_keep_their_phases():
+    """More (n, m) rows than blocks: the blocks stride over the last row index (a block
+    looping over linearised rows made isl merge three phases into one: a CodegenError at
+    5 x 4097 on the GPU)."""
+    src, shapes = ROW_PROGRAMS["multi-stmt-llvm"]
+    inputs = [np.zeros(s, np.float32) for s in shapes(5, 4097)]
+    kernel = tc.define(src).compile(*inputs, target="cuda", arch="sm_90")
+    assert "rows threads=" in kernel.schedule
