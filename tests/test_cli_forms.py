@@ -86,7 +86,8 @@ def test_dump_takes_a_shipped_example_and_ptx_implies_cuda(capsys):
     out = capsys.readouterr().out
     assert ".target sm_" in out and ".entry" in out
     assert main(["dump", "matmul", "--stage", "asm", "--sizes", "M=8,K=8,N=8"]) == 0
-    assert "retq" in capsys.readouterr().out  # host assembly
+    asm = capsys.readouterr().out  # host assembly (the packed contraction may end in a tail call)
+    assert "matmul_0:" in asm and ("retq" in asm or "jmp" in asm)
     assert main(["dump", "matmul", "--stage", "ptx,asm"]) == 2
     assert "one target at a time" in capsys.readouterr().err
     assert main(["dump", "matmul", "--stage", "ir", "--options", "naive"]) == 0

@@ -490,7 +490,8 @@ QUICK = ("mm_square", "mm_odd", "mm_skinny", "tbmm", "bmm_scores", "kron3_1", "c
          "conv2d_pad_select", "group_conv", "maxpool2x2", "mid_axis_sum", "full_sum_scalar",
          "full_sum_where", "add_row_bias", "perm4_heads", "embedding_bag_sum", "layernorm_768",
          "softmax_128", "softmax_1000", "attention_fused", "chain_poly", "linear_bias_relu", "mlp2",
-         "grad_matmul", "grad_softmax", "grad_layernorm")
+         "grad_matmul", "grad_softmax", "grad_layernorm", "mm_fp16", "bmm_scores_bf16",
+         "linear_bias_relu_fp16")
 
 
 def by_name(name: str) -> Workload:
