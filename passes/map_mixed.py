@@ -259,9 +259,15 @@ class MapMixed(Pass):
         b = 1
         while b * 2 <= min(self.threads, 1024):
             b *= 2
-        # temporaries that a column reduction reads are not local: the row kernel writes them
-        # to global memory (local_tensors looks at every statement of fn)
-        local = local_tensors(fn) if row_rank(fn) == r else ()
+        # temporaries a column statement writes or reads are not local: they live in global
+        # memory between the kernels (a column reduction ``T0(i) min=! Y(r, i)`` read by
+        # another was kept in the row kernel's shared memory and got no buffer: the column
+        # kernels wrote through a null pointer, an illegal address on the GPU)
+        _, columns = split_statements(fn)
+        shared = {fn.statements[k].tensor for k in columns} | {
+            rd.tensor for k in columns for rd in tc.walk(fn.statements[k].rhs)
+            if isinstance(rd, tc.Read)}
+        local = tuple(t for t in local_tensors(fn) if t not in shared) if row_rank(fn) == r else ()
         while True:
             grid = min(self.grid, SM_COUNT * min(32, 2048 // b), count or self.grid)
             tree = _build(state, domain, r, b, max(1, grid), local, self.vector_bytes)

@@ -439,3 +439,39 @@ def test_fixed_sizes_bound_the_schedule_constants():
     assert param.scop.ctx.get_schedule_max_constant_term() == -1
     kernel, ptx = _ptx(CENTER, 600, 4096)
     assert ptx.count(".entry") >= 1 and "rows threads=" in kernel.schedule
+
+
+@pytest.mark.parametrize("src,sizes", [
+    ("""def p(float(N) X, float(N, N) Y) -> (T1, T2) {
+        T0(i) min=! Y(r, i) + X(r) where r in 0:N
+        T1(i) min=! Y(i, r) * X(r) where r in 0:N
+        T2(i) max=! Y(r, i) * T0(i) where r in 0:1
+    }""", {"N": 2}),
+    ("""def p(float(M) X, float(K, N) Y) -> (T2) {
+        T0(i) +=! Y(r, i) + Y(r, i) where r in 0:K
+        T1(i) min=! Y(i, r) + Y(i, r) where r in 0:N
+        T2(i) *=! Y(r, i) - max((-(Y(r, i) >= 2.0 ? T0(i) : T1(r))), ((-T0(i)) * T1(r)))
+    }""", {"N": 2, "M": 7, "K": 5}),
+], ids=["column-read-by-column", "product"])
+def test_a_column_reductions_temporary_gets_a_buffer(src, sizes):
+    """A temporary that a column kernel writes (``T0(i) min=! Y(r, i)``) lives in global memory:
+    the row kernel kept it on chip and it got no buffer, so the column kernels wrote through a
+    null pointer (CUDA_ERROR_ILLEGAL_ADDRESS on the H100, found by the random programs)."""
+    fn = tc.define(src, target="cuda")
+    inputs = [np.zeros([sizes[str(d)] for d in t.shape], np.float32) for t in fn.ir.inputs]
+    image = fn.compile(*inputs, arch="sm_90").runner.image
+    assert "T0" not in image.on_chip and sum("T0" in k.tensors for k in image.kernels) > 1
+
+
+@pytest.mark.gpu
+def test_a_column_reductions_temporary_on_gpu(rng):
+    src = """def p(float(N) X, float(N, N) Y) -> (T1, T2) {
+        T0(i) min=! Y(r, i) + X(r) where r in 0:N
+        T1(i) min=! Y(i, r) * X(r) where r in 0:N
+        T2(i) max=! Y(r, i) * T0(i) where r in 0:1
+    }"""
+    x, y = rng.standard_normal(5).astype(np.float32), rng.standard_normal((5, 5)).astype(np.float32)
+    t1, t2 = tc.define(src, target="cuda")(x, y)
+    t0 = (y + x[:, None]).min(0)
+    np.testing.assert_allclose(np.asarray(t1), (y * x[None, :]).min(1), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(t2), y[0] * t0, rtol=1e-6)
