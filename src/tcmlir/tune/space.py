@@ -236,8 +236,8 @@ def space_for(fn: ir.Function, target: str, limits: DeviceLimits | None = None,
               sizes: Any = None) -> SearchSpace:
     """The space of ``fn`` on ``target`` (``sizes``: the tuning call's, which decide whether
     the tensor-core fields apply: `poly.contraction.contraction_plan`)."""
+    from ..cuda_defaults import is_batched_contraction, is_contraction
     from ..gpu_defaults import mixed_defaults, reduction_defaults
-    from ..options import _is_batched_contraction, _is_contraction
     from ..passes.split_k import splittable_statements
     from ..poly.contraction import contraction_plan
 
@@ -245,7 +245,7 @@ def space_for(fn: ir.Function, target: str, limits: DeviceLimits | None = None,
     rows = target == "cuda" and reduction_defaults(fn) is not None
     mixed = target == "cuda" and not rows and mixed_defaults(fn) is not None
     contraction = (target == "cuda" and bool(splittable_statements(fn))
-                   and (_is_contraction(fn.statements) or _is_batched_contraction(fn.statements)))
+                   and (is_contraction(fn.statements) or is_batched_contraction(fn.statements)))
     tensor_cores = target == "cuda" and not isinstance(contraction_plan(fn, sizes), str)
     return SearchSpace(target=target, depth=max(1, depth), cores=os.cpu_count() or 1,
                        limits=limits or DeviceLimits(), rows=rows, mixed=mixed,
