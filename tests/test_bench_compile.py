@@ -47,3 +47,14 @@ def test_nested_stages_are_exclusive_and_every_collector_sees_them():
         with timed("PTX"):
             pass
     assert list(alone) == ["PTX"]
+
+
+def test_the_tool_leaves_the_process_cached():
+    """Running the tool in-process (as the test above does) must not leave
+    TCMLIR_ALWAYS_COMPILE set: every later compile of the test session then missed the kernel
+    caches (43 tests of the full suite failed after this file)."""
+    import bench_compile
+
+    before = os.environ.get("TCMLIR_ALWAYS_COMPILE")
+    assert bench_compile.main(["--tiny", "--json"]) == 0
+    assert os.environ.get("TCMLIR_ALWAYS_COMPILE") == before

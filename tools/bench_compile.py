@@ -39,7 +39,6 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-os.environ["TCMLIR_ALWAYS_COMPILE"] = "1"  # generate, do not read the artifact cache
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np
@@ -184,6 +183,20 @@ def format_table(rows: list[dict[str, Any]], run_ptxas: bool) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # generate, do not read the artifact cache; restored after, so that importing and running
+    # the tool in a process (the tests) leaves later compiles of that process cached
+    before = os.environ.get("TCMLIR_ALWAYS_COMPILE")
+    os.environ["TCMLIR_ALWAYS_COMPILE"] = "1"
+    try:
+        return _main(argv)
+    finally:
+        if before is None:
+            os.environ.pop("TCMLIR_ALWAYS_COMPILE", None)
+        else:
+            os.environ["TCMLIR_ALWAYS_COMPILE"] = before
+
+
+def _main(argv: list[str] | None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--zoo", action="store_true", help="also the zoo's selection (ZOO_CASES)")
     p.add_argument("--size", default="medium", help="the zoo's size class (default medium)")
