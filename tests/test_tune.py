@@ -46,10 +46,14 @@ def test_tuning_beats_or_matches_naive_and_stores(tmp_path):
     result = tune(fn, (a, b), config=FAST, cache=db, progress=False)
     naive = result.evaluated[MappingOptions.naive().to_json()]
     assert naive.ok and result.best is not None
-    assert result.best.time_s <= naive.time_s
+    # the guarantee: never slower than the default, both timed side by side at the end (the
+    # cpu default of a matmul is the packed contraction, no longer naive; naive's time from
+    # the search, microseconds at this size, is not comparable with the final re-measurement)
+    ref = result.final_default if result.final_default is not None else naive
+    assert result.best.time_s <= ref.time_s
     cache = tc.OptionsCache(db)
     stored = cache.find(fn.canonical_source, fn.entry, fn.signature(a, b), fn.default_arch())
-    assert stored is not None and stored.time_s <= naive.time_s
+    assert stored is not None and stored.time_s <= ref.time_s
     assert MappingOptions.from_json(stored.options_json) == result.best.options
     assert cache.lookup(fn, a, b) == result.best.options
     np.testing.assert_allclose(fn(a, b, options=result.best.options), a @ b, rtol=1e-4, atol=1e-4)
