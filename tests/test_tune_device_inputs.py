@@ -116,6 +116,20 @@ def test_options_cache_entries_take_device_arrays(faked, inputs, kind, tmp_path)
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_load_from_cache_factory_without_a_row_gives_the_calls_default(faked, inputs, kind,
+                                                                      tmp_path):
+    """No tuned row: the options a call without a factory gets (at the call's sizes), not
+    naive ones; device arrays bound in place."""
+    a, b = inputs
+    fn = tc.define(MATMUL, target="cuda")
+    factory = tc.make_load_from_cache_options_factory(tmp_path / "empty.db")
+    got = factory(fn, (_device(kind, a), _device(kind, b)))
+    assert got == MappingOptions.default_for(fn.ir, "cuda", {"M": 24, "K": 16, "N": 40})
+    assert got != MappingOptions.naive()
+    assert _no_device_reads(faked)
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_load_from_cache_factory_serves_a_call_on_device_arrays(faked, inputs, kind, tmp_path,
                                                                  caplog):
     a, b = inputs

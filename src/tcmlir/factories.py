@@ -40,7 +40,9 @@ def _memo_key(fn: Any, inputs: Sequence[Any]) -> tuple:
 
 
 def make_load_from_cache_options_factory(cache: Any = True) -> Factory:
-    """Options from the cache: the exact signature, else the nearest size (logged), else naive.
+    """Options from the cache: the exact signature, else the nearest size (logged), else the
+    default options a call without a factory gets (`MappingOptions.default_for` at the call's
+    sizes; TC's factory gave naive options there, which on a GPU are many times slower).
 
     The database is opened once, on the first call; each signature is looked up once. Stored
     options are re-verified on this call's inputs the first time this process uses them
@@ -70,8 +72,8 @@ def make_load_from_cache_options_factory(cache: Any = True) -> Factory:
                 log.info("%s: no tuned options for this size; using those of the nearest size",
                          fn.entry)
         if record is None:
-            log.info("%s: no tuned options in the cache; using naive options", fn.entry)
-            found = MappingOptions.naive()
+            log.info("%s: no tuned options in the cache; using the default options", fn.entry)
+            found = _default_options(fn, inputs)
         else:
             found = _verified_or_default(fn, inputs, store, record)
         memo[key] = found
@@ -84,7 +86,6 @@ def _verified_or_default(fn: Any, inputs: Sequence[Any], store: Any, record: Any
                          ) -> MappingOptions:
     """The stored options if they compute the right result on these inputs; else the row is
     dropped, a warning says so, and the default options are returned."""
-    from .targets import resolve_target
     from .tune.verify import WrongResultWarning, verify_for_call
 
     found = MappingOptions.from_json(record.options_json)
@@ -103,7 +104,14 @@ def _verified_or_default(fn: Any, inputs: Sequence[Any], store: Any, record: Any
                "instead")
     log.warning("%s", message)
     warnings.warn(message, WrongResultWarning, stacklevel=4)
-    return MappingOptions.default_for(fn.ir, resolve_target(fn.target))
+    return _default_options(fn, inputs)
+
+
+def _default_options(fn: Any, inputs: Sequence[Any]) -> MappingOptions:
+    """What a call on ``inputs`` without a factory uses: the defaults at the call's sizes."""
+    from .targets import resolve_target
+
+    return MappingOptions.default_for(fn.ir, resolve_target(fn.target), fn.size_values(*inputs))
 
 
 def make_autotuned_options_factory(config: TunerConfig | None = None,
