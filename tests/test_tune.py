@@ -85,6 +85,25 @@ def test_same_seed_same_evaluation_order():
     assert len(first) == len(set(first))  # nothing measured twice
 
 
+def test_progress_records_the_best_so_far_per_generation():
+    from tcmlir.tune import time_to_within
+    from tcmlir.tune.evaluate import Evaluation
+
+    fn = tc.define(MATMUL, target="cpu")
+    cfg = TunerConfig(generations=5, population=6, seed=3)
+    search = GeneticSearch(space_for(fn.ir, "cpu"), cfg, [MappingOptions.naive()])
+    result = search.run(lambda cands, best: [Evaluation(c, _fake_time(c), 1) for c in cands])
+    assert len(result.progress) == result.generations_run == 5
+    elapsed, bests, counts = zip(*result.progress, strict=True)
+    assert list(elapsed) == sorted(elapsed) and list(counts) == sorted(counts)
+    assert list(bests) == sorted(bests, reverse=True)  # the best so far never gets worse
+    assert bests[-1] == result.best.time_s and counts[-1] == len(result.evaluated)
+    # the first generation whose best is within 5% of a target
+    assert time_to_within(result, bests[-1]) == elapsed[bests.index(bests[-1])]
+    assert time_to_within(result, bests[0], 0.0) == elapsed[0]
+    assert time_to_within(result, bests[-1] / 2) is None
+
+
 def test_same_seed_same_first_generation_when_timing_for_real():
     fn = tc.define(MATMUL, target="cpu")
     a, b = _inputs(8, 8, 8)
