@@ -236,30 +236,6 @@ def test_softmax(N, M, threads):
     assert len(k.entries) == 6 and all(e.range is not None for e in k.entries)
 
 
-def test_the_calling_thread_runs_the_first_chunk():
-    """threads=3 cuts a parallel loop into three chunks: the caller runs one, a pool of two
-    threads the others (one hand-off fewer per call)."""
-    import threading
-
-    X = rng.standard_normal((9, 5)).astype(np.float32)
-    k = compile_fn(softmax_fn(), {"N": 9, "M": 5}, parallel=True, threads=3)
-    seen = set()
-    entry = k.entries[0]
-    call = entry.call
-
-    def spy(*args):
-        seen.add(threading.get_ident())
-        return call(*args)
-
-    object.__setattr__(entry, "call", spy)
-    out = {"Y": np.empty((9, 5), np.float32)}
-    k.run({"X": X, **out}, {"N": 9, "M": 5})
-    assert threading.get_ident() in seen and len(seen) >= 2
-    assert k._pool is not None and k._pool._max_workers == 2
-    z = np.exp(X - X.max(axis=1, keepdims=True))
-    np.testing.assert_allclose(out["Y"], z / z.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
-
-
 def reduce_fn(dt, op, init):
     A = tensor("A", dt, "N", "M")
     Ot = tensor("O", dt, "N", role=OUT)

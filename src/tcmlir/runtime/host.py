@@ -3,9 +3,8 @@
 A `HostKernel` holds the entry points of one compiled function (see `tcmlir.codegen.lower` for
 the ABI): one ``void {name}_{g}(buffers, sizes, lo, hi, err)`` per top-level group of the loop
 AST, run in order. A group with a parallel loop also has ``{name}_{g}_range(sizes, out)``; its
-loop's iterations are split into at most ``threads`` equal chunks, one call each: the first on
-the calling thread, the others on the kernel's `ThreadPoolExecutor` (ctypes releases the GIL
-during the call). A group runs as one call
+loop's iterations are split into at most ``threads`` equal chunks, one call each, run on the
+kernel's `ThreadPoolExecutor` (ctypes releases the GIL during the call). A group runs as one call
 when it has no parallel loop, when ``threads == 1``, or when the loop has fewer than
 ``min_parallel_iterations`` iterations. A failed gather bounds check raises `CallError` naming
 the tensor, the statement, the dimension, the index value and the extent.
@@ -152,16 +151,11 @@ class HostKernel:
         if len(chunks) == 1:
             entry.call(ptrs, sizes, chunks[0][0], chunks[0][1], ctypes.byref(errs[0]))
         else:
-            # the calling thread runs the first chunk itself: one hand-off fewer per call
-            # (with two threads, the only one), the pool the others
             pool = self._executor()
             futures = [pool.submit(entry.call, ptrs, sizes, lo, hi, ctypes.byref(e))
-                       for (lo, hi), e in zip(chunks[1:], errs[1:], strict=True)]
-            try:
-                entry.call(ptrs, sizes, chunks[0][0], chunks[0][1], ctypes.byref(errs[0]))
-            finally:
-                for f in futures:
-                    f.result()
+                       for (lo, hi), e in zip(chunks, errs, strict=True)]
+            for f in futures:
+                f.result()
         for e in errs:
             if e.code:
                 self._raise_gather(e)
@@ -183,8 +177,7 @@ class HostKernel:
     def _executor(self) -> ThreadPoolExecutor:
         with self._pool_lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(max(1, self.threads - 1),
-                                                thread_name_prefix=f"tc-{self.fn.name}")
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix=f"tc-{self.fn.name}")
             return self._pool
 
     def _raise_gather(self, err: ErrorSlot) -> None:
