@@ -32,8 +32,9 @@ from llvmlite import ir
 
 from ..errors import CodegenError
 from ..signature import ALIGN_BYTES
+from .ast_groups import communicated_tensors, group_tensors
 from .exprs import I64
-from .lower import PTR, GatherSite, Lowerer, group_tensors
+from .lower import PTR, GatherSite, Lowerer
 from .param_space import check_kernel_parameters
 
 __all__ = ["MINCTASM_ROW_VALUES", "CudaKernelImage", "Guard", "KernelLaunch", "KernelLowerer",
@@ -228,7 +229,6 @@ class KernelLowerer(Lowerer):
                 raise CodegenError("cuda target needs the mapping passes map-to-blocks/map-to-threads")
             return ()  # every statement's domain is empty at these sizes: nothing to launch
         from .gpu_rows import phase_statements
-        from .lower import communicated_tensors
 
         found = find_kernels(ast)
         launches = []
