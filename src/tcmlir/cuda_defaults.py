@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .options import MappingOptions
+from typing import Any
 
 __all__ = ["CONTRACTION_MIN_BLOCKS", "CONTRACTION_TILES", "SPLIT_K_BELOW_TILE", "SPLIT_K_DEFAULT", "SPLIT_K_MIN_BLOCKS", "SPLIT_K_MIN_CHUNK", "SPLIT_K_MIN_EXTENT", "SPLIT_K_TILES", "SPLIT_K_WAYS", "contraction_access", "contraction_tiles", "conv_extents", "conv_register_tiles", "convolution_options", "is_batched_contraction", "is_contraction", "is_convolution", "is_transpose_like", "lead_contraction_options", "output_extents", "split_k_choice"]
 
@@ -62,7 +59,7 @@ CONTRACTION_TILES = (((128, 128, 16), (8, 8)), ((128, 64, 16), (8, 4)), ((64, 32
 CONTRACTION_MIN_BLOCKS = 2 * 132  # two blocks per SM of an H200
 
 
-def contraction_access(opts: MappingOptions) -> MappingOptions:
+def contraction_access(opts: Any) -> Any:
     """The shared-memory access choices of a default contraction, measured on the H200 (fp32,
     `tools/variants.py`):
 
@@ -99,8 +96,7 @@ def contraction_tiles(extents: tuple[int, int] | None, batch: int = 1
     return CONTRACTION_TILES[-1]
 
 
-def lead_contraction_options(cls: type[MappingOptions], fn: Any,
-                             sizes: Mapping[str, int] | None) -> MappingOptions | None:
+def lead_contraction_options(cls: Any, fn: Any, sizes: Mapping[str, int] | None) -> Any:
     """The register-tiled contraction mapping for a contraction with leading output indices
     (`contraction_shape.lead_contraction`: batched matmuls, TC's Kronecker family), its
     leading indices untiled on the grid, else None (also when more than three dimensions

@@ -51,10 +51,10 @@ def default_options(cls: Any, fn: Any, target: str, sizes: Mapping[str, int] | N
             tile, warps, stages, wgmma = mma_tile_choice(plan)
             return cls(fusion="preserve3coincident").tensor_cores(tile, warps, stages, wgmma)
 
-        rows = reduction_defaults(ir_fn, sizes) or mixed_defaults(ir_fn)
+        rows = reduction_defaults(cls, ir_fn, sizes) or mixed_defaults(cls, ir_fn)
         if rows is not None:
             return rows
-        flat = elementwise_defaults(ir_fn)
+        flat = elementwise_defaults(cls, ir_fn)
         if flat is not None:
             return flat
     if target == "cuda" and is_contraction(statements):
