@@ -31,7 +31,8 @@ import numpy as np
 from ..config import hot_path_token
 from ..errors import CallError, CudaError
 from ..signature import ALIGN_BYTES
-from .arrays import ArrayKind, DeviceArray, DeviceArrayView, classify
+from .array_views import ArrayKind, DeviceArrayView, classify
+from .arrays import DeviceArray
 from .cuda_memory import check, driver, error_text
 from .launch_thunk import STAGE_CONTEXT, STAGE_FILL, LaunchRecord, decode
 from .streams import TorchMemory, stream_handle

@@ -24,7 +24,7 @@ from typing import Any
 from .. import ir as tc
 from ..binding import needs_zero_fill
 from ..errors import CallError, CudaError
-from .arrays import ArrayKind, DeviceArrayView
+from .array_views import ArrayKind, DeviceArrayView
 from .cuda_memory import check, driver
 from .fast_driver import direct_calls
 from .launch_call import ANY, HOST, SCALAR, LaunchCalls, input_code, row_major
