@@ -222,7 +222,7 @@ class NvptxTarget(Target):
             return
         if name.startswith("mma "):
             from ..poly.contraction import parse_mma_mark
-            from .gpu_mma import emit_mma
+            from .gpu_wgmma import emit_mma
 
             mma = parse_mma_mark(name)
             if mma is None:
