@@ -19,7 +19,6 @@ otherwise (map-mixed fuses only when the stride loop is unrolled).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import islpy as isl
 from llvmlite import ir
@@ -30,9 +29,7 @@ from .ast_groups import STATEMENT_NAME
 from .exprs import _COMBINE, ExprEmitter, const, value_type
 from .gpu_reduce import _atomic_fold, fold_rhs
 from .isl_exprs import id_names
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .gpu_rows import RowWalker
+from .lower import GroupWalker
 
 __all__ = ["RowPartials"]
 
@@ -42,7 +39,7 @@ _MAPPING = {"_bx", "_by", "_bz", "_tx", "_ty", "_tz"}
 class RowPartials:
     """The accumulators of ``over-rows`` column phases of one row kernel, by call site."""
 
-    def __init__(self, walker: RowWalker):
+    def __init__(self, walker: GroupWalker):  # a `gpu_rows.RowWalker`, which makes it
         self.walker = walker
         self.active: set[int] = set()
         self.slots: dict[tuple[int, tuple[str, ...]], _Slot] = {}
