@@ -300,7 +300,7 @@ class KernelLowerer(Lowerer):
         for a, n in zip(fn.args, names, strict=True):
             a.name = n
         for a in fn.args[:nbuf]:
-            if a.name not in self.shared_tensors:  # (`lower.communicated_tensors`)
+            if a.name not in self.shared_tensors:  # (`ast_groups.communicated_tensors`)
                 a.add_attribute("noalias")
             if a.name in self.aligned:  # the call guarantees it (`Signature`'s alignment)
                 a.attributes.align = ALIGN_BYTES
