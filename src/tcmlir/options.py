@@ -15,6 +15,11 @@ then folded; needs fixed sizes, so it does not combine with `parametric`).
 (below the tile band for shared memory, above the sequential tile loop for registers).
 `fix_parameters_before_scheduling`, `tile_imperfectly_nested` and `use_readonly_cache` (inputs are
 always read through the read-only path on the GPU) are kept for TC's JSON and ignored.
+
+This module holds the fields and their checks, the presets, the setters and the JSON; the
+pipeline string is `options_pipeline`'s, `default_for`'s dispatcher is `defaults`'s and the
+defaults' program classes and tiles are `cuda_defaults`', `gpu_defaults`' and
+`host_defaults`' (each takes the options class or object as an argument).
 """
 
 from __future__ import annotations

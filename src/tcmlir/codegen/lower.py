@@ -24,6 +24,9 @@ also gets a range function ``void {name}_{g}_range(ptr sizes, ptr out)`` writing
 groups whose loops have the same bounds share the first one's). The body is an internal
 function with ``noalias`` tensor arguments, inlined into the exported wrapper; groups of the
 same code on other tensors call the first one's body instead, not inlined (`shared_groups`).
+
+What the AST holds (its groups, their parallel loop, the tensors a group touches) is read by
+`ast_groups`, without LLVM; isl AST expressions become LLVM values in `isl_exprs`.
 """
 
 from __future__ import annotations
