@@ -31,14 +31,14 @@ from llvmlite import ir
 
 from ..dtypes import DType
 from ..errors import CodegenError
-from ..poly.contraction import ContractionPlan, MmaMark, Operand, contraction_plan
+from ..poly.contraction import ContractionPlan, MmaMark, Operand
 from .mma_epilogue import EpilogueMixin
 from .mma_ir import F32, I16, I32, I64, IntV, counted_loop, if_then, sreg
 from .mma_layout import CHUNK, lane_row_address, swizzle
 from .mma_tf32 import tf32_compute
 from .target import declare
 
-__all__ = ["emit_mma"]
+__all__ = ["MmaEmitter", "RingBuffer"]
 
 STATIC_SHARED_BYTES = 48 * 1024   # above: dynamic shared memory, opted in at load
 MAX_SHARED_BYTES = 227 * 1024     # per block on sm_90
@@ -72,22 +72,6 @@ class RingBuffer:
             index = stage * self.elems + srow * self.row_len + chunk * CHUNK
         return b.gep(self.array, [ir.Constant(I32, 0), index.v], inbounds=True,
                      source_etype=self.array_type)
-
-
-def emit_mma(walker, mark: MmaMark) -> None:
-    """The whole tensor-core kernel body for ``mark`` at the walker's builder position."""
-    plan = contraction_plan(walker.fn, walker.owner.sizes, tf32=mark.tf32)
-    if isinstance(plan, str):
-        raise CodegenError(f"mark {mark.name!r}: {plan}")
-    if mark.wgmma and walker.owner.target_arch_number() >= 90:
-        from .gpu_wgmma import WgmmaEmitter
-
-        WgmmaEmitter(walker, plan, mark).run()
-    else:  # (wgmma exists from sm_90 on: elsewhere the same tiles run on mma.sync)
-        MmaEmitter(walker, plan, mark).run()
-    local = getattr(walker, "local_seen", None)
-    if local is not None and plan.cast is not None:
-        local.add(plan.acc)  # the float32 accumulator stays in registers
 
 
 class MmaEmitter(EpilogueMixin):
