@@ -55,6 +55,7 @@ CONVS = {
                          "    O(n, h, w, m) +=! I(n, h + kh, w + kw, c) * Wt(m, kh, kw, c)\n"
                          "    O(n, h, w, m) = O(n, h, w, m) + B(h, w, m)\n}"),
     "nchw-bf16": NCHW.replace("float16", "bfloat16"),
+    "nchw-dilated": NCHW.replace("h + kh, w + kw", "h + 2 * kh, w + 2 * kw"),
 }
 # N, C, H, W, M, KH(=KW): odd H and W, C not a multiple of 8 (or of 16), 1x1 and 3x3
 SHAPES = {
@@ -63,6 +64,7 @@ SHAPES = {
     "3x3-c24": (1, 24, 6, 10, 40, 3),
     "1x1": (2, 12, 5, 8, 6, 1),
     "1x1-odd": (3, 7, 5, 3, 9, 1),
+    "3x3-wide": (2, 5, 6, 12, 6, 3),  # runs of 10 (w) and 15 (kw, c): one boundary per chunk
 }
 
 
@@ -202,7 +204,7 @@ def _run_on_host(src, sizes, options=MMA_SYNC, seed=7):
 CASES = [("nchw", s) for s in SHAPES] + [("nhwc", s) for s in SHAPES] + [
     ("nchw-stride2", "3x3"), ("nchw-stride2", "3x3-c16"), ("nhwc-stride2", "3x3-c16"),
     ("nhwc-hwio", "3x3-c16"), ("nchw-flipped", "3x3"), ("nchw-f32out", "3x3"),
-    ("nhwc-bf16-f32out", "3x3-c16"), ("nchw-bf16", "1x1-odd")]
+    ("nhwc-bf16-f32out", "3x3-c16"), ("nchw-bf16", "1x1-odd"), ("nchw-dilated", "3x3-wide")]
 
 
 @pytest.mark.filterwarnings("ignore::tcmlir.PreconditionWarning")

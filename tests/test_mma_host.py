@@ -244,17 +244,20 @@ CONV_NHWC = ("def conv(float16(N, H, W, C) I, float16(M, KH, KW, C) Wt) -> (O) "
              "{ O(n, h, w, m) +=! I(n, h + kh, w + kw, c) * Wt(m, kh, kw, c) }")
 
 
-@pytest.mark.parametrize("src, c, k, stride, widths", [
-    (CONV, 5, 3, 1, (1, 1)), (CONV, 12, 1, 1, (4, 8)),  # 1x1: rows (h, w) runs of 7 x 8
-    (CONV.replace("h + kh, w + kw", "2 * h + kh, 2 * w + kw"), 5, 3, 2, (1, 1)),
-    (CONV_NHWC, 16, 3, 1, (8, 8)), (CONV_NHWC, 12, 3, 1, (4, 4)), (CONV_NHWC, 6, 1, 1, (2, 2)),
-    (CONV_NHWC.replace("h + kh, w + kw", "2 * h + kh, 2 * w + kw"), 8, 3, 2, (8, 8)),
-], ids=["nchw", "nchw-1x1", "nchw-stride2", "nhwc", "nhwc-c12", "nhwc-1x1", "nhwc-stride2"])
-def test_copies_of_convolutions(src, c, k, stride, widths):
+@pytest.mark.parametrize("src, c, k, stride, w, widths", [
+    (CONV, 5, 3, 1, 9, (1, 1)), (CONV, 12, 1, 1, 8, (4, 8)),  # 1x1: rows (h, w) runs of 7 x 8
+    (CONV, 5, 3, 1, 12, (1, 1)), (CONV_NHWC, 5, 3, 1, 12, (1, 1)),  # runs of 10 and 15
+    (CONV.replace("h + kh, w + kw", "2 * h + kh, 2 * w + kw"), 5, 3, 2, 9, (1, 1)),
+    (CONV_NHWC, 16, 3, 1, 9, (8, 8)), (CONV_NHWC, 12, 3, 1, 9, (4, 4)),
+    (CONV_NHWC, 6, 1, 1, 9, (2, 2)),
+    (CONV_NHWC.replace("h + kh, w + kw", "2 * h + kh, 2 * w + kw"), 8, 3, 2, 9, (8, 8)),
+], ids=["nchw", "nchw-1x1", "nchw-w12", "nhwc-w12", "nchw-stride2", "nhwc", "nhwc-c12", "nhwc-1x1",
+        "nhwc-stride2"])
+def test_copies_of_convolutions(src, c, k, stride, w, widths):
     """Implicit-GEMM tiles (rows n, h, w; steps over the window): every slot holds the
     numpy-built im2col tile, zero past the last row and step (nothing past them read)."""
     last = "(N, H, W, C) I" in src
-    sizes = {"N": 2, "C": c, "H": 7, "W": 8 if k == 1 else 9, "M": 6, "KH": k, "KW": k}
+    sizes = {"N": 2, "C": c, "H": 7, "W": w, "M": 6, "KH": k, "KW": k}
     plan = _check_copies(src, sizes, lambda a, _: {
         "I": _im2col(a["I"], last, k, stride), "Wt": a["Wt"].reshape(6, -1)}, tile=(64, 32, 16),
         warps=(2, 1))

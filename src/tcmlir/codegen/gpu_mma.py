@@ -280,11 +280,25 @@ class MmaEmitter(EpilogueMixin):
             return b.add(self.offsets[op], b.add(self.group_offset(op.row, op.strides, row),
                                                         self.group_offset(plan.k, op.strides, k)))
 
+        crossing: list[ir.Value] = []  # (left, the next run's first offset), once
+
         def at(off: ir.Value, step: int) -> ir.Value:  # ``step`` elements further along ``dim``
             if len(runs) == 1:
                 return b.add(off, ir.Constant(I64, step * inner_stride))
-            nxt = b.add(inner, ir.Constant(I64, step))
-            return offset(row, nxt) if op.k_major else offset(nxt, k)
+            if runs[0].extent < epc:  # several runs within a chunk: each element from scratch
+                nxt = b.add(inner, ir.Constant(I64, step))
+                return offset(row, nxt) if op.k_major else offset(nxt, k)
+            # at most one run boundary within the chunk, ``left`` elements from its start
+            if not crossing:
+                left = b.sub(ir.Constant(I64, runs[0].extent),
+                             b.urem(inner, ir.Constant(I64, runs[0].extent)))
+                nxt = b.add(inner, left)
+                crossing.extend((left, offset(row, nxt) if op.k_major else offset(nxt, k)))
+            left, after = crossing
+            same = b.add(off, ir.Constant(I64, step * inner_stride))
+            beyond = b.add(after, b.mul(b.sub(ir.Constant(I64, step), left),
+                                        ir.Constant(I64, inner_stride)))
+            return b.select(b.icmp_unsigned("<", ir.Constant(I64, step), left), same, beyond)
 
         off = offset(row, k)
         dst = buf.slot(b, stage, srow, sch * CHUNK)
