@@ -7,8 +7,10 @@ batch entries ``_bz, _bz + GZ, ...``, row tiles ``_by, _by + GY, ...``, column t
 and computes each ``BM x BN`` output tile with ``WM x WN`` warps:
 
 * the operand tiles of ``BK`` reduction steps go to shared memory with ``cp.async.cg ... 16``
-  (16 bytes per copy; rows and steps past the end zero-filled with a source size of 0) in a
-  ring of ``stages`` buffers: the copies of step ``kt + stages - 1`` are in flight while step
+  (16 bytes per copy, or as wide as the plan's ``Operand.copy``, else element loads; rows and
+  steps past the end zero-filled with a source size of 0, never read; a row or step group
+  that is several runs in memory — a convolution's im2col rows ``n, h, w`` — addressed run by
+  run, `ContractionPlan.segments`) in a ring of ``stages`` buffers: the copies of step ``kt + stages - 1`` are in flight while step
   ``kt`` computes (``cp.async.wait_group stages-2`` and a barrier before each step);
 * each warp owns a ``BM/WM x BN/WN`` tile of ``m16n8k16`` accumulators (float32 registers),
   reads its fragments with ``ldmatrix.x4`` (``.trans`` for operands stored row-contiguous) from

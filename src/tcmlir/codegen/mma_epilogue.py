@@ -3,7 +3,9 @@ block's output tile, rounded to the output's type and put through the pointwise 
 statements of the `ContractionPlan` (bias, activation, ...: each element in a register cell,
 read and written by those statements through `CellContext`), then stored — staged through
 shared memory into 16-byte rows where the output is contiguous and aligned (coalesced), else
-straight from the fragments, two neighbouring columns at once where it can."""
+straight from the fragments, two neighbouring columns at once where it can. An output whose
+row or column group is several runs in memory (``O(n, m, h, w)`` with columns ``n, h, w``) is
+addressed run by run (`ContractionPlan.segments`)."""
 
 from __future__ import annotations
 

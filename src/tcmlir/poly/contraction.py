@@ -3,32 +3,46 @@
 `contraction_plan(fn, sizes)` reads a checked function and returns a `ContractionPlan` or the
 reason it is not one. A contraction here is
 
-* one statement ``T(lhs) +=! X(...) * Y(...)``, its reduction indices walked as one dimension
-  ``k`` (in the order in which they are one flattened dimension of an operand, as in
-  ``A(m, k0, k1) * B(k0, k1, n)``: each index's stride the next one's times its extent; an
-  operand they are not one dimension of — ``B(k1, k0, n)`` — is addressed index by index,
-  ``Operand.k_scattered``), half-precision (float16 or bfloat16) operands of one type,
-  each read at distinct plain indices, and a float32 ``T`` — optionally followed by the one
-  rounding statement ``C(lhs) = T(lhs)`` that `lang/half_accumulate.py` adds for a half output
-  (``T`` then never leaves the chip);
+* one statement ``T(lhs) +=! X(...) * Y(...)`` with half-precision (float16 or bfloat16)
+  operands of one type and a float32 ``T`` — optionally followed by the one rounding
+  statement ``C(lhs) = T(lhs)`` that `lang/half_accumulate.py` adds for a half output (``T``
+  then never leaves the chip);
+* each operand read at affine index expressions (sums of the statement's indices times
+  integers, plus a constant: ``h + kh``, ``2 * h + kh``, ``KH - 1 - kh``): its address is a
+  constant (``Operand.base``) plus one stride per index, the sum over the dimensions whose
+  expression has it of coefficient times dimension stride (``Operand.strides``);
 * then any number of pointwise statements ``C(lhs) = f(C(lhs), B(...), ...)`` on the output
   (a bias, an activation, a scale: reads of other tensors at lhs indices only), applied to
   each element in registers before it is stored (the *epilogue*);
-* every lhs index that only ``X`` reads is a candidate row index, every one only ``Y`` reads a
-  candidate column index; the last candidate of each in lhs order is ``m`` (``n``), joined by
-  the candidates before it as long as they form one flattened dimension of the operand and of
-  the output (``XW(m, n0, n1, d) +=! X(m, n0, n1, r) * W(d, r)``: ``m, n0, n1`` is one row
-  dimension). The other lhs indices (both operands read them, or neither, or a candidate that
-  is not contiguous with its group) are *batch* indices walked outside the tile;
-* any sizes and strides: each operand is stored in shared memory contiguous along ``k`` where
-  it is in global memory (``k_major``), else along its row dimension; the copies from global
-  memory are 16, 8 or 4 bytes wide (``Operand.copy``: the widest that every stride outside the
-  contiguous dimension keeps aligned), or element loads (odd strides, or no contiguous
-  dimension); copies that reach past the end of a dimension are zero-filled.
+* every lhs index that only ``X`` reads is a row index, every one only ``Y`` reads a column
+  index: all of each, in lhs order, are one dimension ``m`` (``n``; named by its innermost
+  index); the other lhs indices (both operands read them, or neither) are *batch* indices
+  walked outside the tile. The reduction indices are one dimension ``k``, in the order in
+  which they are one flattened dimension of an operand (``A(m, k0, k1) * B(k0, k1, n)``),
+  else in ``X``'s order of strides;
+* a group (``m``, ``n`` or ``k``) need not be one flattened dimension of a tensor (each
+  index's stride the next one's times its extent): it is then several runs there
+  (`ContractionPlan.segments`), addressed run by run (``Operand.row_scattered``,
+  ``k_scattered``, the output likewise). So a convolution is an implicit GEMM:
+  ``O(n, m, h, w) +=! I(n, c, h + kh, w + kw) * Wt(m, c, kh, kw)`` has rows ``m`` (the
+  filter), columns ``n, h, w`` (the input's im2col rows: runs of ``w`` there, and of ``h, w``
+  in the output) and steps ``c, kh, kw``; ``XW(m, n0, n1, d) +=! X(m, n0, n1, r) * W(d, r)``
+  has one row dimension ``m, n0, n1`` of one run;
+* any sizes and strides: each operand is stored in shared memory contiguous along ``k`` or
+  along its rows, whichever gives it wider copies from global memory (or longer contiguous
+  runs; with neither contiguous, the smaller stride); the copies are 16, 8 or 4 bytes wide
+  (``Operand.copy``: the widest that every stride outside the contiguous run keeps aligned
+  and, where the dimension is several runs, that divides the run's extent, so no copy
+  straddles two), or element loads (odd strides, or no contiguous dimension); copies that
+  reach past the end of a dimension are zero-filled, and no row or step past the end (an
+  im2col row past the last image) is read.
 
 Any layout and batch form qualifies: ``A(m,k)·B(k,n)``, ``A(m,k)·B(n,k)``, ``A(k,m)·...``,
-``Z(b,n,m) +=! X(b,n,k) * Y(b,m,k)``. Sizes must be fixed (the strides are constants).
-The plan is pure data; `passes/map_mma.py` maps it and `codegen/gpu_mma.py` emits it.
+``Z(b,n,m) +=! X(b,n,k) * Y(b,m,k)``, NCHW and NHWC convolutions, strided and dilated.
+Sizes must be fixed (the strides are constants). What does not qualify: gathers, products or
+quotients of indices, an operand without an output index of its own (a matrix-vector product,
+a depthwise convolution). The plan is pure data; `passes/map_mma.py` maps it and
+`codegen/gpu_mma.py` emits it.
 """
 
 from __future__ import annotations
@@ -61,8 +75,10 @@ class Operand:
     #                               bytes (cp.async), else (2-byte halves: odd strides, or no
     #                               contiguous index) element loads
     k_scattered: bool = False     # the reduction indices are not one flattened dimension of
-    #                               this operand: its address of step k goes index by index
-    row_scattered: bool = False   # nor are its row indices (``h, w`` of ``I(n, c, h + kh, ..)``)
+    #                               this operand: its address of step k goes run by run
+    #                               (`ContractionPlan.segments`)
+    row_scattered: bool = False   # its row indices neither (``n, h, w`` of ``I(n, c, h + kh,
+    #                               w + kw)``: runs of ``w``)
     base: int = 0                 # elements from the tensor's start to the element at all
     #                               indices 0 (the constant terms of its index expressions)
 
