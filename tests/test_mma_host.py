@@ -266,6 +266,15 @@ def test_copies_of_convolutions(src, c, k, stride, w, widths):
     assert (ops["Wt"].copy, ops["I"].copy) == widths
 
 
+@pytest.mark.parametrize("src, c, channels_last", [(CONV, 5, False), (CONV_NHWC, 16, True)],
+                         ids=["nchw", "nhwc"])
+def test_wgmma_copies_of_convolutions(src, c, channels_last):
+    """wgmma's tiles (the input's rows, contiguous along w in NCHW: MN-major atoms)."""
+    _check_copies(src, {"N": 2, "C": c, "H": 7, "W": 12, "M": 6, "KH": 3, "KW": 3},
+                  lambda a, _: {"I": _im2col(a["I"], channels_last, 3, 1), "Wt": a["Wt"].reshape(6, -1)},
+                  tile=(64, 64, 64), warps=(4, 1), stages=3, wgmma=True)
+
+
 def test_a_copy_too_wide_for_the_strides_is_caught():
     """A planted bug: 16-byte copies of rows 60 bytes apart (K = 30) misalign."""
     def wide(plan):
