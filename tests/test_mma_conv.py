@@ -7,7 +7,8 @@ tensor (`ContractionPlan.segments`).
   issue's target convolution among them), and what still does not qualify.
 * Whole kernels on the host machine of `tests/mma_emulator.py` against the reference
   interpreter (small integers: exact), NCHW and NHWC, fp16 and bf16, half and float outputs,
-  KH = KW = 1 and 3, stride 2, odd H and W, C not a multiple of 8: every input sits between
+  KH = KW = 1 and 3, stride 2, dilation 2, odd H and W, C not a multiple of 8, and random
+  ones (hypothesis: layouts, filter layouts, strides, dilations, sizes): every input sits between
   NaNs and every output between sentinels, so a read past an operand's end (an out-of-range
   im2col row or step) or a store past the output's shows. Planted bugs fail them.
 * PTX of the convolutions assembles with ptxas (sm_90, and sm_90a for wgmma).
@@ -23,6 +24,8 @@ import mma_emulator as emu
 import numpy as np
 import pytest
 from conftest import ptxas_verbose
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import tcmlir as tc
 from tcmlir.codegen.gpu_mma import MmaEmitter
@@ -214,6 +217,38 @@ def test_convolutions_on_the_host_machine(name, shape):
     if "bfloat16" in src:
         pytest.importorskip("ml_dtypes")
     _run_on_host(src, _sizes(src, SHAPES[shape]))
+
+
+@st.composite
+def _random_convs(draw):
+    """A random valid convolution: layout, filter layout, stride, dilation, dtype, sizes."""
+    last = draw(st.booleans())
+    s, d = draw(st.sampled_from([1, 2])), draw(st.sampled_from([1, 2]))
+    k = draw(st.sampled_from([1, 2, 3]))
+    dtype = draw(st.sampled_from(["float16", "bfloat16"]))
+    hw = f"{s} * h + {d} * kh, {s} * w + {d} * kw"
+    inp = f"I(n, {hw}, c)" if last else f"I(n, c, {hw})"
+    wt = draw(st.sampled_from(["Wt(m, c, kh, kw)", "Wt(m, kh, kw, c)", "Wt(kh, kw, c, m)"]))
+    dims = {"m": "M", "c": "C", "kh": "KH", "kw": "KW"}
+    wdims = ", ".join(dims[i] for i in wt[3:-1].split(", "))
+    idims = "N, H, W, C" if last else "N, C, H, W"
+    out = "O(n, h, w, m)" if last else "O(n, m, h, w)"
+    src = (f"def conv({dtype}({idims}) I, {dtype}({wdims}) Wt) -> (O) "
+           f"{{ {out} +=! {inp} * {wt} }}")
+    span = d * (k - 1) + 1
+    sizes = {"N": draw(st.integers(1, 2)), "C": draw(st.integers(1, 17)), "M": draw(st.integers(1, 40)),
+             "H": span + draw(st.integers(0, 8)), "W": span + draw(st.integers(0, 12)), "KH": k, "KW": k}
+    return src, sizes
+
+
+@settings(max_examples=16, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(case=_random_convs())
+def test_random_convolutions_on_the_host_machine(case):
+    src, sizes = case
+    if "bfloat16" in src:
+        pytest.importorskip("ml_dtypes")
+    _run_on_host(src, sizes)
 
 
 def test_default_like_tiles_and_several_tiles_per_block_on_the_host_machine():
