@@ -9,8 +9,10 @@ tensor (`ContractionPlan.segments`).
   interpreter (small integers: exact), NCHW and NHWC, fp16 and bf16, half and float outputs,
   KH = KW = 1 and 3, stride 2, dilation 2, odd H and W, C not a multiple of 8, and random
   ones (hypothesis: layouts, filter layouts, strides, dilations, sizes): every input sits between
-  NaNs and every output between sentinels, so a read past an operand's end (an out-of-range
-  im2col row or step) or a store past the output's shows. Planted bugs fail them.
+  NaNs and every output between sentinels, so a read past an operand's end that feeds a stored
+  output (a step past the last) or a store past the output's shows. (Rows past the end feed
+  only outputs never stored: `test_mma_host.test_copies_of_convolutions` checks their tiles,
+  zero-filled.) Planted bugs fail them.
 * PTX of the convolutions assembles with ptxas (sm_90, and sm_90a for wgmma).
 * On the GPU (``-m gpu``, for a machine with one): the same programs and the issue's target
   sizes against the reference.
