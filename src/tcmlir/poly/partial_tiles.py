@@ -81,6 +81,20 @@ def _plain_subtree(node: isl.ScheduleNode) -> bool:
     return not bad
 
 
+def _from_least(at: isl.Map) -> isl.Map:
+    """``at`` (prefix -> values) with each value shifted by its least value at the same prefix:
+    a loop over one thread's elements (``n = 16 * _bx + _tx``, a thread-strided loop) takes
+    the same relative values in every thread; a partial tile, which the matrix's edge cuts,
+    fewer."""
+    d = at.dim(isl.dim_type.out)
+    least = isl.PwAffList.alloc(at.get_ctx(), d)
+    for j in range(d):
+        one = at.project_out(isl.dim_type.out, j + 1, d - j - 1).project_out(isl.dim_type.out, 0, j)
+        least = least.add(one.lexmin_pw_multi_aff().get_pw_aff(0))
+    shift = isl.Map.from_multi_pw_aff(isl.MultiPwAff.from_pw_aff_list(at.get_space(), least))
+    return at.sum(shift.neg())
+
+
 def full_and_partial(schedule: isl.Schedule, path: tuple[int, ...]
                      ) -> tuple[isl.UnionSet, isl.UnionSet] | None:
     """(full, partial) instances of the subtree at ``path`` (module docstring), or None when
@@ -94,7 +108,7 @@ def full_and_partial(schedule: isl.Schedule, path: tuple[int, ...]
     partial: isl.Set | None = None
     for stmt in _maps(pfx):
         for values in _maps(sub.intersect_domain(isl.UnionSet.from_set(stmt.domain()))):
-            at = stmt.reverse().apply_range(values)  # prefix -> the subtree's values
+            at = _from_least(stmt.reverse().apply_range(values))  # prefix -> relative values
             # the values the statement takes at any prefix and any parameter value (a thread's
             # position is a parameter: the threads of a partial tile have fewer)
             box = at.range()
