@@ -140,3 +140,22 @@ def test_trip_bound_of_a_partial_tile_loop():
     assert trip_count(full) == trip_bound(full) == 8
     unbounded = _loop("[P] -> { S[i] : 0 <= i <= P }")
     assert trip_count(unbounded) is None and trip_bound(unbounded) is None
+
+
+FC = """def fc_relu(float(B, M) I, float(N, M) W, float(N) bias) -> (O) {
+    O(b, n) +=! I(b, m) * W(n, m)
+    O(b, n) = fmax(O(b, n) + bias(n), 0)
+}"""
+
+
+def test_one_element_per_thread_is_not_a_partial_tile():
+    """The split-K epilogue of fc + bias + relu runs one element per thread (``n = 16 * _bx +
+    _tx``): every thread takes one value of its band, a different one (its position), which is
+    a full tile (values are compared relative to their least at each prefix), so the kernel
+    keeps its ``unroll`` marks and the code it had."""
+    fn = tc.define(FC)
+    values = {"B": 1024, "M": 2048, "N": 1024}
+    state = compiler.lower(fn.ir, values, MO.default_for(fn, "cuda", values), "cuda")
+    text = format_loops(build_ast(state))
+    assert text.count("// kernel") == 2 and "S2(" in text
+    assert f"// {UNROLL_MARK}\n" in text and PARTIAL_MARK not in text, text
