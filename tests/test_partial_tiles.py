@@ -159,3 +159,43 @@ def test_one_element_per_thread_is_not_a_partial_tile():
     text = format_loops(build_ast(state))
     assert text.count("// kernel") == 2 and "S2(" in text
     assert f"// {UNROLL_MARK}\n" in text and PARTIAL_MARK not in text, text
+
+
+# tuning candidates of the benchmark's matmul that took 15 s and 5 s of CPU to compile
+# (`tools/fuzz_compile.py --suite bench`, seed 0, candidates 60 and 96): one thread per block
+ONE_THREAD_REGISTERS = {
+    "block": [16, 16], "copy_bytes": 16, "double_buffer": True, "fusion": "preserve3coincident",
+    "grid": [1024, 1024], "register_interleave": [0, 4], "register_tile": [8, 8],
+    "tile_sizes": [128, 8, 8], "unroll_copy_shared": True, "unroll_factor": 16,
+    "use_private_memory": True, "use_shared_memory": True}
+FEW_THREADS_SPLIT_K = {
+    "block": [2, 32, 8], "copy_transposed": True, "double_buffer": True, "fusion": "min",
+    "grid": [1024, 1, 8], "register_interleave": [4, 4], "register_tile": [8, 4], "split_k": 2,
+    "tile_sizes": [64, 4, 256], "unroll_copy_shared": True, "unroll_factor": 2,
+    "use_private_memory": True, "use_shared_memory": True}
+
+
+def _loops_of(options: dict, m: int = 256, k: int = 256, n: int = 256) -> str:
+    fn = tc.define(MM)
+    opts = MO.from_dict({**MO.cuda_contraction().to_dict(), **options})
+    state = compiler.lower(fn.ir, {"M": m, "K": k, "N": n}, opts, "cuda")
+    return format_loops(build_ast(state))
+
+
+def test_a_statement_of_some_iterations_keeps_llvm_unrolling():
+    """A register tile below which the accumulators' initialisation runs at the first k step
+    only (``if (c2 == 0) S0_init(...)``) stays loops under its ``unroll`` mark, the guard in
+    each unrolled copy (isl's unrolling kept the same guards: 512 calls of each statement)."""
+    text = _loops_of(ONE_THREAD_REGISTERS)
+    assert "block=1,1,1" in text and f"// {UNROLL_MARK}\n" in text
+    assert text.count("S0(") == text.count("S0_init(") == 1, text
+
+
+def test_a_block_of_few_threads_keeps_its_shared_copy_loops():
+    """isl unrolls shared-memory copies of at most `MAX_UNROLLED_COPIES` per thread: a block
+    of one thread copying a 4x256 tile keeps its loop (it got 1,024 copy statements)."""
+    from tcmlir.passes.promote_shared import MAX_UNROLLED_COPIES
+
+    text = _loops_of(FEW_THREADS_SPLIT_K)
+    assert "block=1,1,1" in text
+    assert len(re.findall(r"cp(v?in|v?next)_\w+\(", text)) <= 2 * MAX_UNROLLED_COPIES, text

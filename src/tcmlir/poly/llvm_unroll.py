@@ -288,46 +288,52 @@ def trip_bound(loop: isl.AstNode) -> int | None:
 
 
 def irregular_unroll_marks(ast: isl.AstNode) -> set[tuple[int, ...]]:
-    """The band paths of the ``unroll`` (and ``unroll-walk``) marks of ``ast`` below which a
-    loop has no constant trip count or an ``if`` remains (isl's unrolling resolves those per
-    iteration; LLVM would keep a guard per copy or not unroll at all), and of the
-    ``unroll-partial`` marks below which a loop has no constant largest trip count
-    (`trip_bound`; their guards stay)."""
+    """The band paths of the marks of ``ast`` whose loops the code generator cannot unroll
+    as they are: an ``unroll`` mark below which a loop has no constant trip count, an
+    ``unroll-partial`` mark below which a loop has no constant largest trip count
+    (`trip_bound`), an ``unroll-walk`` mark below which a loop has no constant trip count or
+    an ``if`` remains (the row code generators take the iterations one by one). An ``if``
+    below an ``unroll`` mark stays a guard in each unrolled copy, as isl's unrolling kept it
+    (partial tiles have gone under ``unroll-partial`` marks first, `poly.partial_tiles`:
+    what is left are guards of statements that run at some iterations only, the
+    initialisation of accumulators kept in memory at the first k step, say); LLVM folds those
+    on the unrolled iterators alone."""
     bad: set[tuple[int, ...]] = set()
 
-    def visit(n: isl.AstNode, mark: tuple[int, ...] | None, partial: bool) -> None:
+    def visit(n: isl.AstNode, mark: tuple[int, ...] | None, kind_of: str) -> None:
         kind = n.get_type()                                   # (no isl callback)
         if kind == isl.ast_node_type.mark:
             ident = n.mark_get_id()
             if ident.get_name() in UNROLLED_MARKS:
-                mark, partial = ident.user, ident.get_name() == PARTIAL_MARK
-            visit(n.mark_get_node(), mark, partial)
+                mark, kind_of = ident.user, ident.get_name()
+            visit(n.mark_get_node(), mark, kind_of)
         elif kind == isl.ast_node_type.for_:
-            if mark is not None and (trip_bound(n) if partial else trip_count(n)) is None:
+            trips = trip_bound(n) if kind_of == PARTIAL_MARK else trip_count(n)
+            if mark is not None and trips is None:
                 bad.add(mark)
-            visit(n.for_get_body(), mark, partial)
+            visit(n.for_get_body(), mark, kind_of)
         elif kind == isl.ast_node_type.if_:
-            if mark is not None and not partial:
+            if mark is not None and kind_of == WALK_MARK:
                 bad.add(mark)
-            visit(n.if_get_then_node(), mark, partial)
+            visit(n.if_get_then_node(), mark, kind_of)
             if n.if_has_else_node():
-                visit(n.if_get_else_node(), mark, partial)
+                visit(n.if_get_else_node(), mark, kind_of)
         elif kind == isl.ast_node_type.block:
             kids = n.block_get_children()
             for i in range(kids.n_ast_node()):
-                visit(kids.get_at(i), mark, partial)
+                visit(kids.get_at(i), mark, kind_of)
 
-    visit(ast, None, False)
+    visit(ast, None, "")
     return bad
 
 
-def _mentions(e: isl.AstExpr, name: str) -> bool:
+def _names(e: isl.AstExpr) -> set[str]:
     kind = e.get_type()
     if kind == isl.ast_expr_type.id:
-        return e.get_id().get_name() == name
+        return {e.get_id().get_name()}
     if kind == isl.ast_expr_type.op:
-        return any(_mentions(e.get_op_arg(i), name) for i in range(e.get_op_n_arg()))
-    return False
+        return set().union(*(_names(e.get_op_arg(i)) for i in range(e.get_op_n_arg())))
+    return set()
 
 
 def indexes_registers(loop: isl.AstNode, registers: Collection[str]) -> bool:
@@ -345,7 +351,7 @@ def indexes_registers(loop: isl.AstNode, registers: Collection[str]) -> bool:
             payload = annotation_of(n)
             accesses = (payload.values() if isinstance(payload, dict) else
                         [(payload.buffer, payload.local_index)] if payload is not None else [])
-            if any(buf in registers and any(_mentions(e, it) for e in index)
+            if any(buf in registers and any(it in _names(e) for e in index)
                    for buf, index in accesses):
                 hit.append(True)
         return not hit

@@ -16,10 +16,12 @@ any prefix (`full_and_partial`), *partial* otherwise. A sequence node with the t
 above the mark (all instances of one prefix are on the same side, so no order changes): the
 full side keeps its ``unroll`` marks and, as in a size the tiles divide, has constant trip
 counts and no guard (the inner loop of a full tile stays straight-line FMAs on registers); the
-partial side's marks become ``unroll-partial`` (`PARTIAL_MARK`), whose loops may have ``min``
-bounds and guards: the code generator (`codegen.lower`) runs each such loop over its largest
-trip count (`llvm_unroll.trip_bound`) with the loop's own condition as a guard, and LLVM unrolls
-it fully, so the registers are still indexed by constants.
+partial side's marks become ``unroll-partial`` (`PARTIAL_MARK`) and its bands ``atomic`` (one
+loop nest for every partial shape), whose loops may have ``min`` bounds and guards: the code
+generator (`codegen.lower`) runs each such loop over its largest trip count
+(`llvm_unroll.trip_bound`) with the loop's own condition as a guard, and LLVM unrolls it
+fully where it indexes registers (`llvm_unroll.indexes_registers`; a partial k strip stays a
+loop), so the registers are still indexed by constants.
 """
 
 from __future__ import annotations
