@@ -120,7 +120,9 @@ def band_of_copy(copy_set: isl.Set, n_prefix: int, rank: int) -> isl.MultiUnionP
 class PromoteShared(Pass):
     """Copy each GPU kernel's reused read-only tiles to shared memory (see the module
     docstring); ``max_bytes`` bounds the shared memory per kernel (static shared memory,
-    at most 48 KiB), ``unroll_copies`` asks isl to unroll the copy loops, ``copy_bytes`` (0:
+    at most 48 KiB), ``unroll_copies`` asks isl to unroll the copy loops (those of at most
+    `MAX_UNROLLED_COPIES` copies per thread: a block of few threads keeps its loops),
+    ``copy_bytes`` (0:
     off) the bytes one vector copy moves, ``copy_transposed`` lets it read them at once into
     a buffer that stores them apart (transposed) and store them one by one."""
 
@@ -325,6 +327,12 @@ def _range_tensor(tagged: isl.Map) -> str | None:
     return rng.unwrap().get_tuple_name(isl.dim_type.out)
 
 
+# isl unrolls a shared copy (`unroll_copies`) of at most this many copies per thread: a block
+# of one thread copying a 128x8 tile got 1,024 copy statements per stage from isl (issue 31:
+# 30-50 s compiles of tuning candidates); the default tiles copy 2-8 per thread
+MAX_UNROLLED_COPIES = 32
+
+
 def _round_up(v: int, m: int) -> int:
     return (v + m - 1) // m * m
 
@@ -351,8 +359,10 @@ def _graft_shared(schedule: isl.Schedule, path: tuple[int, ...], bufs: list[Buff
         else:
             filt = thread_copy_filter(copy_set, buf, n_prefix, km_block, ahead=ahead, lanes=lanes)
             prove_copy_mapping(copy_set, filt, THREAD_PARAMS)
+            per_thread = -(-buf.box.volume // (lanes * km_block[0] * km_block[1] * km_block[2]))
             parts.append((isl.UnionSet.from_set(copy_set), isl.UnionSet.from_set(filt),
-                          copy_band(copy_set, buf, n_prefix, ahead=ahead, lanes=lanes), unroll))
+                          copy_band(copy_set, buf, n_prefix, ahead=ahead, lanes=lanes),
+                          unroll and per_thread <= MAX_UNROLLED_COPIES))
         ext = isl.UnionMap.from_map(e) if ext is None else ext.union(isl.UnionMap.from_map(e))
 
     def add_copies(fp: isl.Map, buf: Buffer, stem: str, ahead: bool) -> None:

@@ -3,8 +3,8 @@
 isl used to unroll them (an 8x8 register tile below a 16-step strip: 1024 statement calls in
 the AST, each with its own access expressions and LLVM IR); now they are loops of constant trip
 counts under an ``unroll`` mark, emitted with ``llvm.loop.unroll.full``. The PTX must keep the
-same instruction mix (registers, no local memory, the same multiply-adds and loads), and bands
-whose loops isl would have guarded or bounded by the thread indices keep isl's unrolling.
+same instruction mix (registers, no local memory, the same multiply-adds and loads); partial
+tiles (sizes the tiles do not divide) go beside the full ones (tests/test_partial_tiles.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 import tcmlir as tc
 from tcmlir import compiler
 from tcmlir.poly import llvm_unroll
-from tcmlir.poly.llvm_unroll import UNROLL_MARK, WALK_MARK, trip_count
+from tcmlir.poly.llvm_unroll import PARTIAL_MARK, UNROLL_MARK, WALK_MARK, trip_count
 from tcmlir.poly.loops import build_ast, format_loops
 
 MO = tc.MappingOptions
@@ -33,7 +33,7 @@ FC = """def fc_relu(float(B, M) I, float(N, M) W, float(N) bias) -> (O) {
 }"""
 CASES = {  # name: (source, input shapes)
     "mm 256": (MM, [(256, 256), (256, 256)]),
-    "mm 200x72x136": (MM, [(200, 72), (72, 136)]),  # a thread guard above the register loops
+    "mm 200x64x136": (MM, [(200, 64), (64, 136)]),  # a thread guard above the register loops
     "tmm 128x256x512": (TMM, [(128, 512), (256, 512)]),
     "gconv": (GCONV, [(4, 4, 16, 16, 16), (4, 16, 16, 3, 3)]),
     "fc relu": (FC, [(128, 256), (256, 256), (256,)]),
@@ -110,17 +110,21 @@ def test_the_default_matmul_register_tile_is_loops_of_constant_trip_counts():
     assert text.count("cpinit_C_reg0(") == text.count("cpout_C_reg0(") == 1  # not 64 each
 
 
-def test_partial_tiles_keep_isls_unrolling(monkeypatch):
+def test_partial_tiles_are_loops_beside_the_full_ones(monkeypatch):
     """Register tiles cut by the matrix's edge (8x8 registers of 128x128 tiles at 203x139):
-    the register loops' bounds depend on the tile (a guard per iteration), so isl unrolls them
-    as before and the code is the same."""
+    the register loops' bounds depend on the tile, so the partial tiles go under an
+    ``unroll-partial`` mark beside the full ones (`poly.partial_tiles`, tests/test_partial_tiles.py)
+    instead of isl's unrolling; no register spills to local memory either way."""
     big = MO.cuda_contraction((128, 128, 16), (8, 8))
     source, shapes = MM, [(203, 72), (72, 139)]
     ours = _kernel(source, shapes, big)
-    assert f"// {UNROLL_MARK}" not in ours.loops
+    assert f"// {UNROLL_MARK}\n" in ours.loops and f"// {PARTIAL_MARK}" in ours.loops
+    assert ours.loops.count("S0(") <= 2
     with monkeypatch.context() as m:
         _isl_unrolls_all(m)
-        assert _kernel(source, shapes, big).ptx == ours.ptx
+        theirs = _kernel(source, shapes, big)
+    assert theirs.loops.count("S0(") >= 64  # an 8x8 register tile per k step, unrolled by isl
+    assert "__local_depot" not in ours.ptx and "__local_depot" not in theirs.ptx
 
 
 def test_loops_carry_the_full_unroll_request():

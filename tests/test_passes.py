@@ -158,6 +158,25 @@ def test_verify_each_catches_an_illegal_pass():
     PassManager(passes, verify_each=False).run(state)  # no verification asked: no error
     with pytest.raises(AssertionError, match="violates dependences"):
         PassManager((*passes, *parse_pipeline("verify")), verify_each=False).run(state)
+    # a schedule map proved legal before does not hide a later illegal one
+    with pytest.raises(AssertionError, match="violates dependences"):
+        PassManager((*parse_pipeline("schedule,mark-parallel"), Reverse())).run(state)
+
+
+def test_verify_each_proves_each_schedule_map_once(monkeypatch):
+    """Passes that keep the schedule map (marks, loop types, promotion on the proof schedule)
+    are not proved again: a cuda matmul's 8 passes need 6 proofs (issue 31: the proofs were
+    a seventh of fc + bias + relu's compile)."""
+    from tcmlir.passes import manager
+
+    proved = []
+    real = manager.check_legal
+    monkeypatch.setattr(manager, "check_legal",
+                        lambda s, d, m=None: (proved.append(s), real(s, d, m))[1])
+    pipeline = ("schedule,tile{sizes=32,32,8},map-to-blocks{grid=8,8},register-tile{sizes=2,2},"
+                "map-to-threads{block=16,16},unroll{factor=8},promote-shared,promote-private")
+    PassManager(parse_pipeline(pipeline)).run(initial(MATMUL, {"M": 64, "N": 64, "K": 64}))
+    assert len(proved) == 6
 
 
 # ---------------------------------------------------------------- schedule, tile

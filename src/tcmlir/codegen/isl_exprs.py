@@ -17,7 +17,7 @@ from llvmlite import ir
 from ..errors import CodegenError
 from .exprs import I64
 
-__all__ = ["id_names", "isl_expr"]
+__all__ = ["id_names", "isl_expr", "truth"]
 
 _T = isl.ast_expr_op_type
 
@@ -52,6 +52,8 @@ def isl_expr(b: ir.IRBuilder, expr: isl.AstExpr, lookup: Callable[[str], ir.Valu
         # (iterators the walk binds to constants, `GroupWalker.walk_iterations`)
         value = _FOLD[op](*(int(a.constant) for a in args))
         return ir.Constant(I64, (value + 2**63) % 2**64 - 2**63)  # i64 wraps
+    if op in _ISL_LOGIC:  # (isl writes a condition that always holds as the integer 1)
+        return getattr(b, _ISL_LOGIC[op])(*(truth(b, a) for a in args))
     if op in _ISL_BINOPS:
         return getattr(b, _ISL_BINOPS[op])(*args)
     if op in _ISL_CMP:
@@ -66,14 +68,19 @@ def isl_expr(b: ir.IRBuilder, expr: isl.AstExpr, lookup: Callable[[str], ir.Valu
             acc = b.select(b.icmp_signed("<" if op == _T.min else ">", acc, v), acc, v)
         return acc
     if op in (_T.select, _T.cond):
-        return b.select(args[0], args[1], args[2])
+        return b.select(truth(b, args[0]), args[1], args[2])
     raise CodegenError(f"cannot lower isl AST expression {expr.to_C_str()} (op {op})")
+
+
+def truth(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """``v`` as an i1 condition (an integer: whether it is non-zero)."""
+    return v if v.type == ir.IntType(1) else b.icmp_signed("!=", v, ir.Constant(v.type, 0))
 
 
 _ISL_BINOPS = {
     _T.add: "add", _T.sub: "sub", _T.mul: "mul", _T.div: "sdiv", _T.pdiv_q: "sdiv",
-    _T.pdiv_r: "srem", _T.zdiv_r: "srem", _T.and_: "and_", _T.and_then: "and_",
-    _T.or_: "or_", _T.or_else: "or_",
+    _T.pdiv_r: "srem", _T.zdiv_r: "srem",
 }
+_ISL_LOGIC = {_T.and_: "and_", _T.and_then: "and_", _T.or_: "or_", _T.or_else: "or_"}
 _FOLD = {_T.add: lambda x, y: x + y, _T.sub: lambda x, y: x - y, _T.mul: lambda x, y: x * y}
 _ISL_CMP = {_T.eq: "==", _T.le: "<=", _T.lt: "<", _T.ge: ">=", _T.gt: ">"}

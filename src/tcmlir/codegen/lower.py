@@ -39,7 +39,14 @@ from llvmlite import ir
 
 from .. import ir as tc
 from ..errors import CodegenError, Span
-from ..poly.llvm_unroll import UNROLL_MARK, WALK_MARK, trip_count
+from ..poly.llvm_unroll import (
+    PARTIAL_MARK,
+    UNROLL_MARK,
+    WALK_MARK,
+    indexes_registers,
+    trip_bound,
+    trip_count,
+)
 from ..poly.loops import annotation_of
 from ..poly.promotion import COPY_STMT, SYNC_STMT
 from .ast_groups import (
@@ -52,7 +59,7 @@ from .ast_groups import (
     upper_bound,
 )
 from .exprs import I32, I64, emit_statement
-from .isl_exprs import isl_expr
+from .isl_exprs import isl_expr, truth
 from .shared_groups import group_key
 from .target import Target, unroll_full
 
@@ -170,6 +177,7 @@ class GroupWalker(_Function):
         self.redirects: dict = {}
         self.buffers_made: dict[str, ir.Value] = {}
         self.unrolled = 0  # depth of ``unroll`` marks (`poly.llvm_unroll`) around the walk
+        self.partial = 0  # of those, ``unroll-partial`` marks (`poly.partial_tiles`)
         self.walked = 0  # depth of ``unroll-walk`` marks: their loops are unrolled here
 
     # ---- KernelContext
@@ -221,13 +229,16 @@ class GroupWalker(_Function):
             self.user(node)
         elif kind == isl.ast_node_type.mark:
             name = node.mark_get_id().get_name()
-            if name in (UNROLL_MARK, WALK_MARK):  # its loops: LLVM unrolls them, or we do
-                depth = "unrolled" if name == UNROLL_MARK else "walked"
-                setattr(self, depth, getattr(self, depth) + 1)
+            if name in (UNROLL_MARK, WALK_MARK, PARTIAL_MARK):  # LLVM unrolls its loops, or we do
+                depths = {UNROLL_MARK: ("unrolled",), WALK_MARK: ("walked",),
+                          PARTIAL_MARK: ("unrolled", "partial")}[name]
+                for depth in depths:
+                    setattr(self, depth, getattr(self, depth) + 1)
                 try:
                     self.node(node.mark_get_node())
                 finally:
-                    setattr(self, depth, getattr(self, depth) - 1)
+                    for depth in depths:
+                        setattr(self, depth, getattr(self, depth) - 1)
                 return
             self.target.mark(self, name, node.mark_get_node())
         else:
@@ -240,6 +251,15 @@ class GroupWalker(_Function):
         if self.walked:
             self.walk_iterations(node)
             return
+        unroll = self.unrolled > 0
+        if self.partial:  # a partial tile: only the loops that index registers are unrolled
+            promotion = self.owner.promotion
+            unroll = indexes_registers(node, () if promotion is None else
+                                       {buf.name for buf in promotion.buffers
+                                        if buf.space == "private"})
+            if unroll and trip_count(node) is None:
+                self.guarded_loop(node)
+                return
         b = self.builder
         name = node.for_get_iterator().get_id().get_name()
         init, inc = self.expr(node.for_get_init()), self.expr(node.for_get_inc())
@@ -271,11 +291,52 @@ class GroupWalker(_Function):
         self.loop_depth -= 1
         b.store(b.add(iv, inc), slot)
         latch = b.branch(header)
-        if self.unrolled:
+        if unroll:
             if trip_count(node) is None:  # `poly.loops.build_ast` kept only constant ones
                 raise CodegenError(f"internal: loop {name} under an unroll mark has no constant "
                                    "trip count")
             latch.set_metadata("llvm.loop", unroll_full(b.module))
+        b.position_at_end(done)
+        if saved is None:
+            del self.env[name]
+        else:
+            self.env[name] = saved
+
+    def guarded_loop(self, node: isl.AstNode) -> None:
+        """A loop of a partial tile (under an ``unroll-partial`` mark) with a ``min`` bound: an
+        LLVM loop over its largest trip count (`trip_bound`) whose body runs where the loop's
+        own condition holds, unrolled fully (each copy guarded, the registers indexed by
+        constants as in the full tiles)."""
+        trips = trip_bound(node)
+        if trips is None:  # `poly.loops.build_ast` kept only bounded ones
+            raise CodegenError("internal: a loop under an unroll-partial mark has no constant "
+                               "largest trip count")
+        b = self.builder
+        name = node.for_get_iterator().get_id().get_name()
+        init, inc = self.expr(node.for_get_init()), self.expr(node.for_get_inc())
+        slot = self.entry.alloca(I64, name=f"{name}.trip")
+        b.store(ir.Constant(I64, 0), slot)
+        header = b.append_basic_block(f"for.{name}")
+        test = b.append_basic_block(f"for.{name}.guard")
+        body = b.append_basic_block(f"for.{name}.body")
+        latch = b.append_basic_block(f"for.{name}.next")
+        done = b.append_basic_block(f"for.{name}.end")
+        b.branch(header)
+        b.position_at_end(header)
+        trip = b.load(slot, name=f"{name}.trip", typ=I64)
+        b.cbranch(b.icmp_signed("<", trip, ir.Constant(I64, trips)), test, done)
+        b.position_at_end(test)
+        saved = self.env.get(name)
+        self.env[name] = b.add(init, b.mul(trip, inc), name=name)
+        b.cbranch(truth(b, self.expr(node.for_get_cond())), body, latch)
+        b.position_at_end(body)
+        self.loop_depth += 1
+        self.node(node.for_get_body())
+        self.loop_depth -= 1
+        b.branch(latch)
+        b.position_at_end(latch)
+        b.store(b.add(trip, ir.Constant(I64, 1)), slot)
+        b.branch(header).set_metadata("llvm.loop", unroll_full(b.module))
         b.position_at_end(done)
         if saved is None:
             del self.env[name]
@@ -307,7 +368,7 @@ class GroupWalker(_Function):
 
     def branch(self, node: isl.AstNode) -> None:
         b = self.builder
-        cond = self.expr(node.if_get_cond())
+        cond = truth(b, self.expr(node.if_get_cond()))
         then_bb = b.append_basic_block("if.then")
         else_bb = b.append_basic_block("if.else") if node.if_has_else_node() else None
         join = b.append_basic_block("if.end")

@@ -19,12 +19,14 @@ __all__ = ["band_is_permutable", "check_legal", "member_is_parallel", "same_pref
            "violations"]
 
 
-def violations(schedule: isl.Schedule, validity: isl.UnionMap) -> isl.UnionMap:
-    """The dependences of ``validity`` that ``schedule`` does not run source-before-sink.
+def violations(schedule: isl.Schedule, validity: isl.UnionMap,
+               sched: isl.UnionMap | None = None) -> isl.UnionMap:
+    """The dependences of ``validity`` that ``schedule`` does not run source-before-sink
+    (``sched``: its schedule map, when the caller has it).
 
     Each dependence map (one statement to another) goes through the two statements' own
     schedule maps, so the work is linear in the number of dependence maps."""
-    sched = schedule.get_map()
+    sched = schedule.get_map() if sched is None else sched
     of = {m.get_tuple_name(isl.dim_type.in_): m for m in maps_of(sched)}
     deps = validity.intersect_domain(schedule.get_domain()).intersect_range(schedule.get_domain())
     bad = isl.UnionMap.empty(deps.get_space())
@@ -43,16 +45,17 @@ def violations(schedule: isl.Schedule, validity: isl.UnionMap) -> isl.UnionMap:
     return bad
 
 
-def check_legal(schedule: isl.Schedule, deps) -> None:
+def check_legal(schedule: isl.Schedule, deps, sched: isl.UnionMap | None = None) -> None:
     """Raise AssertionError (with the tree) if ``schedule`` breaks a dependence of ``deps``.
 
-    ``deps`` is a `Dependences` (its ``validity`` is checked) or an isl union map.
+    ``deps`` is a `Dependences` (its ``validity`` is checked) or an isl union map; ``sched``
+    is ``schedule.get_map()`` when the caller has it.
     """
     validity = deps if isinstance(deps, isl.UnionMap) else deps.validity
     missing = validity.intersect_domain(validity.domain().subtract(schedule.get_domain()))
     assert missing.is_empty(), (
         f"schedule does not cover dependence sources {missing.domain()}\n{schedule}")
-    bad = violations(schedule, validity)
+    bad = violations(schedule, validity, sched)
     assert bad.is_empty(), (
         f"schedule violates dependences\n  {bad}\nschedule tree:\n{schedule}")
 

@@ -28,19 +28,23 @@ unrolling.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import islpy as isl
 
 from .scop import sets_of
 from .tree import node_at
 
-__all__ = ["UNROLLED_MARKS", "UNROLL_MARK", "WALK_MARK", "for_llvm", "irregular_unroll_marks",
-           "trip_count", "unrolled_calls"]
+__all__ = ["PARTIAL_MARK", "UNROLLED_MARKS", "UNROLL_MARK", "WALK_MARK", "for_llvm",
+           "indexes_registers", "irregular_unroll_marks", "trip_bound", "trip_count",
+           "unrolled_calls"]
 
 UNROLL_MARK = "unroll"
 WALK_MARK = "unroll-walk"
-UNROLLED_MARKS = (UNROLL_MARK, WALK_MARK)
+# the partial tiles of an ``unroll`` mark's band (`poly.partial_tiles`): loops with a constant
+# largest trip count (`trip_bound`), guards allowed
+PARTIAL_MARK = "unroll-partial"
+UNROLLED_MARKS = (UNROLL_MARK, WALK_MARK, PARTIAL_MARK)
 # marks of row kernels (`map-rows`, `map-reduction`, `map-columns`) whose code generators
 # (`codegen.gpu_rows`, `gpu_reduce`) take the unrolled iterations one by one: their bands get
 # a `WALK_MARK`, whose loops the code generator unrolls itself
@@ -217,9 +221,11 @@ def _affine(e: isl.AstExpr) -> dict[str, int] | None:
     return None
 
 
-def trip_count(loop: isl.AstNode) -> int | None:
-    """The number of iterations of isl AST for-node ``loop`` when it is the same constant for
-    every value of the names in its bounds, else None."""
+def _loop_parts(loop: isl.AstNode) -> tuple[str, int, dict[str, int], list[isl.AstExpr], bool] | None:
+    """(iterator, step, affine init, upper bound expressions, inclusive) of isl AST for-node
+    ``loop`` when its step is a positive constant, its start affine and its condition
+    ``it <= e`` / ``it < e`` with ``e`` an expression or a ``min`` of several (the iterator
+    below every one of them), else None."""
     it = loop.for_get_iterator().get_id().get_name()
     inc = loop.for_get_inc()
     cond = loop.for_get_cond()
@@ -231,52 +237,133 @@ def trip_count(loop: isl.AstNode) -> int | None:
     lhs = cond.get_op_arg(0)
     if lhs.get_type() != isl.ast_expr_type.id or lhs.get_id().get_name() != it:
         return None
-    init, bound = _affine(loop.for_get_init()), _affine(cond.get_op_arg(1))
-    if init is None or bound is None or it in init or it in bound:
+    init = _affine(loop.for_get_init())
+    if init is None or it in init:
+        return None
+    bound = cond.get_op_arg(1)
+    arms = ([bound.get_op_arg(i) for i in range(bound.get_op_n_arg())]
+            if bound.get_type() == isl.ast_expr_type.op and bound.get_op_type() == _T.min
+            else [bound])
+    return it, step, init, arms, cond.get_op_type() == _T.le
+
+
+def _trips(init: dict[str, int], arm: isl.AstExpr, it: str, step: int, inclusive: bool
+           ) -> int | None:
+    """The iterations from ``init`` while the iterator stays below ``arm``, when constant."""
+    bound = _affine(arm)
+    if bound is None or it in bound:
         return None
     diff = dict(bound)
     for k, v in init.items():
         diff[k] = diff.get(k, 0) - v
     if any(v for k, v in diff.items() if k):
         return None
-    span = diff.get("", 0) + (1 if cond.get_op_type() == _T.le else 0)  # values init .. init+span-1
+    span = diff.get("", 0) + (1 if inclusive else 0)  # values init .. init+span-1
     return max(0, -(-span // step))
 
 
+def trip_count(loop: isl.AstNode) -> int | None:
+    """The number of iterations of isl AST for-node ``loop`` when it is the same constant for
+    every value of the names in its bounds, else None."""
+    parts = _loop_parts(loop)
+    if parts is None:
+        return None
+    it, step, init, arms, inclusive = parts
+    if len(arms) != 1:
+        return None
+    return _trips(init, arms[0], it, step, inclusive)
+
+
+def trip_bound(loop: isl.AstNode) -> int | None:
+    """The largest number of iterations of isl AST for-node ``loop`` when it is a constant:
+    its start is affine and a term of its ``min`` upper bound is the start plus a constant (a
+    partial tile: ``for (c = 0; c <= min(7, M - 8 * _ty - 1); c += 1)`` runs at most 8
+    times); else None."""
+    parts = _loop_parts(loop)
+    if parts is None:
+        return None
+    it, step, init, arms, inclusive = parts
+    trips = [t for t in (_trips(init, arm, it, step, inclusive) for arm in arms) if t is not None]
+    return min(trips) if trips else None
+
+
 def irregular_unroll_marks(ast: isl.AstNode) -> set[tuple[int, ...]]:
-    """The band paths of the ``unroll`` marks of ``ast`` below which a loop has no constant
-    trip count or an ``if`` remains (isl's unrolling resolves those per iteration; LLVM would
-    keep a guard per copy or not unroll at all)."""
+    """The band paths of the marks of ``ast`` whose loops the code generator cannot unroll
+    as they are: an ``unroll`` mark below which a loop has no constant trip count, an
+    ``unroll-partial`` mark below which a loop has no constant largest trip count
+    (`trip_bound`), an ``unroll-walk`` mark below which a loop has no constant trip count or
+    an ``if`` remains (the row code generators take the iterations one by one). An ``if``
+    below an ``unroll`` mark stays a guard in each unrolled copy, as isl's unrolling kept it
+    (partial tiles have gone under ``unroll-partial`` marks first, `poly.partial_tiles`:
+    what is left are guards of statements that run at some iterations only, the
+    initialisation of accumulators kept in memory at the first k step, say); LLVM folds those
+    on the unrolled iterators alone."""
     bad: set[tuple[int, ...]] = set()
 
-    def visit(n: isl.AstNode, mark: tuple[int, ...] | None) -> None:  # (no isl callback)
-        kind = n.get_type()
+    def visit(n: isl.AstNode, mark: tuple[int, ...] | None, kind_of: str) -> None:
+        kind = n.get_type()                                   # (no isl callback)
         if kind == isl.ast_node_type.mark:
             ident = n.mark_get_id()
-            visit(n.mark_get_node(), ident.user if ident.get_name() in UNROLLED_MARKS else mark)
+            if ident.get_name() in UNROLLED_MARKS:
+                mark, kind_of = ident.user, ident.get_name()
+            visit(n.mark_get_node(), mark, kind_of)
         elif kind == isl.ast_node_type.for_:
-            if mark is not None and trip_count(n) is None:
+            trips = trip_bound(n) if kind_of == PARTIAL_MARK else trip_count(n)
+            if mark is not None and trips is None:
                 bad.add(mark)
-            visit(n.for_get_body(), mark)
+            visit(n.for_get_body(), mark, kind_of)
         elif kind == isl.ast_node_type.if_:
-            if mark is not None:
+            if mark is not None and kind_of == WALK_MARK:
                 bad.add(mark)
-            visit(n.if_get_then_node(), mark)
+            visit(n.if_get_then_node(), mark, kind_of)
             if n.if_has_else_node():
-                visit(n.if_get_else_node(), mark)
+                visit(n.if_get_else_node(), mark, kind_of)
         elif kind == isl.ast_node_type.block:
             kids = n.block_get_children()
             for i in range(kids.n_ast_node()):
-                visit(kids.get_at(i), mark)
+                visit(kids.get_at(i), mark, kind_of)
 
-    visit(ast, None)
+    visit(ast, None, "")
     return bad
+
+
+def _names(e: isl.AstExpr) -> set[str]:
+    kind = e.get_type()
+    if kind == isl.ast_expr_type.id:
+        return {e.get_id().get_name()}
+    if kind == isl.ast_expr_type.op:
+        return set().union(*(_names(e.get_op_arg(i)) for i in range(e.get_op_n_arg())))
+    return set()
+
+
+def indexes_registers(loop: isl.AstNode, registers: Collection[str]) -> bool:
+    """Whether a statement in the body of isl AST for-node ``loop`` indexes a buffer named in
+    ``registers`` by the loop's iterator (through its `loops.build_ast` annotation): such a
+    loop must be unrolled for the registers to be indexed by constants; a partial tile's other
+    loops (its k strip) stay loops."""
+    from .loops import annotation_of
+
+    it = loop.for_get_iterator().get_id().get_name()
+    hit: list[bool] = []
+
+    def visit(n: isl.AstNode) -> bool:
+        if n.get_type() == isl.ast_node_type.user:
+            payload = annotation_of(n)
+            accesses = (payload.values() if isinstance(payload, dict) else
+                        [(payload.buffer, payload.local_index)] if payload is not None else [])
+            if any(buf in registers and any(it in _names(e) for e in index)
+                   for buf, index in accesses):
+                hit.append(True)
+        return not hit
+
+    loop.for_get_body().foreach_descendant_top_down(visit)
+    return bool(hit)
 
 
 def unrolled_calls(node: isl.AstNode) -> tuple[int, int]:
     """(statement calls, loops) of ``node`` as the code generator emits it: a loop under an
-    ``unroll`` or ``unroll-walk`` mark counts as its trip count times its body (isl would have
-    unrolled it), any other loop once in ``loops``."""
+    ``unroll``, ``unroll-walk`` or ``unroll-partial`` mark counts as its (largest) trip count
+    times its body (isl would have unrolled it), any other loop once in ``loops``."""
 
     def visit(n: isl.AstNode, below: bool) -> tuple[int, int]:
         kind = n.get_type()
@@ -287,7 +374,7 @@ def unrolled_calls(node: isl.AstNode) -> tuple[int, int]:
         if kind == isl.ast_node_type.for_:
             calls, loops = visit(n.for_get_body(), below)
             if below:
-                return calls * (trip_count(n) or 0), loops
+                return calls * (trip_count(n) or trip_bound(n) or 0), loops
             return calls, loops + 1
         parts = []
         if kind == isl.ast_node_type.if_:

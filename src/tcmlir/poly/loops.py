@@ -8,7 +8,8 @@ one value per outer point are first moved below the sequence under them
 (`sink_single_point_bands`: the same loops, at a cost linear in the statements). In GPU
 kernels, the bands isl would unroll that run only the program's statements (register tiles,
 unrolled strips) stay loops under an ``unroll`` mark when their trip counts are constant, for
-LLVM to unroll (`poly.llvm_unroll`).
+LLVM to unroll (`poly.llvm_unroll`); at sizes the tiles do not divide, the partial tiles go
+under an ``unroll-partial`` mark beside the full ones (`poly.partial_tiles`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def build_ast(state: CompileState) -> isl.AstNode:
 
 def _build(state: CompileState, schedule: isl.Schedule, promotion) -> isl.AstNode:
     from .gpu_mapping import build_context
-    from .llvm_unroll import for_llvm, irregular_unroll_marks
+    from .llvm_unroll import UNROLL_MARK, for_llvm, irregular_unroll_marks
+    from .partial_tiles import split_partial
 
     schedule = sink_single_point_bands(schedule)
     # A GPU-mapped tree has block/thread parameters: their ranges join the context.
@@ -51,6 +53,9 @@ def _build(state: CompileState, schedule: isl.Schedule, promotion) -> isl.AstNod
         as_loops, changed = for_llvm(schedule, ranks, keep)
         if not changed:
             return _build_from(context, schedule, state.fn, promotion)
+        # partial tiles (sizes the tiles do not divide) apart from the full ones, LLVM unrolls
+        # both (`poly.partial_tiles`); a mark still irregular goes back to isl
+        as_loops = split_partial(as_loops, UNROLL_MARK) or as_loops
         ast = _build_from(context, as_loops, state.fn, promotion)
         bad = irregular_unroll_marks(ast)
         if not bad:
