@@ -18,7 +18,7 @@ import pytest
 
 import tcmlir as tc
 from tcmlir import compiler
-from tcmlir.codegen import lower
+from tcmlir.codegen import ast_loops
 from tcmlir.poly import loops
 from tcmlir.poly.llvm_unroll import PARTIAL_MARK, UNROLL_MARK, trip_bound, trip_count
 from tcmlir.poly.loops import build_ast, format_loops
@@ -111,7 +111,7 @@ def test_guarded_loops_run_the_iterations_their_bounds_allow(monkeypatch, rng):
         return build_from(context, schedule, fn, promotion)
 
     monkeypatch.setattr(loops, "_build_from", marked)
-    monkeypatch.setattr(lower, "indexes_registers", lambda loop, registers: True)
+    monkeypatch.setattr(ast_loops, "indexes_registers", lambda loop, registers: True)
     a = rng.standard_normal((13, 11)).astype(np.float32)
     b = rng.standard_normal((11, 7)).astype(np.float32)
     kernel = tc.define(MM).compile(a, b, target="cpu", options=MO.naive().tile(8, 4, 8))

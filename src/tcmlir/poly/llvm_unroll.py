@@ -32,6 +32,7 @@ from collections.abc import Collection, Mapping
 
 import islpy as isl
 
+from .ast_annotation import annotation_of
 from .scop import sets_of
 from .tree import node_at
 
@@ -341,8 +342,6 @@ def indexes_registers(loop: isl.AstNode, registers: Collection[str]) -> bool:
     ``registers`` by the loop's iterator (through its `loops.build_ast` annotation): such a
     loop must be unrolled for the registers to be indexed by constants; a partial tile's other
     loops (its k strip) stay loops."""
-    from .loops import annotation_of
-
     it = loop.for_get_iterator().get_id().get_name()
     hit: list[bool] = []
 

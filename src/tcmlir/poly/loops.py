@@ -17,6 +17,7 @@ from __future__ import annotations
 import islpy as isl
 
 from ..log import timed
+from .ast_annotation import annotation_of
 from .state import CompileState
 
 __all__ = ["annotation_of", "build_ast", "format_loops"]
@@ -154,15 +155,6 @@ def _single_point(band: isl.ScheduleNode) -> bool:
     prefix = band.get_prefix_schedule_union_map().intersect_domain(band.get_domain())
     here = band.band_get_partial_schedule_union_map()
     return prefix.reverse().apply_range(here).is_single_valued()
-
-
-def annotation_of(node: isl.AstNode):
-    """The payload `build_ast` attached to a user node, or None."""
-    try:
-        ann = node.get_annotation()
-    except isl.Error:
-        return None
-    return ann.user if ann is not None else None
 
 
 def format_loops(ast: isl.AstNode) -> str:
