@@ -56,9 +56,10 @@ _COLLECTIVE = {  # intrinsic -> (callback, its first argument)
     "llvm.nvvm.mma.m16n8k16.row.col.bf16": ("emu_mma_cb", 1),
     "llvm.nvvm.mma.m16n8k8.row.col.tf32": ("emu_mma_cb", 2),
 }
-_SREGS = ("tid.x", "ctaid.x", "ctaid.y", "ctaid.z",  # (the first four: `_sreg`'s old indices)
-          "tid.y", "tid.z", "ntid.x", "ntid.y", "ntid.z", "nctaid.x", "nctaid.y", "nctaid.z",
-          "laneid", "warpsize")
+SREGS = ("tid.x", "ctaid.x", "ctaid.y", "ctaid.z",  # (the first four: `_sreg`'s old indices)
+         "tid.y", "tid.z", "ntid.x", "ntid.y", "ntid.z", "nctaid.x", "nctaid.y", "nctaid.z",
+         "laneid", "warpsize")
+_SREGS = SREGS
 SHUFFLES = ("bfly", "down", "up", "idx")
 VOTES = ("ballot", "any", "all")
 DYNAMIC_SHARED_BYTES = 232448  # the most an sm_90 block may have

@@ -15,6 +15,7 @@ threads, out-of-bounds writes, dynamic shared memory.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from types import SimpleNamespace
@@ -22,6 +23,7 @@ from types import SimpleNamespace
 import mma_emulator as emu
 import numpy as np
 import pytest
+import torch
 
 import tcmlir as tc
 from tcmlir import cuda_defaults
@@ -78,8 +80,13 @@ def emulate(src: str, inputs: list[np.ndarray], *, rtol: float = 1e-5, threaded=
 def _zoo_inputs(name: str, dims: dict[str, int] | None = None) -> tuple[str, list[np.ndarray]]:
     w = ZOO[name]
     if dims:
-        w = zoo_workloads.Workload(w.name, w.category, w.tc, w.inputs, w.ref, {"tiny": dims})
-    return w.tc, [t.numpy() for t in w.make("tiny")]
+        w = dataclasses.replace(w, size_classes={"tiny": dims})
+    inputs = [t.numpy() if t.dtype in (torch.float32, torch.int32) else t.float().numpy()
+              for t in w.make("tiny")]
+    if w.half:
+        dtype = tc.define(w.tc).ir.inputs[0].dtype.numpy
+        inputs = [x.astype(dtype) if x.dtype == np.float32 else x for x in inputs]
+    return w.tc, inputs
 
 
 # ---------------------------------------------------------------- the mapping classes
@@ -181,7 +188,7 @@ def test_split_k_on_the_host_machine(monkeypatch, rng):
 def test_atomic_column_reductions_with_every_thread_at_once(rng):
     """Column reductions fold into their outputs with atomics: run with one OS thread per GPU
     thread all the same (LLVM's atomicrmw on the host, really concurrent)."""
-    src, inputs = _zoo_inputs("col_sum", {"N": 37, "D": 70})
+    src, inputs = _zoo_inputs("col_sum", {"N": 9, "D": 70})
     kernel = emulate(src, inputs, threaded=True)
     assert "atomic" in kernel.schedule
 
@@ -261,9 +268,9 @@ def test_votes():
     np.testing.assert_array_equal(out, [[np.int32(-0x55555556), 1, 1, 0]] * 32)
 
 
-_SREG_IR = "".join(f'declare i32 @"llvm.nvvm.read.ptx.sreg.{r}"()\n' for r in emu._SREGS[:12]) + (
+_SREG_IR = "".join(f'declare i32 @"llvm.nvvm.read.ptx.sreg.{r}"()\n' for r in emu.SREGS[:12]) + (
     'define ptx_kernel void @"k"(ptr addrspace(1) %out, ptr addrspace(1) %err) {\n'
-    + "".join(f'  %r{i} = call i32 @"llvm.nvvm.read.ptx.sreg.{r}"()\n' for i, r in enumerate(emu._SREGS[:12]))
+    + "".join(f'  %r{i} = call i32 @"llvm.nvvm.read.ptx.sreg.{r}"()\n' for i, r in enumerate(emu.SREGS[:12]))
     # linear id: ((ctaid.z * nctaid.y + ctaid.y) * nctaid.x + ctaid.x) * threads + tid
     + "  %t0 = mul i32 %r3, %r10\n  %t1 = add i32 %t0, %r2\n  %t2 = mul i32 %t1, %r9\n"
     "  %t3 = add i32 %t2, %r1\n  %n0 = mul i32 %r6, %r7\n  %n1 = mul i32 %n0, %r8\n"
@@ -340,3 +347,30 @@ def test_dynamic_shared_memory_on_the_host_machine(rng):
     c = np.full((33, 17), np.nan, np.float16)
     emu.run_kernel(kernel, {"A": a, "B": b, "C": c}, {})
     np.testing.assert_array_equal(c, (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16))
+
+
+def test_a_wrong_butterfly_in_the_warp_reduction_is_caught(monkeypatch):
+    """A planted bug: the last step of the warp shuffle reduction exchanges with lane ^ 16
+    again instead of lane ^ 1, so each lane sums half its warp twice."""
+    from tcmlir.codegen import gpu_reduce
+
+    real = gpu_reduce._shfl
+    monkeypatch.setattr(gpu_reduce, "_shfl", lambda b, value, lane, mask:
+                        real(b, value, 16 if lane == 1 else lane, mask))
+    src, inputs = _zoo_inputs("softmax_1000", {"N": 3, "D": 45})
+    with pytest.raises(AssertionError, match="Not equal to tolerance"):
+        emulate(src, inputs)
+
+
+def test_a_wrong_block_index_is_caught(monkeypatch):
+    """A planted bug: kernels read ``ctaid.y`` for ``_bx`` (grid 5 x 2: blocks 2-4 redo the
+    work of blocks 0-1, the rest is never written): the sync-free path reads its special
+    registers from memory, and must give each its own. (A bug that writes far past an array
+    cannot be caught: it may corrupt the process before the margins are checked.)"""
+    from tcmlir.codegen import nvptx
+
+    monkeypatch.setitem(nvptx._SREG, "_bx", "ctaid.y")
+    src, inputs = _zoo_inputs("perm4_heads", None)
+    assert tc.define(src).compile(*inputs, target="cuda").runner.image.kernels[0].grid == (5, 2, 1)
+    with pytest.raises(AssertionError, match="Not equal to tolerance"):
+        emulate(src, inputs)
