@@ -374,3 +374,17 @@ def test_a_wrong_block_index_is_caught(monkeypatch):
     assert tc.define(src).compile(*inputs, target="cuda").runner.image.kernels[0].grid == (5, 2, 1)
     with pytest.raises(AssertionError, match="Not equal to tolerance"):
         emulate(src, inputs)
+
+
+def test_a_gather_out_of_bounds_is_reported(rng):
+    """An index past the table: the kernel sets the error flag (gather site 1), nothing is
+    written out of bounds; in bounds it runs clean."""
+    src, (table, idx) = _zoo_inputs("embedding", None)
+    emulate(src, [table, idx])
+    idx = idx.copy()
+    idx[1, 2] = table.shape[0]
+    fn = tc.define(src, target="cuda")
+    kernel = fn.compile(table, idx, target="cuda", arch="sm_90")
+    out = np.zeros((*idx.shape, table.shape[1]), np.float32)
+    with pytest.raises(AssertionError, match=r"the kernel reported an error: \[1 0 0 0\]"):
+        emu.run_kernel(kernel, {"E": table, "idx": idx, "O": out}, {})
