@@ -81,10 +81,19 @@ class Block:
         self.tid: dict[int, int] = {}  # OS thread -> thread of the block
         self.barrier = threading.Barrier(threads, timeout=TIMEOUT)
         warps = max(1, -(-threads // 32))
-        self.warp_barriers = [threading.Barrier(min(32, threads - 32 * w), timeout=TIMEOUT)
-                              for w in range(warps)]
+        # (the last lane in runs the collective's computation: one wait per collective)
+        self.warp_barriers = [threading.Barrier(min(32, threads - 32 * w), self._action(w),
+                                                timeout=TIMEOUT) for w in range(warps)]
         self.inputs: list[list[Any]] = [[None] * 32 for _ in range(warps)]
         self.outputs: list[list[Any]] = [[None] * 32 for _ in range(warps)]
+        self.computes: list[Callable[[list[Any]], list[Any]] | None] = [None] * warps
+
+    def _action(self, warp: int) -> Callable[[], None]:
+        def action() -> None:
+            compute = self.computes[warp]
+            assert compute is not None
+            self.outputs[warp] = compute(self.inputs[warp])
+        return action
 
     def me(self) -> int:
         return self.tid[threading.get_ident()]
@@ -96,13 +105,12 @@ class Block:
         return [tx, *self.ctaid, ty, tz, *self.dims, *self.grid, t % 32, 32]
 
     def collective(self, value: Any, compute: Callable[[list[Any]], list[Any]]) -> Any:
-        """Hand ``value`` in for this lane; once the warp's 32 are in, lane 0 computes every
-        lane's result from them; return this lane's."""
+        """Hand ``value`` in for this lane; once the warp's lanes are in, the last computes
+        every lane's result from them; return this lane's. (A lane reads its result before it
+        can enter the next collective, whose computation waits for every lane: one wait.)"""
         warp, lane = divmod(self.me(), 32)
         self.inputs[warp][lane] = value
-        self.warp_barriers[warp].wait()
-        if lane == 0:
-            self.outputs[warp] = compute(self.inputs[warp])
+        self.computes[warp] = compute
         self.warp_barriers[warp].wait()
         return self.outputs[warp][lane]
 
