@@ -10,6 +10,19 @@ the layouts `codegen/mma_layout.py` documents), ``cvt.rna.tf32``. `run_threads` 
 function once per thread of a block, each on an OS thread (the barriers and the warps'
 instructions need them all at once); `run_kernel` runs a compiled `Kernel` block after block.
 Inline assembly (wgmma) is not emulated: the mma.sync form only.
+
+Every other kernel the cuda target emits runs too: ``shfl.sync`` (bfly/down/up/idx, i32 and
+f32, warp-collective like ``ldmatrix``), ``vote.sync`` (ballot/any/all), every special register
+(``tid``/``ntid``/``ctaid``/``nctaid`` in x, y, z, ``laneid``), 2-D/3-D blocks and grids,
+dynamic shared memory (``tcmlir_dynamic_shared``), native atomics (real concurrency across the
+OS threads: ctypes drops the GIL around the call), libdevice math (``__nv_expf`` -> the host's
+``expf``) and programs of several kernels, launched in order on the same global arrays.
+`run_kernel` runs a launch whose kernel reaches no barrier and no warp collective on one OS
+thread, thread after thread (special registers read from memory, no Python callback: fast);
+the others on one OS thread per GPU thread. It stages every array between poisoned margins
+(bytes 0xFF: NaN in every float type) and names the arrays written out of bounds, poisons
+shared memory before each block (reads of uninitialised shared memory show as NaN), and
+reports a shuffle that reads a lane absent from its warp or from its member mask.
 """
 
 from __future__ import annotations
@@ -43,32 +56,61 @@ _COLLECTIVE = {  # intrinsic -> (callback, its first argument)
     "llvm.nvvm.mma.m16n8k16.row.col.bf16": ("emu_mma_cb", 1),
     "llvm.nvvm.mma.m16n8k8.row.col.tf32": ("emu_mma_cb", 2),
 }
-_SREGS = ("tid.x", "ctaid.x", "ctaid.y", "ctaid.z")
+SREGS = ("tid.x", "ctaid.x", "ctaid.y", "ctaid.z",  # (the first four: `_sreg`'s old indices)
+         "tid.y", "tid.z", "ntid.x", "ntid.y", "ntid.z", "nctaid.x", "nctaid.y", "nctaid.z",
+         "laneid", "warpsize")
+_SREGS = SREGS
+SHUFFLES = ("bfly", "down", "up", "idx")
+VOTES = ("ballot", "any", "all")
+DYNAMIC_SHARED_BYTES = 232448  # the most an sm_90 block may have
+MARGIN = 256  # poisoned bytes on each side of every array `run_kernel` stages
+TIMEOUT = 120  # seconds a barrier waits for the rest of its threads (a deadlock: an error)
 
 
 class Block:
-    """The threads of the block being run: who is who, and the barriers they meet at."""
+    """The threads of the block being run: who is who, and the barriers they meet at.
 
-    def __init__(self, threads: int, ctaid: tuple[int, int, int] = (0, 0, 0)):
-        self.threads, self.ctaid = threads, ctaid
+    ``dims``: the block's extents (default: ``threads`` along x), ``grid``: the grid's. Warps
+    are runs of 32 linear thread ids (x fastest); the last may be partial."""
+
+    def __init__(self, threads: int, ctaid: tuple[int, int, int] = (0, 0, 0),
+                 dims: tuple[int, int, int] | None = None, grid: tuple[int, int, int] = (1, 1, 1)):
+        self.threads, self.ctaid, self.grid = threads, ctaid, grid
+        self.dims = dims or (threads, 1, 1)
+        assert self.dims[0] * self.dims[1] * self.dims[2] == threads, (self.dims, threads)
         self.tid: dict[int, int] = {}  # OS thread -> thread of the block
-        self.barrier = threading.Barrier(threads, timeout=120)
-        warps = max(1, threads // 32)
-        self.warp_barriers = [threading.Barrier(32, timeout=120) for _ in range(warps)]
+        self.barrier = threading.Barrier(threads, timeout=TIMEOUT)
+        warps = max(1, -(-threads // 32))
+        # (the last lane in runs the collective's computation: one wait per collective)
+        self.warp_barriers = [threading.Barrier(min(32, threads - 32 * w), self._action(w),
+                                                timeout=TIMEOUT) for w in range(warps)]
         self.inputs: list[list[Any]] = [[None] * 32 for _ in range(warps)]
         self.outputs: list[list[Any]] = [[None] * 32 for _ in range(warps)]
+        self.computes: list[Callable[[list[Any]], list[Any]] | None] = [None] * warps
+
+    def _action(self, warp: int) -> Callable[[], None]:
+        def action() -> None:
+            compute = self.computes[warp]
+            assert compute is not None
+            self.outputs[warp] = compute(self.inputs[warp])
+        return action
 
     def me(self) -> int:
         return self.tid[threading.get_ident()]
 
+    def sregs(self, t: int) -> list[int]:
+        """Thread ``t``'s special registers, in `_SREGS` order."""
+        bx, by, _ = self.dims
+        tx, ty, tz = t % bx, t // bx % by, t // (bx * by)
+        return [tx, *self.ctaid, ty, tz, *self.dims, *self.grid, t % 32, 32]
+
     def collective(self, value: Any, compute: Callable[[list[Any]], list[Any]]) -> Any:
-        """Hand ``value`` in for this lane; once the warp's 32 are in, lane 0 computes every
-        lane's result from them; return this lane's."""
+        """Hand ``value`` in for this lane; once the warp's lanes are in, the last computes
+        every lane's result from them; return this lane's. (A lane reads its result before it
+        can enter the next collective, whose computation waits for every lane: one wait.)"""
         warp, lane = divmod(self.me(), 32)
         self.inputs[warp][lane] = value
-        self.warp_barriers[warp].wait()
-        if lane == 0:
-            self.outputs[warp] = compute(self.inputs[warp])
+        self.computes[warp] = compute
         self.warp_barriers[warp].wait()
         return self.outputs[warp][lane]
 
@@ -143,7 +185,44 @@ def _mma(kind: int, args: int, out: int) -> None:
 
 def _sreg(which: int) -> int:
     block = STATE["block"]
-    return block.me() if which == 0 else block.ctaid[which - 1]
+    return block.sregs(block.me())[which]
+
+
+def _lane_of(kind: int, lane: int, b: int, c: int) -> int:
+    """The source lane of ``shfl.sync`` mode ``SHUFFLES[kind]`` (PTX ISA: ``c`` packs the clamp
+    value, bits 0-4, and the segment mask, bits 8-12); the lane itself when out of range."""
+    clamp, seg = c & 0x1F, (c >> 8) & 0x1F
+    top, bottom = (lane & seg) | (clamp & ~seg), lane & seg
+    j = (lane ^ b, lane + b, lane - b, bottom | (b & ~seg))[kind]
+    ok = j >= top if kind == 2 else j <= top
+    return j if ok else lane
+
+
+def _shfl(kind: int, mask: int, value: int, b: int, c: int) -> int:
+    def compute(lanes: list[Any]) -> list[Any]:
+        out: list[Any] = []
+        for lane, mine in enumerate(lanes):
+            if mine is None:
+                out.append(None)
+                continue
+            j = _lane_of(kind, lane, mine[2], mine[3])
+            if lanes[j] is None or not (mine[0] >> j) & 1 or not (mine[0] >> lane) & 1:
+                VIOLATIONS.append(("shfl", SHUFFLES[kind], lane, j, mine[0]))
+            out.append((lanes[j] or mine)[1])
+        return out
+
+    return STATE["block"].collective((mask & 0xFFFFFFFF, value, b, c), compute)
+
+
+def _vote(kind: int, mask: int, pred: int) -> int:
+    def compute(lanes: list[Any]) -> list[int]:
+        bits = sum(1 << lane for lane, x in enumerate(lanes)
+                   if x is not None and x[1] and (x[0] >> lane) & 1)
+        members = [x for lane, x in enumerate(lanes) if x is not None and (x[0] >> lane) & 1]
+        value = (bits, int(bits != 0), int(all(x[1] for x in members)))[kind]
+        return [value] * 32
+
+    return ctypes.c_int32(STATE["block"].collective((mask & 0xFFFFFFFF, pred), compute)).value
 
 
 def _barrier() -> None:
@@ -155,6 +234,8 @@ _CALLBACKS: dict[str, Any] = {
     "emu_ldsm_cb": _VOID3(_ldsm), "emu_mma_cb": _VOID3(_mma),
     "emu_sreg_cb": ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int32)(_sreg),
     "emu_barrier_cb": ctypes.CFUNCTYPE(None)(_barrier),
+    "emu_shfl_cb": ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_int32] * 5)(_shfl),
+    "emu_vote_cb": ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_int32] * 3)(_vote),
     **{f"emu_cp_async_cb_{w}": ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p,
                                                  ctypes.c_int32)(_copy(w)) for w in COPY_WIDTHS},
 }
@@ -186,10 +267,26 @@ def _definitions() -> dict[str, str]:
     out["llvm.nvvm.f2tf32.rna"] = ('define i32 @"emu.llvm.nvvm.f2tf32.rna"(float %x) {\n'
                                    "  %b = bitcast float %x to i32\n  %r = add i32 %b, 4096\n"
                                    "  %t = and i32 %r, -8192\n  ret i32 %t\n}")
-    for i, reg in enumerate(_SREGS):
+    for i, reg in enumerate(_SREGS):  # from memory on one OS thread (`run_kernel`), else asked
         name = f"llvm.nvvm.read.ptx.sreg.{reg}"
-        out[name] = (f'define i32 @"emu.{name}"() {{\n  %r = call i32 @emu_sreg_cb(i32 {i})\n'
-                     "  ret i32 %r\n}")
+        out[name] = (f'define i32 @"emu.{name}"() {{\n  %m = load i32, ptr @"emu.sequential"\n'
+                     "  %s = icmp ne i32 %m, 0\n  br i1 %s, label %mem, label %ask\nmem:\n"
+                     f'  %p = getelementptr [{len(_SREGS)} x i32], ptr @"emu.sregs", i32 0, i32 {i}\n'
+                     "  %v = load i32, ptr %p\n  ret i32 %v\nask:\n"
+                     f"  %r = call i32 @emu_sreg_cb(i32 {i})\n  ret i32 %r\n}}")
+    for i, mode in enumerate(SHUFFLES):
+        for ty in ("i32", "f32"):
+            name, lt = f"llvm.nvvm.shfl.sync.{mode}.{ty}", "float" if ty == "f32" else "i32"
+            out[name] = (f'define {lt} @"emu.{name}"(i32 %m, {lt} %v, i32 %b, i32 %c) {{\n'
+                         f"  %x = bitcast {lt} %v to i32\n"
+                         f"  %r = call i32 @emu_shfl_cb(i32 {i}, i32 %m, i32 %x, i32 %b, i32 %c)\n"
+                         f"  %y = bitcast i32 %r to {lt}\n  ret {lt} %y\n}}")
+    for i, mode in enumerate(VOTES):
+        name, rt = f"llvm.nvvm.vote.{mode}.sync", "i32" if mode == "ballot" else "i1"
+        out[name] = (f'define {rt} @"emu.{name}"(i32 %m, i1 %p) {{\n  %x = zext i1 %p to i32\n'
+                     f"  %r = call i32 @emu_vote_cb(i32 {i}, i32 %m, i32 %x)\n"
+                     + ("  ret i32 %r\n}" if rt == "i32" else
+                        "  %t = trunc i32 %r to i1\n  ret i1 %t\n}"))
     out["llvm.nvvm.barrier0"] = ('define void @"emu.llvm.nvvm.barrier0"() {\n'
                                  "  call void @emu_barrier_cb()\n  ret void\n}")
     out["llvm.nvvm.cp.async.commit.group"] = ('define void @"emu.llvm.nvvm.cp.async.commit.group"()'
@@ -201,12 +298,19 @@ def _definitions() -> dict[str, str]:
             name = f"llvm.nvvm.cp.async.{cache}.shared.global.{w}.s"
             out[name] = (f'define void @"emu.{name}"(ptr %d, ptr %s, i32 %n) {{\n'
                          f"  call void @emu_cp_async_cb_{w}(ptr %d, ptr %s, i32 %n)\n  ret void\n}}")
+            name = f"llvm.nvvm.cp.async.{cache}.shared.global.{w}"  # the whole width
+            out[name] = (f'define void @"emu.{name}"(ptr %d, ptr %s) {{\n'
+                         f"  call void @emu_cp_async_cb_{w}(ptr %d, ptr %s, i32 {w})\n  ret void\n}}")
     return out
 
 
 _DEFINITIONS = _definitions()
 _CALLBACK_DECLS = ["declare void @emu_ldsm_cb(i32, ptr, ptr)", "declare void @emu_mma_cb(i32, ptr, ptr)",
                    "declare i32 @emu_sreg_cb(i32)", "declare void @emu_barrier_cb()",
+                   "declare i32 @emu_shfl_cb(i32, i32, i32, i32, i32)",
+                   "declare i32 @emu_vote_cb(i32, i32, i32)",
+                   '@"emu.sequential" = global i32 0',
+                   f'@"emu.sregs" = global [{len(_SREGS)} x i32] zeroinitializer',
                    *[f"declare void @emu_cp_async_cb_{w}(ptr, ptr, i32)" for w in COPY_WIDTHS]]
 
 
@@ -216,6 +320,15 @@ def host_ir(text: str) -> str:
     text = re.sub(r" addrspace\(\d\)", "", text)
     text = re.sub(r"addrspacecast (ptr [^ ]+) to ptr", r"bitcast \1 to ptr", text)
     text = text.replace("ptx_kernel ", "").replace("internal global", "global")
+    assert " asm " not in text, "inline assembly (wgmma) is not emulated"
+    text = re.sub(r'^(@"?tcmlir_dynamic_shared"?) = external global \[0 x \w+\]',
+                  rf"\1 = global [{DYNAMIC_SHARED_BYTES} x i8] zeroinitializer", text, flags=re.M)
+    libdevice = sorted(set(re.findall(r'@"?__nv_(\w+)"?\(', text)))
+    if libdevice:
+        host_target_machine()  # (loads libm)
+    for name in libdevice:  # libdevice's functions: the host's libm
+        assert llvm.address_of_symbol(name), f"libdevice's __nv_{name} has no host function {name}"
+        text = re.sub(rf'@"?__nv_{name}"?\(', f'@"{name}"(', text)
     lines = [line for line in text.splitlines()
              if not line.startswith(("target triple", "target datalayout"))]
     used = []
@@ -266,31 +379,113 @@ def run_threads(block: Block, body: Callable[[int], None]) -> None:
 
 
 _KERNEL = re.compile(r'^define (?:ptx_kernel )?void @"(\w+)"\((.*)\)', re.M)
+_SYNC = re.compile(r"llvm\.nvvm\.(?:barrier0|shfl\.|vote\.|ldmatrix\.|mma\.)")
+_SHARED = re.compile(r'^@"?([\w.$]+)"? = (?:\w+ )*addrspace\(3\) global \[(\d+) x (\w+)\]', re.M)
+_BYTES = {"i8": 1, "i16": 2, "half": 2, "bfloat": 2, "i32": 4, "float": 4, "i64": 8, "double": 8}
 
 
-def run_kernel(kernel: Any, arrays: Mapping[str, np.ndarray], sizes: Mapping[str, int]) -> None:
-    """Every launch of a compiled CUDA ``kernel`` (`tcmlir.Kernel`), block after block, on
-    ``arrays`` (every tensor of the function, by name: inputs, outputs, temporaries)."""
-    engine = jit(host_ir(kernel.llvm_ir))
-    signatures = {name: params for name, params in _KERNEL.findall(kernel.llvm_ir)}
-    err = np.zeros(4, np.int64)
+def needs_threads(text: str, kernel: str) -> bool:
+    """Whether kernel ``kernel`` of NVPTX IR ``text`` reaches a barrier or a warp collective
+    (then its threads must run at once, one OS thread each)."""
+    bodies = {m.group(1): m.group(0) for m in
+              re.finditer(r'^define [^@\n]*@"?([\w.$]+)"?\(.*?^\}', text, re.M | re.S)}
+    seen, todo = set(), [kernel]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in bodies:
+            continue
+        seen.add(name)
+        if _SYNC.search(bodies[name]):
+            return True
+        todo += re.findall(r'@"?([\w.$]+)"?\(', bodies[name])
+    return False
+
+
+class Staged:
+    """A copy of ``array`` between `MARGIN` poisoned bytes each side, at the same address
+    modulo 256 (the kernel may rely on the alignment the call had)."""
+
+    def __init__(self, name: str, array: np.ndarray):
+        assert array.flags.c_contiguous, f"array {name} is not C-contiguous"
+        self.name, self.array, self.size = name, array, array.nbytes
+        self.buf = np.full(self.size + 2 * MARGIN + 256, 0xFF, np.uint8)
+        self.at = MARGIN + (array.ctypes.data - self.buf.ctypes.data - MARGIN) % 256
+        self.buf[self.at:self.at + self.size] = array.reshape(-1).view(np.uint8)
+        self.address = self.buf.ctypes.data + self.at
+
+    def finish(self) -> str | None:
+        """Copy back; what was written out of bounds, if anything."""
+        self.array.reshape(-1).view(np.uint8)[:] = self.buf[self.at:self.at + self.size]
+        hit = np.flatnonzero(self.buf != 0xFF)
+        hit = hit[(hit < self.at) | (hit >= self.at + self.size)] - self.at
+        if not hit.size:
+            return None
+        return (f"{self.name} ({self.size} bytes) written out of bounds at bytes "
+                f"{hit[0]}..{hit[-1]} ({hit.size} bytes)")
+
+
+def run_kernel(kernel: Any, arrays: Mapping[str, np.ndarray], sizes: Mapping[str, int],
+               threaded: bool | None = None) -> None:
+    """Every launch of a compiled CUDA ``kernel`` (`tcmlir.Kernel`), in order, block after
+    block, on ``arrays`` (every tensor a kernel takes, by name: inputs, outputs, temporaries;
+    written back in place). ``threaded``: one OS thread per GPU thread even for a launch that
+    reaches no barrier or collective (False: never; None: as it needs). Fails on a missing
+    array, an error the kernel reports (a gather out of bounds), a write out of bounds, a
+    misaligned ``cp.async``, a shuffle from an absent lane."""
+    text = kernel.llvm_ir
+    host = host_ir(text)
+    engine = jit(host)
+    signatures = {name: params for name, params in _KERNEL.findall(text)}
+    shared = [(engine.get_global_value_address(n), int(c) * _BYTES[t])
+              for n, c, t in _SHARED.findall(text)]
+    if "tcmlir_dynamic_shared" in text:
+        shared.append((engine.get_global_value_address("tcmlir_dynamic_shared"),
+                       DYNAMIC_SHARED_BYTES))
+    sequential = ctypes.c_int32.from_address(engine.get_global_value_address("emu.sequential"))
+    regs = (ctypes.c_int32 * len(_SREGS)).from_address(engine.get_global_value_address("emu.sregs"))
+    err = np.zeros(4, np.int32)
+    staged = {"err": Staged("err", err)}
+    on_chip = set(getattr(kernel.runner.image, "on_chip", ()))
     del VIOLATIONS[:]
-    for launch in kernel.runner.image.kernels:
-        params = re.findall(r'(ptr|i64|i32)[^%]*%"?([\w.]+)"?', signatures[launch.name])
-        types, values = [], []
-        for ty, name in params:
-            if ty == "ptr":
-                types.append(ctypes.c_void_p)
-                values.append(arrays[name].ctypes.data if name in arrays else err.ctypes.data)
-            else:
-                types.append(ctypes.c_int64 if ty == "i64" else ctypes.c_int32)
-                values.append(sizes[name])
-        entry = ctypes.CFUNCTYPE(None, *types)(engine.get_function_address(launch.name))
-        threads = launch.block[0] * launch.block[1] * launch.block[2]
-        gx, gy, gz = launch.grid
-        for z in range(gz):
-            for y in range(gy):
-                for x in range(gx):
-                    run_threads(Block(threads, (x, y, z)), lambda _t, f=entry, v=values: f(*v))
+    try:
+        for launch in kernel.runner.image.kernels:
+            assert launch.shared_bytes <= DYNAMIC_SHARED_BYTES, launch
+            params = re.findall(r'(ptr|i64|i32)[^%]*%"?([\w.]+)"?', signatures[launch.name])
+            types, values = [], []
+            for ty, name in params:
+                if ty == "ptr":
+                    if name not in staged and name in on_chip and name not in arrays:
+                        # no buffer (a null pointer on the GPU): any write is out of bounds
+                        staged[name] = Staged(f"{name} (on chip)", np.zeros(0, np.uint8))
+                    assert name in arrays or name in staged, \
+                        f"kernel {launch.name} takes tensor {name}: not in arrays"
+                    if name not in staged:
+                        staged[name] = Staged(name, arrays[name])
+                    types.append(ctypes.c_void_p)
+                    values.append(staged[name].address)
+                else:
+                    types.append(ctypes.c_int64 if ty == "i64" else ctypes.c_int32)
+                    values.append(sizes[name])
+            entry = ctypes.CFUNCTYPE(None, *types)(engine.get_function_address(launch.name))
+            threads = launch.block[0] * launch.block[1] * launch.block[2]
+            together = needs_threads(text, launch.name) if threaded is None else threaded
+            sequential.value = 0 if together else 1
+            gx, gy, gz = launch.grid
+            for z in range(gz):
+                for y in range(gy):
+                    for x in range(gx):
+                        for at, nbytes in shared:  # (uninitialised: NaN where read)
+                            ctypes.memset(at, 0xFF, nbytes)
+                        block = Block(threads, (x, y, z), tuple(launch.block), (gx, gy, gz))
+                        if together:
+                            run_threads(block, lambda _t, f=entry, v=values: f(*v))
+                            continue
+                        for t in range(threads):
+                            regs[:] = block.sregs(t)
+                            entry(*values)
+    finally:
+        sequential.value = 0
+        out_of_bounds = [m for m in (s.finish() for s in staged.values()) if m]
+    assert not out_of_bounds, "out-of-bounds writes: " + "; ".join(out_of_bounds)
     assert not err.any(), f"the kernel reported an error: {err}"
-    assert not VIOLATIONS, f"misaligned or oversized cp.async: {VIOLATIONS[:4]}"
+    assert not VIOLATIONS, f"misaligned or oversized cp.async, or bad shuffles: {VIOLATIONS[:4]}"
