@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import tcmlir as tc
+from tcmlir.codegen.host_rows import ROW_BYTES
 from tcmlir.errors import CallError
 
 SOFTMAX = """def softmax(float(N, M) X) -> (Y) {
@@ -156,3 +157,13 @@ def test_gather_errors_from_either_chunk(bad):
     for _ in range(2):
         with pytest.raises(CallError, match=f"gather index {n + 5}"):
             fn(x, idx, options=opts)
+
+
+def test_rows_past_the_stack_budget_keep_buffers(rng):
+    """Rows of 40000 floats (160 KB) pass `ROW_BYTES`: ``e`` keeps its buffer; the 1-element
+    rows of ``mx`` and ``s`` still fit."""
+    x = rng.standard_normal((3, 40000)).astype(np.float32)
+    kernel = tc.define(SOFTMAX, target="cpu").compile(x, options=FUSED.with_threads(2))
+    assert ROW_BYTES < 40000 * 4
+    assert kernel.runner.on_chip == {"mx", "s"}
+    _close(kernel.launch(x), _softmax(x))

@@ -16,7 +16,8 @@ row (``alloca``, per call, hence per thread) and addresses ``T(c0, i1, ...)`` as
     }
 
 ``T`` qualifies (`row_local_temporaries`) when all the sizes are fixed at compile time, no
-other group touches ``T``, a row takes at most `ROW_BYTES` bytes, the first statement writing
+other group touches ``T``, its row fits in what is left of `ROW_BYTES` (the group's rows
+together, in the order of the temporaries), the first statement writing
 ``T`` sets every element before anything reads it (`binding.needs_zero_fill` is false: a row
 is then fully written in its iteration before it is read, so an element never shows a value
 of an earlier row), and every access of ``T`` by a statement called in the group, the left-hand
@@ -40,8 +41,8 @@ from ..binding import needs_zero_fill
 
 __all__ = ["ROW_BYTES", "row_local_temporaries"]
 
-#: The largest row kept on the stack (the pool's threads have the platform's default stack,
-#: 8 MiB on Linux; a row this size stays in L2 between its phases).
+#: The most bytes of stack rows one group keeps (the pool's threads have the platform's
+#: default stack, 8 MiB on Linux; rows this size stay in L2 between their phases).
 ROW_BYTES = 128 << 10
 
 _STMT = re.compile(r"S(\d+)(_init)?$")
@@ -59,9 +60,7 @@ def row_local_temporaries(fn: tc.Function, node: isl.AstNode, loop: isl.AstNode 
     for t in fn.temporaries:
         if t.rank == 0 or t.name in elsewhere or needs_zero_fill(fn, t, sizes):
             continue
-        row = math.prod(e.evaluate(sizes) for e in t.shape[1:])
-        if row * t.dtype.itemsize <= ROW_BYTES:
-            candidates[t.name] = row
+        candidates[t.name] = math.prod(e.evaluate(sizes) for e in t.shape[1:])
     if not candidates:
         return {}
     it = loop.for_get_iterator().get_id().get_name()
@@ -79,7 +78,13 @@ def row_local_temporaries(fn: tc.Function, node: isl.AstNode, loop: isl.AstNode 
         for tensor, indices in accesses:
             if tensor in candidates and not _row_access(indices, on_iterator):
                 del candidates[tensor]
-    return candidates
+    out, total = {}, 0
+    for name, row in candidates.items():  # in the order of `fn.temporaries`, up to ROW_BYTES
+        size = row * fn.tensor(name).dtype.itemsize
+        if total + size <= ROW_BYTES:
+            out[name] = row
+            total += size
+    return out
 
 
 def _row_access(indices: tuple[tc.Expr, ...], on_iterator: set[str]) -> bool:
