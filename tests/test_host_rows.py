@@ -170,3 +170,13 @@ def test_rows_past_the_stack_budget_keep_buffers(rng):
     assert ROW_BYTES < 40000 * 4
     assert kernel.runner.on_chip == {"mx", "s"}
     _close(kernel.launch(x), _softmax(x))
+
+
+@pytest.mark.parametrize("dtype,tol", [("float64", 1e-12), ("float16", 2e-3)])
+def test_rows_of_other_element_types(rng, dtype, tol):
+    src = SOFTMAX.replace("float(N, M)", f"{dtype}(N, M)")
+    x = rng.standard_normal((13, 7)).astype(dtype)
+    kernel = tc.define(src, target="cpu").compile(x, options=FUSED.with_threads(2))
+    # (float16: the float32 accumulator of the half sum, s_acc, is a row temporary too)
+    assert kernel.runner.on_chip >= {"mx", "e", "s"}
+    _close(kernel.launch(x), _softmax(x), tol)
