@@ -56,10 +56,9 @@ from ..dtypes import DType
 from ..errors import OptionsError
 from ..poly.scop import sets_of
 from ..poly.state import CompileState
-from ..poly.tree import node_at, outermost_band_paths
+from ..poly.tree import node_at, outermost_band_paths, tile_band
 from .base import Pass, register
 from .register_tile import point_extent
-from .tile import tile_band
 
 __all__ = ["SplitK", "TileFolds", "chunk_member_band", "chunking", "fold_statements",
            "partial_statements", "split_k", "split_note", "splittable", "splittable_statements"]

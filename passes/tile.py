@@ -5,13 +5,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-import islpy as isl
-
 from ..poly.state import CompileState
-from ..poly.tree import node_at, outermost_band_paths
+from ..poly.tree import node_at, outermost_band_paths, tile_band
 from .base import Pass, register
 
-__all__ = ["Tile", "tile_band"]
+__all__ = ["Tile", "tile_band"]  # tile_band: re-exported (`poly.tree`)
 
 
 @register
@@ -52,42 +50,3 @@ class Tile(Pass):
                 sizes = (0, *sizes)
             schedule = tile_band(node, sizes).get_schedule()
         return dataclasses.replace(state, schedule=schedule)
-
-
-def tile_band(node: isl.ScheduleNode, sizes: tuple[int, ...]) -> isl.ScheduleNode:
-    """Tile band ``node`` (see `Tile`); returns the tile band node."""
-    n = node.band_n_member()
-    per_member = [sizes[m] if m < len(sizes) else 0 for m in range(n)]
-    if not any(per_member):
-        return node
-    if sum(1 for s in per_member if s) > 1 and not node.band_get_permutable():
-        return node
-    ctx = node.get_ctx()
-    ctx.set_tile_scale_tile_loops(0)
-    ctx.set_tile_shift_point_loops(1)
-    mv = isl.MultiVal.zero(node.band_get_space())
-    for m, s in enumerate(per_member):
-        mv = mv.set_at(m, isl.Val.int_from_si(ctx, s or 1))
-    node = node.band_tile(mv)
-    untiled = [m for m, s in enumerate(per_member) if not s]
-    if untiled:
-        node = _drop_members(node.child(0), untiled).parent()
-    return node
-
-
-def _drop_members(point: isl.ScheduleNode, members: list[int]) -> isl.ScheduleNode:
-    """Remove ``members`` (all zero after a size-1 tiling) from point band ``point``."""
-    mupa = point.band_get_partial_schedule()
-    coincident = [point.band_member_get_coincident(m) for m in range(point.band_n_member())]
-    permutable = point.band_get_permutable()
-    for m in sorted(members, reverse=True):
-        mupa = mupa.drop_dims(isl.dim_type.out, m, 1)
-        del coincident[m]
-    point = point.delete()
-    if not coincident:
-        return point
-    point = point.insert_partial_schedule(mupa)
-    point = point.band_set_permutable(permutable)
-    for m, c in enumerate(coincident):
-        point = point.band_member_set_coincident(m, c)
-    return point

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tcmlir.runtime import cuda as rcuda
-from tcmlir.runtime import cuda_launch, cuda_memory, launch_plan, streams
+from tcmlir.runtime import cuda_launch, cuda_memory, launch_call, launch_plan, streams
 from tcmlir.runtime.cuda import LaunchLimits
 from tcmlir.runtime.host import ErrorSlot
 
@@ -283,7 +283,7 @@ def install_fake(monkeypatch: Any, native: bool = False) -> tuple[FakeDriver, Fa
     ``native``: plans take the native launch path (`launch_thunk`) as with the real driver;
     its four driver entry points are ctypes callbacks into the fake."""
     driver = FakeDriver()
-    for module in (cuda_memory, rcuda, cuda_launch, launch_plan, streams):
+    for module in (cuda_memory, rcuda, cuda_launch, launch_call, launch_plan, streams):
         monkeypatch.setattr(module, "driver", driver)
     runtime = FakeRuntime(driver)
     monkeypatch.setattr(cuda_launch, "get_runtime", lambda: runtime)

@@ -24,7 +24,7 @@ from fake_cuda import (
 )
 
 import tcmlir as tc
-from tcmlir.runtime import arrays, cuda_memory, launch_plan, peer
+from tcmlir.runtime import array_views, arrays, cuda_memory, launch_call, launch_plan, peer
 from tcmlir.runtime.cuda_launch import CudaRunner
 
 __all__ = ["TwoDeviceDriver", "TwoDeviceRuntime", "device_array_on", "install_two_devices",
@@ -140,11 +140,12 @@ def install_two_devices(monkeypatch: Any, peer_access: bool = True, native: bool
         calls = native_calls(driver)
         monkeypatch.setattr(launch_plan, "direct_calls", lambda _driver: calls)
 
-    for module in (cuda_memory, rcuda, cuda_launch, launch_plan, streams, peer):
+    for module in (cuda_memory, rcuda, cuda_launch, launch_call, launch_plan, streams, peer):
         monkeypatch.setattr(module, "driver", driver)
     runtime = TwoDeviceRuntime(driver)
     monkeypatch.setattr(cuda_launch, "get_runtime", lambda: runtime)
     monkeypatch.setattr(arrays, "get_runtime", lambda: runtime)
+    monkeypatch.setattr(array_views, "get_runtime", lambda: runtime)
     import tcmlir.cache.artifacts as artifacts
 
     monkeypatch.setattr(artifacts, "make_cuda_runner",

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -37,11 +38,33 @@ def test_two_rank_dtensor_model_runs_under_torchrun(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                            "--nproc-per-node", "2", str(script)], capture_output=True,
                           text=True, timeout=240, cwd=tmp_path, env=env)
+    lines = [f"rank {rank}: {what}" for rank in (0, 1) for what in (
+        "Y is (Shard(dim=0),), local rows (32, 16)", "W.grad is (Partial(sum),)",
+        "output and gradient equal to the unsharded model")]
+    finished = all(line in proc.stdout for line in lines)
+    if proc.returncode != 0 and finished and _gloo_exit_abort(proc.stderr):
+        # torch's race at interpreter exit (docs/cluster.md): every result was printed first
+        warnings.warn("a rank aborted at exit after finishing (gloo's exit race, "
+                      "pytorch/pytorch PR 179291)", stacklevel=1)
+        return
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    for rank in (0, 1):
-        assert f"rank {rank}: Y is (Shard(dim=0),), local rows (32, 16)" in proc.stdout
-        assert f"rank {rank}: W.grad is (Partial(sum),)" in proc.stdout
-        assert f"rank {rank}: output and gradient equal to the unsharded model" in proc.stdout
+    for line in lines:
+        assert line in proc.stdout, line
+
+
+def _gloo_exit_abort(stderr: str) -> bool:
+    """The one failure tolerated: a rank killed by SIGABRT (exit code -6) with libstdc++'s
+    'terminate called without an active exception', which is how gloo's exit race shows."""
+    return ("terminate called without an active exception" in stderr
+            and re.search(r"exitcode\s*:\s*-6 ", stderr) is not None)
+
+
+def test_only_the_gloo_exit_race_is_tolerated():
+    race = ("terminate called without an active exception\n"
+            "    exitcode  : -6 (pid: 14738)  (SIGABRT)\n")
+    assert _gloo_exit_abort(race)
+    assert not _gloo_exit_abort(race.replace("-6 ", "1 "))  # a rank's Python error
+    assert not _gloo_exit_abort("    exitcode  : -6 (pid: 1)  (SIGABRT)\n")
 
 
 def test_ray_tuning_example_runs(tmp_path, monkeypatch, capsys):

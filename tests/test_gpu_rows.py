@@ -209,14 +209,14 @@ def test_non_row_programs_keep_their_default():
                 "def g(float(N, D) X) -> (S, O) { S(n) +=! X(n, d)\n O(n, d) = X(n, d) / S(0) }",
                 case_by_name("maxpool").source):
         fn = tc.define(src).ir
-        assert reduction_defaults(fn) is None, src
+        assert reduction_defaults(tc.MappingOptions, fn) is None, src
         assert tc.MappingOptions.default_for(fn, "cuda").row_block == 0
     # a bias vector (no row index) is fine
     src = "def f(float(N, D) X, float(D) g) -> (O) { m(n) +=! X(n, d)\n O(n, d) = X(n, d) * g(d) - m(n) }"
-    assert reduction_defaults(tc.define(src).ir) is not None
+    assert reduction_defaults(tc.MappingOptions, tc.define(src).ir) is not None
 
 
-ROW_CASES = [c for c in CASES if reduction_defaults(tc.define(c.source, name=c.entry).ir) is not None]
+ROW_CASES = [c for c in CASES if reduction_defaults(tc.MappingOptions, tc.define(c.source, name=c.entry).ir) is not None]
 
 
 def test_the_corpus_has_row_programs():
@@ -324,7 +324,7 @@ def test_column_reduction_is_coalesced(t, op):
 
 def test_half_full_reduction_keeps_the_naive_default():
     fn = tc.define(FULL.format(t="float16", op="+")).ir
-    assert reduction_defaults(fn) is None
+    assert reduction_defaults(tc.MappingOptions, fn) is None
 
 
 # ---------------------------------------------------------------- options and errors

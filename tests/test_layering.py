@@ -18,13 +18,18 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _lint_imports(tmp_path: Path, plant: str | None = None) -> subprocess.CompletedProcess[str]:
+def _installed_layout(tmp_path: Path) -> Path:
     if not _has_importlinter():
         pytest.skip("import-linter is not installed (pip install -e .[test] installs it)")
     tree = tmp_path / "tree"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     shutil.copytree(ROOT / "src" / "tcmlir", tree / "tcmlir", ignore=ignore)
     shutil.copytree(ROOT / "passes", tree / "tcmlir" / "passes", ignore=ignore)
+    return tree
+
+
+def _lint_imports(tmp_path: Path, plant: str | None = None) -> subprocess.CompletedProcess[str]:
+    tree = _installed_layout(tmp_path)
     if plant is not None:
         module, text = plant.split(":", 1)
         (tree / Path(*module.split(".")).with_suffix(".py")).write_text(text)
@@ -58,3 +63,35 @@ def test_an_import_of_api_from_a_lower_layer_breaks_them(tmp_path):
     assert result.returncode != 0
     assert "tcmlir.poly is not allowed to import tcmlir.api" in result.stdout
     assert "tcmlir.poly.planted -> tcmlir.api" in result.stdout
+
+
+# every import of a module (function-level and TYPE_CHECKING ones included: grimp reads them
+# all) whose target imports it back, directly or through others: an import circle
+_CIRCLES = """
+import grimp
+graph = grimp.build_graph("tcmlir", cache_dir=None)
+for module in sorted(graph.modules):
+    for imported in sorted(graph.find_modules_directly_imported_by(module)):
+        if graph.chain_exists(importer=imported, imported=module):
+            print(module, "->", imported)
+"""
+
+
+def test_no_import_circle_between_modules(tmp_path):
+    tree = _installed_layout(tmp_path)
+    result = subprocess.run([sys.executable, "-c", _CIRCLES], cwd=tree,
+                            env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "", "imports that close a circle:\n" + result.stdout
+
+
+def test_a_planted_circle_is_found(tmp_path):
+    tree = _installed_layout(tmp_path)
+    (tree / "tcmlir" / "poly" / "planted.py").write_text("from . import planted_back\n")
+    (tree / "tcmlir" / "poly" / "planted_back.py").write_text("def f():\n    from . import planted\n")
+    result = subprocess.run([sys.executable, "-c", _CIRCLES], cwd=tree,
+                            env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True,
+                            text=True, timeout=120)
+    assert result.stdout.split("\n")[:2] == ["tcmlir.poly.planted -> tcmlir.poly.planted_back",
+                                             "tcmlir.poly.planted_back -> tcmlir.poly.planted"]

@@ -228,6 +228,53 @@ def test_copies_of_batch_entries_and_operands_without_a_contiguous_dimension():
                   lambda a, b: {"A": a["A"][:, :, b].T, "B": a["B"][:, :, b].T}, batches=(0, 2))
 
 
+def _im2col(x: np.ndarray, channels_last: bool, k: int, stride: int) -> np.ndarray:
+    """[n, h, w][c, kh, kw] (NCHW) or [n, h, w][kh, kw, c] (NHWC) windows of ``x``, built
+    by numpy (not from the plan)."""
+    axes = (1, 2) if channels_last else (2, 3)
+    win = np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=axes)
+    win = win[:, ::stride, ::stride] if channels_last else win[:, :, ::stride, ::stride]
+    win = win.transpose(0, 1, 2, 4, 5, 3) if channels_last else win.transpose(0, 2, 3, 1, 4, 5)
+    return win.reshape(win.shape[0] * win.shape[1] * win.shape[2], -1)
+
+
+CONV = ("def conv(float16(N, C, H, W) I, float16(M, C, KH, KW) Wt) -> (O) "
+        "{ O(n, m, h, w) +=! I(n, c, h + kh, w + kw) * Wt(m, c, kh, kw) }")
+CONV_NHWC = ("def conv(float16(N, H, W, C) I, float16(M, KH, KW, C) Wt) -> (O) "
+             "{ O(n, h, w, m) +=! I(n, h + kh, w + kw, c) * Wt(m, kh, kw, c) }")
+
+
+@pytest.mark.parametrize("src, c, k, stride, w, widths", [
+    (CONV, 5, 3, 1, 9, (1, 1)), (CONV, 12, 1, 1, 8, (4, 8)),  # 1x1: rows (h, w) runs of 7 x 8
+    (CONV, 5, 3, 1, 12, (1, 1)), (CONV_NHWC, 5, 3, 1, 12, (1, 1)),  # runs of 10 and 15
+    (CONV.replace("h + kh, w + kw", "2 * h + kh, 2 * w + kw"), 5, 3, 2, 9, (1, 1)),
+    (CONV_NHWC, 16, 3, 1, 9, (8, 8)), (CONV_NHWC, 12, 3, 1, 9, (4, 4)),
+    (CONV_NHWC, 6, 1, 1, 9, (2, 2)),
+    (CONV_NHWC.replace("h + kh, w + kw", "2 * h + kh, 2 * w + kw"), 8, 3, 2, 9, (8, 8)),
+], ids=["nchw", "nchw-1x1", "nchw-w12", "nhwc-w12", "nchw-stride2", "nhwc", "nhwc-c12", "nhwc-1x1",
+        "nhwc-stride2"])
+def test_copies_of_convolutions(src, c, k, stride, w, widths):
+    """Implicit-GEMM tiles (rows n, h, w; steps over the window): every slot holds the
+    numpy-built im2col tile, zero past the last row and step (nothing past them read)."""
+    last = "(N, H, W, C) I" in src
+    sizes = {"N": 2, "C": c, "H": 7, "W": w, "M": 6, "KH": k, "KW": k}
+    plan = _check_copies(src, sizes, lambda a, _: {
+        "I": _im2col(a["I"], last, k, stride), "Wt": a["Wt"].reshape(6, -1)}, tile=(64, 32, 16),
+        warps=(2, 1))
+    assert plan.members(plan.m if plan.a.tensor == "I" else plan.n) == ("n", "h", "w")
+    ops = {op.tensor: op for op in (plan.a, plan.b)}
+    assert (ops["Wt"].copy, ops["I"].copy) == widths
+
+
+@pytest.mark.parametrize("src, c, channels_last", [(CONV, 5, False), (CONV_NHWC, 16, True)],
+                         ids=["nchw", "nhwc"])
+def test_wgmma_copies_of_convolutions(src, c, channels_last):
+    """wgmma's tiles (the input's rows, contiguous along w in NCHW: MN-major atoms)."""
+    _check_copies(src, {"N": 2, "C": c, "H": 7, "W": 12, "M": 6, "KH": 3, "KW": 3},
+                  lambda a, _: {"I": _im2col(a["I"], channels_last, 3, 1), "Wt": a["Wt"].reshape(6, -1)},
+                  tile=(64, 64, 64), warps=(4, 1), stages=3, wgmma=True)
+
+
 def test_a_copy_too_wide_for_the_strides_is_caught():
     """A planted bug: 16-byte copies of rows 60 bytes apart (K = 30) misalign."""
     def wide(plan):

@@ -116,12 +116,18 @@ def test_reduction_indices_contiguous_together_are_one_dimension():
     assert plan.a.k_major and plan.a.stride(plan.k) == 1 and plan.b.stride(plan.k) == 64
 
 
-def test_row_indices_apart_in_memory_stay_batch_indices():
-    # m0 and m1 are both A's own, but A stores them the other way round
+def test_row_indices_apart_in_memory_are_addressed_index_by_index():
+    # m0 and m1 are both A's own, but A stores them the other way round: one row dimension of
+    # 32 rows (not a batch of 4 tiles of 8), A's rows found run by run, its k still in 16-byte
+    # copies
     src = ("def f(float16(M1, M0, K) A, float16(N, K) B) -> (C) "
            "{ C(m0, m1, n) +=! A(m1, m0, k) * B(n, k) }")
     plan = _plan(src, {"M0": 4, "M1": 8, "N": 16, "K": 16})
-    assert plan.m == "m1" and plan.members(plan.m) == ("m1",) and plan.batch == ("m0",)
+    assert plan.m == "m1" and plan.members(plan.m) == ("m0", "m1") and plan.batch == ()
+    assert plan.a.row_scattered and not plan.b.row_scattered
+    assert plan.a.k_major and plan.a.copy == 8
+    assert [(s.below, s.extent, s.stride) for s in plan.segments(plan.m, plan.a.strides)] == [
+        (1, 8, 64), (8, 4, 16)]
 
 
 SCATTERED = {  # reduction indices that are one dimension of one operand only, or of neither
@@ -136,8 +142,8 @@ SCATTERED = {  # reduction indices that are one dimension of one operand only, o
 
 @pytest.mark.parametrize("name, scattered, widths", [
     ("k-swapped", (False, True), (8, 8)),   # B: its rows (n) contiguous: 16-byte copies
-    ("k-apart", (False, True), (8, 1)),     # B: k1 contiguous, but k0 apart: step by step
-    ("k-neither", (True, True), (1, 1)),
+    ("k-apart", (False, True), (8, 8)),     # B: k0 apart, but runs of 8 k1 contiguous
+    ("k-neither", (True, True), (4, 1)),    # A: runs of 4 k0 (8 bytes); B: k0 innermost, apart
 ])
 def test_reduction_indices_apart_in_memory_are_addressed_index_by_index(name, scattered, widths):
     plan = _plan(SCATTERED[name], {"M": 16, "N": 16, "K0": 4, "K1": 8})
@@ -150,9 +156,13 @@ def test_what_stays_refused():
     cases = {
         "def f(float16(M, K) A, float16(K, N, R) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n, r) }":
             "does not read the reduction index",
-        "def f(float16(N, C, H, W) I, float16(F, C, KH, KW) Wt) -> (O) "
-        "{ O(n, f, h, w) +=! I(n, c, h + kh, w + kw) * Wt(f, c, kh, kw) }":
-            "plain indices",
+        "def f(float16(M, K) A, float16(K, N) B, int32(K) P) -> (C) "
+        "{ C(m, n) +=! A(m, P(k)) * B(k, n) }": "not read at affine indices",
+        "def f(float16(M, KK) A, float16(K, N) B) -> (C) "
+        "{ C(m, n) +=! A(m, k * m) * B(k, n) where k in 0:K }": "not read at affine indices",
+        # depthwise: the filter has no output index of its own (per channel, a vector)
+        "def dw(float16(N, C, H, W) I, float16(C, KH, KW) Wt) -> (O) "
+        "{ O(n, c, h, w) +=! I(n, c, h + kh, w + kw) * Wt(c, kh, kw) }": "matrix-vector",
     }
     for src, why in cases.items():
         fn = _define(src)

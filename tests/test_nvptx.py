@@ -130,32 +130,32 @@ def test_libdevice_subset_gives_the_ptx_of_the_whole_library():
     the PTX is the one linking the whole library with unused definitions dropped gave."""
     import llvmlite.binding as llvm
 
-    from tcmlir.codegen import nvptx
+    from tcmlir.codegen import nvptx_link
 
-    if nvptx.find_libdevice() is None:
+    if nvptx_link.find_libdevice() is None:
         pytest.skip("no libdevice")
     text = _image(_compile(case_by_name("unary_builtins"))).llvm_ir
-    tm = nvptx.nvptx_target_machine()
+    tm = nvptx_link.nvptx_target_machine()
     names = frozenset(re.findall(r"declare [^@]*@\"?(__nv_\w+)", text))
-    subset = llvm.parse_bitcode(nvptx._libdevice_subset(names, str(tm.target_data)))
+    subset = llvm.parse_bitcode(nvptx_link._libdevice_subset(names, str(tm.target_data)))
     defined = {f.name for f in subset.functions if not f.is_declaration}
     assert names and names <= defined and len(defined) < 100  # of libdevice's ~500
 
     def whole(mod: llvm.ModuleRef, tm: llvm.TargetMachine) -> None:  # the former linking
-        lib = llvm.parse_bitcode(nvptx._libdevice_bitcode())
-        lib.triple, lib.data_layout = nvptx.TRIPLE, str(tm.target_data)
+        lib = llvm.parse_bitcode(nvptx_link._libdevice_bitcode())
+        lib.triple, lib.data_layout = nvptx_link.TRIPLE, str(tm.target_data)
         for f in lib.functions:
             if not f.is_declaration:
                 f.linkage = llvm.Linkage.linkonce_odr
         mod.link_in(lib)
 
-    ours = tm.emit_assembly(nvptx._optimized(text, tm))
-    original = nvptx._link_libdevice
+    ours = tm.emit_assembly(nvptx_link._optimized(text, tm))
+    original = nvptx_link._link_libdevice
     try:
-        nvptx._link_libdevice = whole
-        theirs = tm.emit_assembly(nvptx._optimized(text, tm))
+        nvptx_link._link_libdevice = whole
+        theirs = tm.emit_assembly(nvptx_link._optimized(text, tm))
     finally:
-        nvptx._link_libdevice = original
+        nvptx_link._link_libdevice = original
     assert ours == theirs
 
 

@@ -293,7 +293,7 @@ def test_elementwise_default_on_the_simulator(name, rng):
 
     case = case_by_name(name)
     fn = tc.define(case.source, name=case.entry, target="numpy")
-    opts = elementwise_defaults(fn.ir)
+    opts = elementwise_defaults(tc.MappingOptions, fn.ir)
     assert opts is not None and opts == MO.default_for(fn, "cuda")
     for sizes in case.sizes:
         inputs = case.make_inputs(rng, **sizes)

@@ -17,7 +17,7 @@ from tcmlir.passes.split_k import (
 )
 
 import tcmlir as tc
-import tcmlir.options as options_module
+import tcmlir.defaults as defaults_module
 from tcmlir import reference
 from tcmlir.binding import bind_sizes
 from tcmlir.codegen.ptx_tools import find_ptxas, ptxas_check
@@ -298,7 +298,7 @@ def test_default_for_splits_small_contractions_with_long_reductions(monkeypatch)
     assert MO.default_for(tmm, "cuda", {"M": 128, "K": 1031, "N": 1024}).split_k == 1  # prime
     assert MO.default_for(tmm, "cuda", None).split_k == 1                       # parametric
     assert MO.default_for(tmm, "cpu", {"M": 128, "K": 1024, "N": 1024}).split_k == 1
-    monkeypatch.setattr(options_module, "SPLIT_K_DEFAULT", False)
+    monkeypatch.setattr(defaults_module, "SPLIT_K_DEFAULT", False)
     d = MO.default_for(tmm, "cuda", {"M": 128, "K": 1024, "N": 1024})
     assert (d.split_k, d.tile_sizes) == (1, (32, 32, 16))
 

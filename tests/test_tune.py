@@ -18,6 +18,7 @@ import pytest
 import tcmlir as tc
 from tcmlir import compiler
 from tcmlir.errors import TCError
+from tcmlir.factories import NEAREST_CANDIDATES
 from tcmlir.options import MappingOptions
 from tcmlir.tune import TunerConfig, tune
 from tcmlir.tune.evaluate import FAULT_ENV, WorkerPoolEvaluator
@@ -83,6 +84,25 @@ def test_same_seed_same_evaluation_order():
     assert first == second
     assert first != other
     assert len(first) == len(set(first))  # nothing measured twice
+
+
+def test_progress_records_the_best_so_far_per_generation():
+    from tcmlir.tune import time_to_within
+    from tcmlir.tune.evaluate import Evaluation
+
+    fn = tc.define(MATMUL, target="cpu")
+    cfg = TunerConfig(generations=5, population=6, seed=3)
+    search = GeneticSearch(space_for(fn.ir, "cpu"), cfg, [MappingOptions.naive()])
+    result = search.run(lambda cands, best: [Evaluation(c, _fake_time(c), 1) for c in cands])
+    assert len(result.progress) == result.generations_run == 5
+    elapsed, bests, counts = zip(*result.progress, strict=True)
+    assert list(elapsed) == sorted(elapsed) and list(counts) == sorted(counts)
+    assert list(bests) == sorted(bests, reverse=True)  # the best so far never gets worse
+    assert bests[-1] == result.best.time_s and counts[-1] == len(result.evaluated)
+    # the first generation whose best is within 5% of a target
+    assert time_to_within(result, bests[-1]) == elapsed[bests.index(bests[-1])]
+    assert time_to_within(result, bests[0], 0.0) == elapsed[0]
+    assert time_to_within(result, bests[-1] / 2) is None
 
 
 def test_same_seed_same_first_generation_when_timing_for_real():
@@ -265,11 +285,18 @@ def test_second_process_gets_options_without_tuning(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["exact_compiles"] == 1 and out["near_compiles"] == 2
-    assert out["compiles"] == 2  # the calls and lookups added none
+    # at a size of its own: the options tuned at the nearest size (up to NEAREST_CANDIDATES
+    # stored rows) and the default, each compiled once and timed side by side
+    stored = [MappingOptions.from_json(r.options_json)
+              for r in tc.OptionsCache(db).entries() if r.entry == fn.entry]
+    default_near = MappingOptions.default_for(fn.ir, "cpu", {"M": 26, "K": 16, "N": 20})
+    candidates = {o.to_json() for o in stored[:NEAREST_CANDIDATES]} | {default_near.to_json()}
+    assert out["exact_compiles"] == 1
+    assert out["near_compiles"] == 1 + len(candidates)
+    assert out["compiles"] == out["near_compiles"]  # the calls and lookups added none
     assert out["hits"] == 1 and out["exact_miss"] is None
     assert MappingOptions.from_json(out["exact"]) == best
-    assert MappingOptions.from_json(out["near"]) == best  # nearest size
+    assert out["near"] in candidates
     assert MappingOptions.from_json(out["lookup"]) == best
 
 

@@ -116,6 +116,20 @@ def test_options_cache_entries_take_device_arrays(faked, inputs, kind, tmp_path)
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_load_from_cache_factory_without_a_row_gives_the_calls_default(faked, inputs, kind,
+                                                                      tmp_path):
+    """No tuned row: the options a call without a factory gets (at the call's sizes), not
+    naive ones; device arrays bound in place."""
+    a, b = inputs
+    fn = tc.define(MATMUL, target="cuda")
+    factory = tc.make_load_from_cache_options_factory(tmp_path / "empty.db")
+    got = factory(fn, (_device(kind, a), _device(kind, b)))
+    assert got == MappingOptions.default_for(fn.ir, "cuda", {"M": 24, "K": 16, "N": 40})
+    assert got != MappingOptions.naive()
+    assert _no_device_reads(faked)
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_load_from_cache_factory_serves_a_call_on_device_arrays(faked, inputs, kind, tmp_path,
                                                                  caplog):
     a, b = inputs
@@ -276,3 +290,37 @@ def test_spread_column_is_added_to_an_old_database_which_stays_readable(tmp_path
             "PRAGMA table_info(tuned_options)")], []).count("spread_s") == 1
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("borrowed_faster", [False, True])
+@pytest.mark.parametrize("kind", KINDS)
+def test_options_of_another_size_serve_only_where_faster_than_the_default(
+        faked, inputs, kind, tmp_path, monkeypatch, borrowed_faster):
+    """At a size with no row of its own, the options tuned at the nearest size are timed
+    beside the default on the call's device arrays, and the faster serves (issue 28)."""
+    from tcmlir.benchmark import BenchmarkResult
+    from tcmlir.kernel import Kernel
+
+    a, b = inputs
+    fn = tc.define(MATMUL, target="cuda")
+    tuned = MappingOptions.naive().tile(8, 8)
+    with tc.OptionsCache(tmp_path / "c.db") as cache:
+        cache.record(fn, _device(kind, a), _device(kind, b), options=tuned, time_s=1e-3, runs=3)
+    near = (_device(kind, np.ones((20, 16), np.float32)), _device(kind, b))
+    default = MappingOptions.default_for(fn.ir, "cuda", fn.size_values(*near))
+    timed = []
+
+    def benchmark(self, *args, runs=5):
+        timed.append(self.options)
+        assert all(x is y for x, y in zip(args, near, strict=True))  # the call's own arrays
+        fast = (self.options == tuned) == borrowed_faster
+        return BenchmarkResult.of([1e-3 if fast else 2e-3] * runs)
+
+    monkeypatch.setattr(Kernel, "benchmark", benchmark)
+    monkeypatch.setattr("tcmlir.tune.verify.verify_for_call", lambda *a_, **k: None)
+    factory = tc.make_load_from_cache_options_factory(tmp_path / "c.db")
+    assert factory(fn, near) == (tuned if borrowed_faster else default)
+    assert set(timed) == {tuned, default} and len(timed) == 6  # 3 interleaved rounds each
+    assert factory(fn, near) == (tuned if borrowed_faster else default)  # once per signature
+    assert len(timed) == 6
+    assert _no_device_reads(faked)

@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         expected = run_program(tc.define(case.source, case.entry, target="numpy"), inputs)
         fn = tc.define(case.source, case.entry, target="cuda")
         sets = dict(option_sets)
-        if reduction_defaults(fn.ir) is not None:
+        if reduction_defaults(tc.MappingOptions, fn.ir) is not None:
             sets["rows-64x3"] = rows_small
         for label, opts in sets.items():
             try:

@@ -84,7 +84,7 @@ def _compile_kernel(fn: KernelOwner, target: str, options: MappingOptions, signa
     COMPILE_COUNTS["compile_kernel"] += 1
     if target == "cuda":
         from .cache.artifacts import load_cuda_kernel
-        from .codegen.nvptx import check_parameter_space
+        from .codegen.param_space import check_parameter_space
         from .passes import parse_pipeline
 
         # before the passes, cheap and early: each statement's tensors that no pass removes

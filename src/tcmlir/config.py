@@ -8,7 +8,7 @@
 | ``TCMLIR_DUMP`` | comma list of stages to print to stderr on each compile: ``ir,schedule,loops,llvm,ptx`` or ``all`` |
 | ``TCMLIR_THREADS`` | default number of CPU threads for ``target="cpu"`` (default: all cores) |
 | ``TCMLIR_TARGET`` | overrides what ``target="auto"`` picks (``cuda``, ``cpu`` or ``numpy``) |
-| ``TCMLIR_LIBDEVICE`` | path of ``libdevice.10.bc`` when it is not under ``$CUDA_HOME`` (read by `codegen.nvptx`) |
+| ``TCMLIR_LIBDEVICE`` | path of ``libdevice.10.bc`` when it is not under ``$CUDA_HOME`` (read by `codegen.nvptx_link`) |
 | ``TCMLIR_REQUIRE_GPU`` | ``1``: the test suite fails (rather than skips) every GPU test when no GPU is usable (``tests/conftest.py``; ``pytest --require-gpu`` is the same) |
 | ``TCMLIR_GATHER_CHECK`` | when a CUDA call reads its gather bounds flag: ``auto`` (default: with the call for host arrays, asynchronously for device arrays), ``sync`` (always with the call) or ``async`` |
 | ``TCMLIR_LOG`` | ``debug``, ``info``, ``warning`` or ``error``: print the ``tcmlir`` logger's records from that level on to stderr (`tcmlir.log`; default: only warnings, through Python's last-resort handler) |

@@ -229,7 +229,8 @@ def _code_stages(state: Any, target: str, stages: Sequence[str], arch: str | Non
     """LLVM IR before and after optimisation and the machine code, built as a call builds
     them (`codegen.host.compile_host`, `codegen.nvptx.compile_cuda`), without the cache."""
     if target == "cuda":
-        from .codegen.nvptx import aligned_tensors, compile_cuda, optimized_ir
+        from .codegen.nvptx import aligned_tensors, compile_cuda
+        from .codegen.nvptx_link import optimized_ir
         from .runtime import default_cuda_arch
 
         arch = arch or default_cuda_arch()

@@ -1,7 +1,7 @@
 """The cuda defaults for bandwidth-bound programs: which untuned calls get `map-rows`, and the
 mapping of 1-D elementwise programs (`elementwise_defaults`, at the end).
 
-`MappingOptions.default_for(fn, "cuda")` asks `reduction_defaults(fn)` first. A *row program*
+`MappingOptions.default_for(fn, "cuda")` asks `reduction_defaults(cls, fn)` first. A *row program*
 (`passes.map_rows.row_program_problem` is None: every statement starts with the same row
 indices) that is bandwidth-bound — every tensor read either carries all of the statement's row
 indices or none of them and no reduction index (a per-row operand, or a small vector such as
@@ -144,11 +144,10 @@ def row_threads(fn: tc.Function, sizes: Any = None) -> int:
     return threads
 
 
-def reduction_defaults(fn: Any, sizes: Any = None) -> Any:
-    """The default cuda `MappingOptions` for ``fn`` (an `ir.Function`) when it is a
-    bandwidth-bound row program (see the module docstring), else None; ``sizes`` (the call's)
-    choose the threads per row (`row_threads`)."""
-    from .options import MappingOptions
+def reduction_defaults(cls: Any, fn: Any, sizes: Any = None) -> Any:
+    """The default cuda options (of class ``cls``, `MappingOptions`) for ``fn`` (an
+    `ir.Function`) when it is a bandwidth-bound row program (see the module docstring), else
+    None; ``sizes`` (the call's) choose the threads per row (`row_threads`)."""
     from .passes.map_columns import column_problem
     from .passes.map_full_reduction import full_reduction_problem
 
@@ -165,19 +164,18 @@ def reduction_defaults(fn: Any, sizes: Any = None) -> Any:
         threads = ROW_THREADS
     else:
         threads = row_threads(fn, sizes) if sizes else ROW_THREADS
-    return MappingOptions(fusion="max", row_block=threads, grid=(SM_COUNT * 32,),
+    return cls(fusion="max", row_block=threads, grid=(SM_COUNT * 32,),
                           vector_bytes=VECTOR_BYTES)
 
 
-def mixed_defaults(fn: Any) -> Any:
-    """The default cuda `MappingOptions` for ``fn`` (an `ir.Function`) when it mixes row
+def mixed_defaults(cls: Any, fn: Any) -> Any:
+    """The default cuda options (of class ``cls``) for ``fn`` (an `ir.Function`) when it mixes row
     statements and column reductions (`passes.map_mixed.mixed_problem` is None) and its row
     statements alone are a bandwidth-bound row program: `map-mixed`, one row kernel of
     `MIXED_THREADS` threads per row that also accumulates the column reductions where it can
     (``mixed_rows="fused"``), else a row kernel and column kernels; else None."""
     import dataclasses
 
-    from .options import MappingOptions
     from .passes.map_mixed import mixed_problem, split_statements
 
     if not isinstance(fn, tc.Function) or mixed_problem(fn) is not None:
@@ -185,7 +183,7 @@ def mixed_defaults(fn: Any) -> Any:
     rows, _ = split_statements(fn)
     if not is_bandwidth_bound_rows(dataclasses.replace(fn, statements=tuple(fn.statements[k] for k in rows))):
         return None
-    return MappingOptions(fusion="max", row_block=MIXED_THREADS, grid=(SM_COUNT * 32,),
+    return cls(fusion="max", row_block=MIXED_THREADS, grid=(SM_COUNT * 32,),
                           mixed_rows="fused", vector_bytes=VECTOR_BYTES)
 
 
@@ -198,18 +196,16 @@ ELEMENTWISE_THREADS = 256
 ELEMENTWISE_BLOCKS = SM_COUNT * 4
 
 
-def elementwise_defaults(fn: Any) -> Any:
+def elementwise_defaults(cls: Any, fn: Any) -> Any:
     """Options for a 1-D elementwise program (every statement has one index and no
     reduction: an activation chain), else None: fused into one kernel, `ELEMENTWISE_TILE`
     elements per block, `ELEMENTWISE_THREADS` threads reading consecutive elements (coalesced),
     `ELEMENTWISE_BLOCKS` blocks striding over the tiles (the naive options give each block
-    32 threads)."""
-    from .options import MappingOptions
-
+    32 threads); ``cls`` is `MappingOptions`."""
     statements = fn.statements
     if not statements or any(len(s.index_names) != 1 or s.reduction is not None
                              for s in statements):
         return None
-    return MappingOptions(fusion="max", tile_sizes=(ELEMENTWISE_TILE,),
+    return cls(fusion="max", tile_sizes=(ELEMENTWISE_TILE,),
                           block=(ELEMENTWISE_THREADS,), grid=(ELEMENTWISE_BLOCKS,),
                           vector_bytes=VECTOR_BYTES)

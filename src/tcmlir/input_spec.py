@@ -45,7 +45,8 @@ def bind_input_spec(fn: ir.Function, inputs: Sequence[Any], target: str) -> Inpu
     """The `InputSpec` a call of ``fn`` on ``target`` (resolved: cuda, cpu or numpy) binds
     ``inputs`` to, with the call's checks and errors; no data is copied."""
     if target == "cuda":
-        from .runtime.arrays import DeviceArrayView, bind_device_inputs
+        from .runtime.array_views import DeviceArrayView
+        from .runtime.arrays import bind_device_inputs
 
         bound = bind_device_inputs(fn, inputs)
         device = tuple(name for name, view in bound.views.items()
@@ -74,7 +75,7 @@ def host_copy(x: Any, what: str = "input") -> Any:
         return x.get()
     if hasattr(x, "__cuda_array_interface__") or is_cuda_dlpack(x) or (
             library == "torch" and hasattr(x, "data_ptr")):
-        from .runtime.arrays import DeviceArrayView, classify
+        from .runtime.array_views import DeviceArrayView, classify
 
         view = classify(x, what)
         if isinstance(view, DeviceArrayView):

@@ -15,6 +15,11 @@ then folded; needs fixed sizes, so it does not combine with `parametric`).
 (below the tile band for shared memory, above the sequential tile loop for registers).
 `fix_parameters_before_scheduling`, `tile_imperfectly_nested` and `use_readonly_cache` (inputs are
 always read through the read-only path on the GPU) are kept for TC's JSON and ignored.
+
+This module holds the fields and their checks, the presets, the setters and the JSON; the
+pipeline string is `options_pipeline`'s, `default_for`'s dispatcher is `defaults`'s and the
+defaults' program classes and tiles are `cuda_defaults`', `gpu_defaults`' and
+`host_defaults`' (each takes the options class or object as an argument).
 """
 
 from __future__ import annotations
@@ -26,28 +31,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from .cuda_defaults import (  # noqa: F401  (re-exported: tests and the tuner name them here)
-    CONTRACTION_MIN_BLOCKS,
+from . import options_pipeline
+from .cuda_defaults import (  # noqa: F401  (CONTRACTION_TILES, contraction_access: re-exported, tests name them here)
     CONTRACTION_TILES,
-    SPLIT_K_BELOW_TILE,
-    SPLIT_K_DEFAULT,
-    SPLIT_K_MIN_BLOCKS,
-    SPLIT_K_MIN_CHUNK,
-    SPLIT_K_MIN_EXTENT,
-    SPLIT_K_TILES,
-    SPLIT_K_WAYS,
     contraction_access,
-    contraction_tiles,
-    conv_extents,
-    conv_register_tiles,
-    is_batched_contraction,
-    is_contraction,
-    is_convolution,
-    is_transpose_like,
-    lead_contraction_options,
-    output_extents,
-    split_k_choice,
+    convolution_options,
 )
+from .defaults import default_options
 from .errors import OptionsError
 from .poly.scheduler import FUSION_STRATEGIES
 
@@ -223,54 +213,7 @@ class MappingOptions:
         read rows; everything else on cuda the mapping `cost_model.generic_mapping` prices
         best at ``sizes`` (tiles, threads, grid and fusion from an analytic model over the
         schedule), the naive options where it has none (sizes not known)."""
-        ir_fn = getattr(fn, "ir", fn)
-        statements = ir_fn.statements
-        if target == "cpu":  # host_defaults: the packed contraction kernel, tiles, fusion
-            from .host_defaults import cpu_defaults
-
-            return cpu_defaults(cls, ir_fn, sizes)
-        if target == "cuda":
-            from .gpu_defaults import elementwise_defaults, mixed_defaults, reduction_defaults
-            from .poly.contraction import contraction_plan, mma_tile_choice
-
-            plan = contraction_plan(ir_fn, sizes)
-            if not isinstance(plan, str):  # half-precision contraction: tensor cores
-                tile, warps, stages, wgmma = mma_tile_choice(plan)
-                return cls(fusion="preserve3coincident").tensor_cores(tile, warps, stages, wgmma)
-
-            rows = reduction_defaults(ir_fn, sizes) or mixed_defaults(ir_fn)
-            if rows is not None:
-                return rows
-            flat = elementwise_defaults(ir_fn)
-            if flat is not None:
-                return flat
-        if target == "cuda" and is_contraction(statements):
-            split = split_k_choice(ir_fn, sizes) if SPLIT_K_DEFAULT else None
-            if split is not None:
-                tile, reg, ways = split
-                return contraction_access(cls.cuda_contraction(tile, reg).split_reduction(ways))
-            return contraction_access(
-                cls.cuda_contraction(*contraction_tiles(output_extents(statements, sizes))))
-        if target == "cuda" and (lead := lead_contraction_options(cls, ir_fn, sizes)) is not None:
-            return lead
-        if target == "cuda" and is_batched_contraction(statements):
-            return cls.cuda_batched_contraction()
-        if target == "cuda" and (conv := is_convolution(statements)):
-            return cls.cuda_convolution(len(conv.lhs), conv_extents(conv, sizes),
-                                        register=conv_register_tiles(conv))
-        if target == "cuda" and is_transpose_like(statements):
-            # 64 x 64 tiles, 64 x 4 threads: 85% of the copy ceiling on an 8192^2 transpose
-            # (32 x 32 tiles with 32 x 8 threads: 80%)
-            return cls.naive().tile(64, 64).map_to_threads(64, 4).map_to_blocks(1024, 1024) \
-                .shared_memory(True)
-        if target == "cuda":
-            from .cost_model import generic_mapping
-
-            g = generic_mapping(ir_fn, sizes)
-            if g is not None:
-                return cls(fusion=g.fusion, tile_sizes=g.tile_sizes, block=g.block, grid=g.grid,
-                           unroll_factor=1)
-        return cls.naive()
+        return default_options(cls, fn, target, sizes)
 
     @classmethod
     def cuda_batched_contraction(cls) -> MappingOptions:
@@ -323,25 +266,7 @@ class MappingOptions:
         Without ``register`` (also when an output extent is 1): the previous mapping, 16×16×16 tiles over the last three
         dimensions, 16×16×2 threads, input and weight tiles in shared memory (0.18-0.21 ms on
         that benchmark, H200)."""
-        lead = (0,) * (rank - 3)
-        if extents is not None and min(extents) < 2:
-            # an output dimension of one value: isl's schedule may drop its member, and the
-            # tile sizes would then fall on the wrong members (a 1-channel strided conv's
-            # reduction member was mapped to threads and half of it never ran)
-            register = False
-        if not register:
-            return cls(fusion="preserve3coincident", tile_sizes=(*lead, 16, 16, 16),
-                       block=(16, 16, 2), grid=(256, 256), use_shared_memory=True)
-        f, h, w = extents if extents is not None else (16, 16, 16)
-        tf = max(1, min(16, f))
-        th, tw = (max(1, -(-e // -(-e // 16))) for e in (h, w))
-        # 8 channels x 2 columns per thread where the tiles allow: on the H200 the grouped
-        # convolution ran 0.045 ms with (8, 1, 2) against 0.070 ms with (16, 1, 1)
-        rf = 8 if tf % 8 == 0 else tf
-        rw = 2 if tw % 2 == 0 else 1
-        return cls(fusion="preserve3coincident", tile_sizes=(*lead, tf, th, tw),
-                   register_tile=(rf, 1, rw), block=(tw // rw, th, tf // rf),
-                   grid=(256, 256, 256), use_shared_memory=True, use_private_memory=True)
+        return convolution_options(cls, rank, extents, register)
 
     # ------------------------------------------------------------ fluent setters
 
@@ -556,119 +481,14 @@ class MappingOptions:
 
     def to_pipeline(self, target: str = "cpu") -> str:
         """The pass pipeline these options stand for on ``target`` ("cpu" or "cuda")."""
-        def ints(values: tuple[int, ...]) -> str:
-            return ",".join(map(str, values))
-
-        steps = [
-            f"schedule{{fusion={self.fusion},skew={str(self.allow_skewing).lower()},"
-            f"positive-orthant={str(self.positive_orthant).lower()}}}",
-        ]
-        if target == "cuda" and self.mma_tile:
-            if self.parametric or self.split_k > 1 or self.row_block:
-                raise OptionsError("tensor cores (mma_tile) need fixed sizes and do not combine "
-                                   "with split_k or row_block")
-            steps.append(f"map-mma{{tile={ints(self.mma_tile)},warps={ints(self.mma_warps)},"
-                         f"stages={self.mma_stages}" + (",wgmma=true" if self.mma_wgmma else "")
-                         + (",tf32=true}" if self.allow_tf32 else "}"))
-            return ",".join(steps)
-        if self.split_k > 1:
-            if self.parametric:
-                raise OptionsError(f"split_k={self.split_k} needs fixed sizes and does not "
-                                   "combine with parametric kernels")
-            if target == "cuda" and self.row_block:
-                raise OptionsError("split_k does not combine with row_block (map-rows)")
-            # an IR rewrite: before schedule. Chunks of whole k tiles (the last tile size):
-            # a chunk of 13 under 16-wide tiles made isl's copy proofs take minutes
-            align = self.tile_sizes[-1] if self.tile_sizes and self.tile_sizes[-1] > 1 else 1
-            steps.insert(0, f"split-k{{ways={self.split_k}"
-                            + (f",align={align}}}" if align > 1 else "}"))
-        if target == "cuda" and self.row_block:
-            # one kernel for the whole row program: pointwise temporaries recomputed, a block
-            # per row, phases separated by barriers (passes/inline_temporaries, map_rows)
-            steps.insert(0, "inline-temporaries")
-            mapper = "map-rows"
-            extra = f",vector-bytes={self.vector_bytes}" if self.vector_bytes else ""
-            if self.mixed_rows:  # a gradient's adjoint written in pieces becomes one expression
-                steps.insert(0, "merge-updates")
-                mapper = "map-mixed"
-                extra += "" if self.mixed_rows == "fused" else ",fuse=false"
-            steps.append(f"{mapper}{{threads={self.row_block},grid={self.grid[0]}{extra}}}")
-            if self.use_shared_memory or self.use_private_memory:
-                raise OptionsError("row_block (map-rows) keeps rows on chip itself and does not "
-                                   "combine with use_shared_memory/use_private_memory")
-            if self.unroll_factor > 1:
-                steps.append(f"unroll{{factor={self.unroll_factor}}}")
-            return ",".join(steps)
-        tiles = self.tile_sizes
-        if target == "cuda" and not any(tiles):
-            tiles = tuple(reversed(self.block))  # threads need a point band to map onto
-        if target == "cpu" and self.register_tile and not self.parametric:
-            # the packed kernel (passes/host_contraction: fixed sizes only; a parametric
-            # kernel takes the tile sizes as isl tiles): MC, NC, KC and MR, NR, 0 = its default
-            blocks, regs = (*tiles, 0, 0, 0)[:3], (*self.register_tile, 0, 0)[:2]
-            steps.append(f"host-contraction{{tile={ints(blocks)},register={ints(regs)}}}")
-        elif any(tiles):
-            steps.append(f"tile{{sizes={ints(tiles)}}}")
-            if target == "cuda" and self.split_k > 1:
-                # the fold of split-k: one element per thread, a block per thread-block tile
-                steps.append(f"tile-folds{{sizes={ints(tuple(reversed(self.thread_block())))}}}")
-        if target == "cpu":
-            steps.append("mark-parallel")
-            steps.append("vectorize")  # a unit-stride parallel member innermost, if legal
-        elif target == "cuda":
-            block = self.thread_block()
-            grid = self.grid
-            if self.split_k > 1 and len(grid) < 3:
-                # the chunk index of split-k's partial sums, their outer band member: its own
-                # (outermost) grid dimension (passes/split_k)
-                grid = (*grid, self.split_k)
-            steps.append(f"map-to-blocks{{grid={ints(grid)}}}")
-            if self.register_tile:
-                lace = (f",interleave={ints(self.register_interleave)}"
-                        if any(self.register_interleave) else "")
-                steps.append(f"register-tile{{sizes={ints(self.register_tile)}{lace}}}")
-            vec = f",vector-bytes={self.vector_bytes}" if self.vector_bytes else ""
-            steps.append(f"map-to-threads{{block={ints(block)}{vec}}}")
-            # a reduction member left sequential goes to threadIdx.x with a block combine
-            # (only where the kernel has at most one thread-mapped member; passes/map_reductions)
-            steps.append(f"map-reduction{{threads={block[0]}}}")
-        if self.unroll_factor > 1:
-            steps.append(f"unroll{{factor={self.unroll_factor}}}")
-        if target == "cuda":
-            if self.use_shared_memory:
-                limit = self.max_shared_memory or 48 * 1024
-                steps.append(f"promote-shared{{max-bytes={min(limit, 48 * 1024)},"
-                             f"unroll-copies={str(self.unroll_copy_shared).lower()},"
-                             f"double-buffer={str(self.double_buffer).lower()}"
-                             + (f",copy-bytes={self.copy_bytes}" if self.copy_bytes else "")
-                             + (",copy-transposed=true" if self.copy_transposed else "")
-                             + "}")
-            if self.use_private_memory:
-                steps.append("promote-private")
-        return ",".join(steps)
+        return options_pipeline.pipeline(self, target)
 
     def thread_block(self) -> tuple[int, ...]:
         """The block a cuda kernel gets: ``block``, or with a register tile, the tile sizes
         divided by the register sizes (innermost mapped member on x). The register sizes go
         with the point band's members, the tiled ones: tile sizes of 0 (untiled members, such
         as a convolution's batch and group) are skipped."""
-        if any(self.register_interleave):
-            if len(self.register_interleave) > len(self.register_tile):
-                raise OptionsError(f"register interleave {self.register_interleave} needs a "
-                                   f"register tile size per width, got {self.register_tile}")
-            for w, r in zip(self.register_interleave, self.register_tile, strict=False):
-                if w and r % w:
-                    raise OptionsError(f"register interleave width {w} does not divide the "
-                                       f"register tile size {r} ({self.register_tile})")
-        if not self.register_tile:
-            return self.block
-        tiles = tuple(t for t in self.tile_sizes if t)
-        n = min(len(self.register_tile), len(tiles))
-        if n == 0 or any(tiles[i] == 0 or tiles[i] % self.register_tile[i] for i in range(n)):
-            raise OptionsError(f"register tile {self.register_tile} needs tile sizes that are "
-                               f"multiples of it, got tile sizes {tiles}")
-        return tuple(reversed([tiles[i] // self.register_tile[i] for i in range(n)]))
-
+        return options_pipeline.thread_block(self)
 
     def __str__(self) -> str:
         return self.to_json()

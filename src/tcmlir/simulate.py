@@ -416,7 +416,7 @@ def simulate_cuda(state: Any, arrays: dict[str, np.ndarray], sizes: Mapping[str,
     """Run the GPU-mapped ``state`` on ``arrays`` (every tensor of the function by name, outputs
     and temporaries included, modified in place) for ``sizes``; raises `SimulationError` on
     undefined behaviour (see the module docstring)."""
-    from .codegen.nvptx import find_kernels, parse_kernel_mark
+    from .codegen.nvptx_abi import find_kernels, parse_kernel_mark
 
     ast = build_ast(state)
     env0 = {name: int(v) for name, v in sizes.items()}

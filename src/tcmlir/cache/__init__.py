@@ -13,7 +13,8 @@ from .keys import artifact_digest, artifact_key
 from .manage import CacheStats, TunedKey, prune, stats
 from .options_cache import OptionsCache, TunedRecord, log_size_distance
 from .paths import default_cache_path
-from .store import SCHEMA_VERSION, CacheCounters, CacheStore
+from .schema import SCHEMA_VERSION
+from .store import CacheCounters, CacheStore
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..errors import TCError
 
 __all__ = ["LOW_SPACE_BYTES", "CacheCorruptionWarning", "CacheError", "CacheUnusableWarning",
-           "CacheWriteWarning", "describe_failure", "is_corruption", "is_locked", "no_space_left",
+           "CacheWriteWarning", "CorruptFile", "describe_failure", "is_corruption", "is_locked", "no_space_left",
            "unusable_message"]
 
 # below this many free bytes, a failed SQLite operation is put down to a full disk (SQLite
@@ -81,7 +81,7 @@ def is_corruption(exc: BaseException) -> bool:
     if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
         return True
     text = str(exc).lower()
-    return ("not a database" in text or "malformed" in text or isinstance(exc, _CorruptFile)
+    return ("not a database" in text or "malformed" in text or isinstance(exc, CorruptFile)
             or "unsupported file format" in text)  # (a damaged header's format fields)
 
 
@@ -103,5 +103,5 @@ def describe_failure(path: Path, write: bool, exc: BaseException) -> str:
             f"{hint}")
 
 
-class _CorruptFile(sqlite3.DatabaseError):
+class CorruptFile(sqlite3.DatabaseError):
     """quick_check reported a problem."""

@@ -26,7 +26,8 @@ from typing import Any
 
 from .errors import CacheError
 from .keys import artifact_digest, artifact_key_json, text_bytes
-from .store import CacheCounters, CacheStore, logger, row_checksum
+from .schema import row_checksum
+from .store import CacheCounters, CacheStore, logger
 
 __all__ = ["ArtifactRecord", "EvictionResult", "KernelCache", "artifact_checksum"]
 

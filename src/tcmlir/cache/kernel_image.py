@@ -36,7 +36,7 @@ from typing import Any
 
 from .. import ir
 from ..codegen.lower import GatherSite
-from ..codegen.nvptx import CudaKernelImage, KernelLaunch
+from ..codegen.nvptx_abi import CudaKernelImage, KernelLaunch
 from ..dtypes import DType
 from ..errors import Source, Span
 

@@ -10,8 +10,9 @@ mean; `options_cache` and `kernel_cache` build on it. Rules it enforces:
   WAL``, schema) can meet "database is locked" without SQLite's busy handler being consulted
   (another process is switching the journal mode or creating the schema): it is retried with
   an exponential back-off bounded by ``open_retry_s`` (`OPEN_RETRY_S`), then a `CacheError`.
-* Schema: a ``meta`` table holds ``schema_version``; any other version (older, newer, or a
-  ``meta`` table we cannot read) drops and recreates our tables: rows are never misread.
+* Schema (the tables and the row checksums: `schema`): a ``meta`` table holds
+  ``schema_version``; any other version (older, newer, or a ``meta`` table we cannot read)
+  drops and recreates our tables: rows are never misread.
 * Trust (`trust`): the directory is created 0700 and refused when others can write it, the
   database is created 0600 and refused when it is someone else's or writable by others.
 * Corruption: a tcmlir database SQLite cannot read ("file is not a database", "malformed", a
@@ -29,7 +30,6 @@ mean; `options_cache` and `kernel_cache` build on it. Rules it enforces:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import sqlite3
@@ -45,13 +45,22 @@ from .errors import (
     CacheCorruptionWarning,
     CacheError,
     CacheWriteWarning,
-    _CorruptFile,
+    CorruptFile,
     describe_failure,
     is_corruption,
     is_locked,
     no_space_left,
 )
 from .paths import resolve_cache_path
+from .schema import (
+    OUR_TABLES,
+    SCHEMA_VERSION,
+    create_schema,
+    is_current,
+    read_schema_version,
+    read_text,
+    row_checksum,
+)
 from .trust import (
     APPLICATION_ID,
     check_private_file,
@@ -76,54 +85,8 @@ __all__ = [
 
 logger = logging.getLogger("tcmlir.cache")
 
-SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 30.0
 OPEN_RETRY_S = 10.0  # how long opening retries a locked database, in all
-_OUR_TABLES = ("tuned_options", "artifacts", "artifact_use", "meta")
-
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    """CREATE TABLE IF NOT EXISTS tuned_options (
-        id INTEGER PRIMARY KEY,
-        key_hash TEXT NOT NULL,       -- tuned_key_hash(source, entry, signature, arch)
-        family_hash TEXT NOT NULL,    -- tuned_family_hash(source, entry, arch, ranks_dtypes)
-        source TEXT NOT NULL,         -- canonical TC text
-        entry TEXT NOT NULL,
-        signature TEXT NOT NULL,      -- Signature.to_json(): shapes, dtypes, strides
-        arch TEXT NOT NULL,           -- sm_90, cpu-x86_64-znver3, ...
-        ranks_dtypes TEXT NOT NULL,   -- JSON [[rank, dtype], ...]
-        sizes TEXT NOT NULL,          -- JSON {size name: value}
-        options TEXT NOT NULL,        -- MappingOptions.to_json(), canonicalised
-        time_s REAL NOT NULL,         -- median measured time
-        runs INTEGER NOT NULL,        -- how many runs the median is over
-        created REAL NOT NULL,
-        checksum TEXT NOT NULL,
-        spread_s REAL,                -- spread of the timed runs (NULL: not measured; rows
-                                      -- of databases made before the column)
-        UNIQUE (key_hash, options))""",
-    "CREATE INDEX IF NOT EXISTS tuned_by_key ON tuned_options (key_hash, time_s)",
-    "CREATE INDEX IF NOT EXISTS tuned_by_family ON tuned_options (family_hash)",
-    """CREATE TABLE IF NOT EXISTS artifacts (
-        digest TEXT PRIMARY KEY,      -- artifact_digest(key)
-        kind TEXT NOT NULL,
-        arch TEXT NOT NULL,
-        entry TEXT NOT NULL,
-        key_json TEXT NOT NULL,       -- the full key, canonical JSON
-        payload BLOB NOT NULL,
-        meta TEXT NOT NULL,           -- JSON: kernel names, grid/block, ...
-        created REAL NOT NULL,
-        checksum TEXT NOT NULL)""",
-    # when each artifact was last used (least-recently-used eviction); a table of its own so
-    # that a hit updates no checksummed row and databases of schema 1 gain it without a rebuild
-    """CREATE TABLE IF NOT EXISTS artifact_use (
-        digest TEXT PRIMARY KEY,
-        last_used REAL NOT NULL)""",
-)
-
-
-# columns later releases of schema 1 added, as (table, column, declaration): a database
-# made before one gains it in place (`create_schema`), its rows kept (the column is NULL)
-_ADDED_COLUMNS = (("tuned_options", "spread_s", "REAL"),)
 
 
 @dataclass
@@ -137,71 +100,6 @@ class CacheCounters:
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
-
-
-def row_checksum(*parts: str | bytes | int | float) -> str:
-    """sha256 over the parts, each tagged with its type and length (so no two rows collide
-    by shifting bytes between columns); floats are hashed exactly via ``float.hex``."""
-    h = hashlib.sha256()
-    for part in parts:
-        if isinstance(part, bytes | bytearray | memoryview):
-            tag, data = b"b", bytes(part)
-        elif isinstance(part, str):  # (surrogates: damaged text, see `_read_text`)
-            tag, data = b"s", part.encode("utf-8", "surrogatepass")
-        elif isinstance(part, bool):
-            raise TypeError("row_checksum: bool is ambiguous, pass an int")
-        elif isinstance(part, int):
-            tag, data = b"i", str(part).encode()
-        elif isinstance(part, float):
-            tag, data = b"f", part.hex().encode()
-        else:
-            raise TypeError(f"row_checksum: cannot hash {type(part).__name__}")
-        h.update(tag + len(data).to_bytes(8, "little"))
-        h.update(data)
-    return h.hexdigest()
-
-
-def _read_text(data: bytes) -> str:
-    """A TEXT column as str; bytes that are not UTF-8 (damage) become lone surrogates, which no
-    row checksum matches, instead of an error on every read of the row."""
-    return data.decode("utf-8", "surrogateescape")
-
-
-def create_schema(conn: sqlite3.Connection) -> None:
-    """Create our tables (inside the caller's transaction) and record the schema version."""
-    for statement in _SCHEMA:
-        conn.execute(statement)
-    for table, column, decl in _ADDED_COLUMNS:  # databases made before the column: add it
-        if not _has_column(conn, table, column):
-            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
-    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-    conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
-                 (str(SCHEMA_VERSION),))
-
-
-def read_schema_version(conn: sqlite3.Connection) -> str | None:
-    """The recorded schema version, or None when there is no readable ``meta`` table."""
-    try:
-        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    except sqlite3.OperationalError as exc:
-        if "no such" in str(exc):
-            return None
-        raise
-    return None if row is None else str(row[0])
-
-
-def _has_column(conn: sqlite3.Connection, table: str, column: str) -> bool:
-    return any(row[1] == column for row in conn.execute(f"PRAGMA table_info({table})"))
-
-
-def _is_current(conn: sqlite3.Connection) -> bool:
-    """Whether an up-to-date schema also has what later releases of schema 1 added (the
-    application id in the header, the artifact_use table, the spread_s column)."""
-    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-    has_use = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
-                           "name = 'artifact_use'").fetchone()
-    return (app_id == APPLICATION_ID and has_use is not None
-            and all(_has_column(conn, t, c) for t, c, _ in _ADDED_COLUMNS))
 
 
 T = TypeVar("T")
@@ -296,7 +194,7 @@ class CacheStore:
             refuse_foreign(self.path, self._identity)
         conn = sqlite3.connect(self.path, timeout=open_timeout_s, isolation_level=None,
                                check_same_thread=False)
-        conn.text_factory = _read_text
+        conn.text_factory = read_text
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(open_timeout_s * 1000)}")
             # takes effect only on a new database (before its first table): freed pages
@@ -309,7 +207,7 @@ class CacheStore:
             if self.verify:
                 result = [row[0] for row in conn.execute("PRAGMA quick_check").fetchall()]
                 if result != ["ok"]:
-                    raise _CorruptFile("quick_check: " + "; ".join(map(str, result[:3])))
+                    raise CorruptFile("quick_check: " + "; ".join(map(str, result[:3])))
             self._ensure_schema(conn)
             if conn.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
                 conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")  # a damaged header
@@ -321,7 +219,7 @@ class CacheStore:
         return conn
 
     def _ensure_schema(self, conn: sqlite3.Connection) -> None:
-        if read_schema_version(conn) == str(SCHEMA_VERSION) and _is_current(conn):
+        if read_schema_version(conn) == str(SCHEMA_VERSION) and is_current(conn):
             return
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -329,7 +227,7 @@ class CacheStore:
             if found != str(SCHEMA_VERSION):
                 tables = {name for (name,) in conn.execute(
                     "SELECT name FROM sqlite_master WHERE type = 'table'")}
-                stale = [t for t in _OUR_TABLES if t in tables]
+                stale = [t for t in OUR_TABLES if t in tables]
                 if stale:
                     logger.warning("cache %s has schema version %s, this tcmlir uses %s: "
                                    "recreating its tables", self.path, found, SCHEMA_VERSION)

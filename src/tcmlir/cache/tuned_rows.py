@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .store import row_checksum
+from .schema import row_checksum
 
 __all__ = ["TUNED_COLUMNS", "TunedRecord", "TunedRow", "tuned_checksum"]
 

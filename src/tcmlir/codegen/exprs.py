@@ -26,7 +26,7 @@ from ..affine import to_isl
 from ..dtypes import DType
 from ..errors import CodegenError, Span
 from .mathlib import DERIVED, PRIMITIVES, emit_builtin
-from .target import Target, _suffix, declare
+from .target import Target, declare, type_suffix
 
 __all__ = ["KernelContext", "emit_statement", "memory_type", "value_type"]
 
@@ -377,7 +377,7 @@ class ExprEmitter:
                 return v
             return b.fpext(v, dty) if dst.bits > src.bits else b.fptrunc(v, dty)
         if src.is_float:  # saturating, NaN -> 0 (as PTX's cvt.rzi and the reference)
-            name = f"llvm.fpto{'s' if dst.is_signed else 'u'}i.sat.i{dty.width}.{_suffix(sty)}"
+            name = f"llvm.fpto{'s' if dst.is_signed else 'u'}i.sat.i{dty.width}.{type_suffix(sty)}"
             return b.call(declare(b.module, name, ir.FunctionType(dty, [sty])), [v])
         if dst.is_float:
             return b.sitofp(v, dty) if src.is_signed else b.uitofp(v, dty)

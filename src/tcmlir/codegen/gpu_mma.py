@@ -7,8 +7,10 @@ batch entries ``_bz, _bz + GZ, ...``, row tiles ``_by, _by + GY, ...``, column t
 and computes each ``BM x BN`` output tile with ``WM x WN`` warps:
 
 * the operand tiles of ``BK`` reduction steps go to shared memory with ``cp.async.cg ... 16``
-  (16 bytes per copy; rows and steps past the end zero-filled with a source size of 0) in a
-  ring of ``stages`` buffers: the copies of step ``kt + stages - 1`` are in flight while step
+  (16 bytes per copy, or as wide as the plan's ``Operand.copy``, else element loads; rows and
+  steps past the end zero-filled with a source size of 0, never read; a row or step group
+  that is several runs in memory — a convolution's im2col rows ``n, h, w`` — addressed run by
+  run, `ContractionPlan.segments`) in a ring of ``stages`` buffers: the copies of step ``kt + stages - 1`` are in flight while step
   ``kt`` computes (``cp.async.wait_group stages-2`` and a barrier before each step);
 * each warp owns a ``BM/WM x BN/WN`` tile of ``m16n8k16`` accumulators (float32 registers),
   reads its fragments with ``ldmatrix.x4`` (``.trans`` for operands stored row-contiguous) from
@@ -31,14 +33,14 @@ from llvmlite import ir
 
 from ..dtypes import DType
 from ..errors import CodegenError
-from ..poly.contraction import ContractionPlan, MmaMark, Operand, contraction_plan
+from ..poly.contraction import ContractionPlan, MmaMark, Operand
 from .mma_epilogue import EpilogueMixin
 from .mma_ir import F32, I16, I32, I64, IntV, counted_loop, if_then, sreg
 from .mma_layout import CHUNK, lane_row_address, swizzle
 from .mma_tf32 import tf32_compute
 from .target import declare
 
-__all__ = ["emit_mma"]
+__all__ = ["MmaEmitter", "RingBuffer"]
 
 STATIC_SHARED_BYTES = 48 * 1024   # above: dynamic shared memory, opted in at load
 MAX_SHARED_BYTES = 227 * 1024     # per block on sm_90
@@ -72,22 +74,6 @@ class RingBuffer:
             index = stage * self.elems + srow * self.row_len + chunk * CHUNK
         return b.gep(self.array, [ir.Constant(I32, 0), index.v], inbounds=True,
                      source_etype=self.array_type)
-
-
-def emit_mma(walker, mark: MmaMark) -> None:
-    """The whole tensor-core kernel body for ``mark`` at the walker's builder position."""
-    plan = contraction_plan(walker.fn, walker.owner.sizes, tf32=mark.tf32)
-    if isinstance(plan, str):
-        raise CodegenError(f"mark {mark.name!r}: {plan}")
-    if mark.wgmma and walker.owner.target_arch_number() >= 90:
-        from .gpu_wgmma import WgmmaEmitter
-
-        WgmmaEmitter(walker, plan, mark).run()
-    else:  # (wgmma exists from sm_90 on: elsewhere the same tiles run on mma.sync)
-        MmaEmitter(walker, plan, mark).run()
-    local = getattr(walker, "local_seen", None)
-    if local is not None and plan.cast is not None:
-        local.add(plan.acc)  # the float32 accumulator stays in registers
 
 
 class MmaEmitter(EpilogueMixin):
@@ -174,7 +160,11 @@ class MmaEmitter(EpilogueMixin):
 
     def batch_offsets(self, bflat: ir.Value) -> None:
         b, plan = self.b, self.plan
-        self.offsets = {t: ir.Constant(I64, 0) for t in (plan.a.tensor, plan.b.tensor, plan.out)}
+        # per operand (one tensor may be both, read at other indices) and the output: the
+        # constant terms of the index expressions, then the batch entry's elements
+        self.offsets: dict[Operand | str, ir.Value] = {
+            plan.a: ir.Constant(I64, plan.a.base), plan.b: ir.Constant(I64, plan.b.base),
+            plan.out: ir.Constant(I64, 0)}
         self.batch_index: dict[str, ir.Value] = {}
         inner = 1
         for name in reversed(plan.batch):
@@ -182,7 +172,7 @@ class MmaEmitter(EpilogueMixin):
             idx = b.urem(b.udiv(bflat, ir.Constant(I64, inner)), ir.Constant(I64, ext))
             self.batch_index[name] = idx
             inner *= ext
-            for t, stride in ((plan.a.tensor, plan.a.stride(name)), (plan.b.tensor, plan.b.stride(name)),
+            for t, stride in ((plan.a, plan.a.stride(name)), (plan.b, plan.b.stride(name)),
                               (plan.out, plan.out_stride(name))):
                 if stride:
                     self.offsets[t] = b.add(self.offsets[t], b.mul(idx, ir.Constant(I64, stride)))
@@ -252,7 +242,10 @@ class MmaEmitter(EpilogueMixin):
         steps from ``k0``. Where the operand is 16-byte aligned (the kernel's aligned tensors)
         the plan's ``copy`` width says how: ``cp.async`` of 16, 8 or 4 bytes each, the bytes
         past the end of the contiguous dimension zero-filled by a shorter source size; else
-        element loads (zero past the ends) and one 16-byte store."""
+        element loads (zero past the ends) and one 16-byte store. Along a dimension that is
+        several runs in memory (`ContractionPlan.segments`: ``w`` of ``I(n, c, h + kh, w +
+        kw)``) each copy (no wider than a run, `Operand.copy`) or element finds its own
+        address; a row or step past the end is never read."""
         b, plan = self.b, self.plan
         op = buf.operand
         per_row = buf.row_len // CHUNK
@@ -261,15 +254,37 @@ class MmaEmitter(EpilogueMixin):
         if op.k_major:
             row, k = b.add(r0, srow.wide().v), b.add(k0, (sch * epc).wide().v)
             outer_ok = b.icmp_unsigned("<", row, ir.Constant(I64, self.sizes[op.row]))
-            inner, inner_ext, inner_stride = k, self.sizes[plan.k], op.stride(plan.k)
+            inner, inner_ext, dim = k, self.sizes[plan.k], plan.k
         else:
             k, row = b.add(k0, srow.wide().v), b.add(r0, (sch * epc).wide().v)
             outer_ok = b.icmp_unsigned("<", k, ir.Constant(I64, self.sizes[plan.k]))
-            inner, inner_ext, inner_stride = row, self.sizes[op.row], op.stride(op.row)
+            inner, inner_ext, dim = row, self.sizes[op.row], op.row
+        runs = plan.segments(dim, op.strides)
+        inner_stride = runs[0].stride
 
         def offset(row: ir.Value, k: ir.Value) -> ir.Value:
-            return b.add(self.offsets[op.tensor], b.add(b.mul(row, ir.Constant(I64, op.stride(op.row))),
-                                                        self.k_offset(op, k)))
+            return b.add(self.offsets[op], b.add(self.group_offset(op.row, op.strides, row),
+                                                        self.group_offset(plan.k, op.strides, k)))
+
+        crossing: list[ir.Value] = []  # (left, the next run's first offset), once
+
+        def at(off: ir.Value, step: int) -> ir.Value:  # ``step`` elements further along ``dim``
+            if len(runs) == 1:
+                return b.add(off, ir.Constant(I64, step * inner_stride))
+            if runs[0].extent < epc:  # several runs within a chunk: each element from scratch
+                nxt = b.add(inner, ir.Constant(I64, step))
+                return offset(row, nxt) if op.k_major else offset(nxt, k)
+            # at most one run boundary within the chunk, ``left`` elements from its start
+            if not crossing:
+                left = b.sub(ir.Constant(I64, runs[0].extent),
+                             b.urem(inner, ir.Constant(I64, runs[0].extent)))
+                nxt = b.add(inner, left)
+                crossing.extend((left, offset(row, nxt) if op.k_major else offset(nxt, k)))
+            left, after = crossing
+            same = b.add(off, ir.Constant(I64, step * inner_stride))
+            beyond = b.add(after, b.mul(b.sub(ir.Constant(I64, step), left),
+                                        ir.Constant(I64, inner_stride)))
+            return b.select(b.icmp_unsigned("<", ir.Constant(I64, step), left), same, beyond)
 
         off = offset(row, k)
         dst = buf.slot(b, stage, srow, sch * CHUNK)
@@ -291,11 +306,8 @@ class MmaEmitter(EpilogueMixin):
                     nbytes = b.select(valid, b.mul(n, ir.Constant(I32, esize)), ir.Constant(I32, 0))
                 else:
                     nbytes = b.select(valid, ir.Constant(I32, esize * width), ir.Constant(I32, 0))
-                if op.k_scattered and op.k_major:  # (width 1) step by step
-                    piece_off = offset(row, start)
-                else:  # (a float32 operand with no contiguous dimension: width 1, strided)
-                    piece_off = b.add(off, ir.Constant(I64, p * width * inner_stride))
-                src_off = b.select(valid, piece_off, ir.Constant(I64, 0))
+                # (a float32 operand with no contiguous dimension: width 1, strided)
+                src_off = b.select(valid, off if p == 0 else at(off, p * width), ir.Constant(I64, 0))
                 src = b.gep(base, [src_off], inbounds=True, source_etype=etype)
                 piece = dst if p == 0 else b.gep(dst, [ir.Constant(I32, p * width * self.units)],
                                                  inbounds=True, source_etype=I16)
@@ -305,29 +317,26 @@ class MmaEmitter(EpilogueMixin):
         for e in range(epc):
             nxt = b.add(inner, ir.Constant(I64, e))
             valid = b.and_(outer_ok, b.icmp_unsigned("<", nxt, ir.Constant(I64, inner_ext)))
-            if op.k_scattered and op.k_major:  # step by step
-                at = offset(row, nxt)
-            else:
-                at = b.add(off, ir.Constant(I64, e * inner_stride))
-            at = b.select(valid, at, ir.Constant(I64, 0))
-            src = b.gep(base, [at], inbounds=True, source_etype=etype)
+            where = b.select(valid, off if e == 0 else at(off, e), ir.Constant(I64, 0))
+            src = b.gep(base, [where], inbounds=True, source_etype=etype)
             val = b.select(valid, b.load(src, typ=etype), ir.Constant(etype, 0))
             vec = b.insert_element(vec, val, ir.Constant(I32, e))
         b.store(vec, b.bitcast(dst, vec.type.as_pointer(3)), align=16)
 
-    def k_offset(self, op: Operand, k: ir.Value) -> ir.Value:
-        """Elements from the start of ``op`` to reduction step ``k`` (index by index where
-        the reduction indices are not one flattened dimension of it)."""
-        b, plan = self.b, self.plan
-        if not op.k_scattered:
-            return b.mul(k, ir.Constant(I64, op.stride(plan.k)))
-        total: ir.Value = ir.Constant(I64, 0)
-        members = plan.members(plan.k)
-        for j, name in enumerate(reversed(members)):
-            ext = ir.Constant(I64, plan.index_extent(name))
-            index = k if j == len(members) - 1 else b.urem(k, ext)
-            k = b.udiv(k, ext)
-            total = b.add(total, b.mul(index, ir.Constant(I64, op.stride(name))))
+    def group_offset(self, dim: str, strides, flat: ir.Value) -> ir.Value:
+        """Elements from index 0 to flat position ``flat`` of ``dim``'s group in a tensor of
+        ``strides``: one product where the group is one dimension of it, else run by run
+        (`ContractionPlan.segments`; ``flat`` past the end gives an address never used)."""
+        b = self.b
+        runs = self.plan.segments(dim, strides)
+        total: ir.Value | None = None
+        for j, run in enumerate(runs):
+            v = flat if run.below == 1 else b.udiv(flat, ir.Constant(I64, run.below))
+            if j < len(runs) - 1:
+                v = b.urem(v, ir.Constant(I64, run.extent))
+            term = b.mul(v, ir.Constant(I64, run.stride))
+            total = term if total is None else b.add(total, term)
+        assert total is not None
         return total
 
     def compute(self, stage: IntV) -> None:

@@ -19,19 +19,17 @@ otherwise (map-mixed fuses only when the stride loop is unrolled).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import islpy as isl
 from llvmlite import ir
 
 from .. import ir as tc
 from ..errors import CodegenError
+from .ast_groups import STATEMENT_NAME
 from .exprs import _COMBINE, ExprEmitter, const, value_type
 from .gpu_reduce import _atomic_fold, fold_rhs
-from .lower import _STMT, _id_names
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .gpu_rows import RowWalker
+from .isl_exprs import id_names
+from .lower import GroupWalker
 
 __all__ = ["RowPartials"]
 
@@ -41,7 +39,7 @@ _MAPPING = {"_bx", "_by", "_bz", "_tx", "_ty", "_tz"}
 class RowPartials:
     """The accumulators of ``over-rows`` column phases of one row kernel, by call site."""
 
-    def __init__(self, walker: RowWalker):
+    def __init__(self, walker: GroupWalker):  # a `gpu_rows.RowWalker`, which makes it
         self.walker = walker
         self.active: set[int] = set()
         self.slots: dict[tuple[int, tuple[str, ...]], _Slot] = {}
@@ -50,7 +48,7 @@ class RowPartials:
         """Lower ``node`` into its call site's accumulator when it is an instance of an active
         column phase (True), else leave it to the caller (False)."""
         call = node.user_get_expr()
-        m = _STMT.match(call.get_op_arg(0).get_id().get_name())
+        m = STATEMENT_NAME.match(call.get_op_arg(0).get_id().get_name())
         if m is None or m.group(2) or int(m.group(1)) not in self.active:
             return False
         w = self.walker
@@ -60,7 +58,7 @@ class RowPartials:
         if len(exprs) != len(st.index_names):
             raise CodegenError(f"isl AST call {call.to_C_str()} has {len(exprs)} arguments")
         lhs = [exprs[st.index_names.index(n)] for n in st.lhs]
-        free = set().union(*(_id_names(e) for e in lhs)) - _MAPPING - set(w.fn.sizes)
+        free = set().union(*(id_names(e) for e in lhs)) - _MAPPING - set(w.fn.sizes)
         if free:
             raise CodegenError(f"accumulate S{k} over-rows: the lhs of {call.to_C_str()} depends "
                                f"on the loop iterator(s) {sorted(free)}: a register per call site "

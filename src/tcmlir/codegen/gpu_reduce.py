@@ -35,8 +35,9 @@ import islpy as isl
 from llvmlite import ir
 
 from ..errors import CodegenError
+from .ast_groups import STATEMENT_NAME
 from .exprs import _COMBINE, I32, I64, ExprEmitter, const, value_type
-from .lower import _STMT, GroupWalker
+from .lower import GroupWalker
 from .target import declare
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -248,7 +249,7 @@ class ReducingWalker(GroupWalker):
 
     def user(self, node: isl.AstNode) -> None:
         call = node.user_get_expr()
-        m = _STMT.match(call.get_op_arg(0).get_id().get_name()) if call.get_op_n_arg() else None
+        m = STATEMENT_NAME.match(call.get_op_arg(0).get_id().get_name()) if call.get_op_n_arg() else None
         # (several scopes only under an accumulate mark of several statements, codegen.gpu_rows)
         scope = next((s for s in self.scopes if m is not None and not m.group(2)
                       and s.statement == int(m.group(1))), None)

@@ -41,10 +41,11 @@ from llvmlite import ir
 
 from .. import ir as tc
 from ..errors import CodegenError
+from .ast_groups import STATEMENT_NAME
 from .exprs import _COMBINE, ExprEmitter, memory_type
 from .gpu_partials import RowPartials
 from .gpu_reduce import ReducingWalker, ReductionScope, _atomic_fold, _barrier, _if, _shared, enter
-from .lower import _STMT, _id_names
+from .isl_exprs import id_names
 
 __all__ = ["RowWalker", "barrier_after", "flat_phases", "is_reduction_mark", "on_chip_tensors",
            "one_thread", "parse_rows_mark", "phase_statements"]
@@ -97,7 +98,7 @@ def _calls(node: isl.AstNode) -> set[tuple[int, bool]]:
 
     def visit(n: isl.AstNode) -> bool:
         if n.get_type() == isl.ast_node_type.user:
-            m = _STMT.match(n.user_get_expr().get_op_arg(0).get_id().get_name())
+            m = STATEMENT_NAME.match(n.user_get_expr().get_op_arg(0).get_id().get_name())
             if m:
                 found.add((int(m.group(1)), m.group(2) is not None))
         return True
@@ -307,12 +308,12 @@ class RowWalker(ReducingWalker):
             self.thread_guards -= inc
 
     def loop(self, node: isl.AstNode) -> None:
-        names = (_id_names(node.for_get_init()) | _id_names(node.for_get_cond())
-                 | _id_names(node.for_get_inc()))
+        names = (id_names(node.for_get_init()) | id_names(node.for_get_cond())
+                 | id_names(node.for_get_inc()))
         self._guarded(names, super().loop, node)
 
     def branch(self, node: isl.AstNode) -> None:
-        self._guarded(_id_names(node.if_get_cond()), super().branch, node)
+        self._guarded(id_names(node.if_get_cond()), super().branch, node)
 
     def reduce(self, statement: int, threads: int, child: isl.AstNode, atomic: bool = False) -> None:
         if self._in_rows and self.thread_guards:  # (map-reduction's trees may have benign ones)

@@ -18,6 +18,9 @@ later tile are issued; then ``wgmma.fence``, ``BK / 16`` wgmma, ``commit_group``
 of ``m64nNk16`` gives warp ``w`` of a warpgroup rows ``16 w ..``, and within the warp the
 ``mma.sync`` C layout per 8 columns — so with ``warps = (BM / 16, 1)`` the accumulator array and
 the epilogue of `gpu_mma` apply unchanged.
+
+`emit_mma` (what `nvptx.NvptxTarget.mark` calls for an ``mma`` mark) picks this emitter or
+`gpu_mma.MmaEmitter` (mma.sync): it lives here, above both.
 """
 
 from __future__ import annotations
@@ -27,11 +30,11 @@ from llvmlite import ir
 from ..dtypes import DType
 from ..errors import CodegenError
 from ..poly.contraction import WGMMA_ROW_HALVES as ROW_HALVES
-from ..poly.contraction import wgmma_problem
+from ..poly.contraction import MmaMark, contraction_plan, wgmma_problem
 from .gpu_mma import F32, I32, I64, IntV, MmaEmitter
 from .target import declare
 
-__all__ = ["WgmmaEmitter"]
+__all__ = ["WgmmaEmitter", "emit_mma"]
 
 
 
@@ -124,3 +127,19 @@ class WgmmaEmitter(MmaEmitter):
         self.wgmma_wait(1 if self.overlap else 0)
         for i, v in enumerate(accs):
             b.store(v, self.slot_acc(i))
+
+
+def emit_mma(walker, mark: MmaMark) -> None:
+    """The whole tensor-core kernel body for ``mark`` at the walker's builder position: the
+    wgmma emitter below where the mark asks for it and the arch has it, else `MmaEmitter`'s
+    mma.sync (here, above both emitters, so that `gpu_mma` need not import this module)."""
+    plan = contraction_plan(walker.fn, walker.owner.sizes, tf32=mark.tf32)
+    if isinstance(plan, str):
+        raise CodegenError(f"mark {mark.name!r}: {plan}")
+    if mark.wgmma and walker.owner.target_arch_number() >= 90:
+        WgmmaEmitter(walker, plan, mark).run()
+    else:  # (wgmma exists from sm_90 on: elsewhere the same tiles run on mma.sync)
+        MmaEmitter(walker, plan, mark).run()
+    local = getattr(walker, "local_seen", None)
+    if local is not None and plan.cast is not None:
+        local.add(plan.acc)  # the float32 accumulator stays in registers

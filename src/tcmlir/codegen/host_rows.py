@@ -30,7 +30,6 @@ full-size buffer. The runtime allocates nothing for row-local temporaries
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 
 import islpy as isl
@@ -38,6 +37,7 @@ import islpy as isl
 from .. import ir as tc
 from ..affine import to_isl
 from ..binding import needs_zero_fill
+from .ast_groups import STATEMENT_NAME
 
 __all__ = ["ROW_BYTES", "row_local_temporaries"]
 
@@ -45,7 +45,6 @@ __all__ = ["ROW_BYTES", "row_local_temporaries"]
 #: default stack, 8 MiB on Linux; rows this size stay in L2 between their phases).
 ROW_BYTES = 128 << 10
 
-_STMT = re.compile(r"S(\d+)(_init)?$")
 _T = isl.ast_expr_op_type
 
 
@@ -111,7 +110,7 @@ def _calls(node: isl.AstNode) -> list[tuple[int, bool, list[isl.AstExpr]]] | Non
             call = n.user_get_expr()
             m = None
             if call.get_type() == isl.ast_expr_type.op and call.get_op_type() == _T.call:
-                m = _STMT.match(call.get_op_arg(0).get_id().get_name())
+                m = STATEMENT_NAME.match(call.get_op_arg(0).get_id().get_name())
             if m is None:
                 ok = False
             else:

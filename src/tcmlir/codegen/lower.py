@@ -24,14 +24,15 @@ also gets a range function ``void {name}_{g}_range(ptr sizes, ptr out)`` writing
 groups whose loops have the same bounds share the first one's). The body is an internal
 function with ``noalias`` tensor arguments, inlined into the exported wrapper; groups of the
 same code on other tensors call the first one's body instead, not inlined (`shared_groups`).
+
+What the AST holds (its groups, their parallel loop, the tensors a group touches) is read by
+`ast_groups`, without LLVM; isl AST expressions become LLVM values in `isl_exprs`.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import islpy as isl
 from llvmlite import ir
@@ -41,16 +42,38 @@ from ..errors import CodegenError, Span
 from ..poly.llvm_unroll import UNROLL_MARK, WALK_MARK, trip_count
 from ..poly.loops import annotation_of
 from ..poly.promotion import COPY_STMT, SYNC_STMT
+from .ast_groups import (
+    STATEMENT_NAME,
+    communicated_tensors,
+    find_parallel_loop,
+    group_tensors,
+    statement_tensors,
+    top_level_groups,
+    upper_bound,
+)
 from .exprs import I32, I64, emit_statement, memory_type
 from .host_rows import row_local_temporaries
+from .isl_exprs import isl_expr
 from .shared_groups import group_key
 from .target import Target, unroll_full
 
-__all__ = ["GatherSite", "Group", "GroupWalker", "LoweredModule", "group_tensors", "lower_function",
-           "statement_tensors"]
+# group_tensors, statement_tensors, communicated_tensors, isl_expr: re-exported (`ast_groups`,
+# `isl_exprs` are their homes)
+__all__ = [
+    "PTR",
+    "GatherSite",
+    "Group",
+    "GroupWalker",
+    "LoweredModule",
+    "Lowerer",
+    "communicated_tensors",
+    "group_tensors",
+    "isl_expr",
+    "lower_function",
+    "statement_tensors",
+]
 
 _T = isl.ast_expr_op_type
-_STMT = re.compile(r"S(\d+)(_init)?$")
 PTR = ir.PointerType()
 
 
@@ -85,108 +108,6 @@ class LoweredModule:
     sizes: tuple[str, ...]
     # temporaries that get no buffer: each lives in a row on a group's stack (`host_rows`)
     on_chip: tuple[str, ...] = ()
-
-
-# ---------------------------------------------------------------- isl AST expressions
-
-
-def _id_names(expr: isl.AstExpr) -> set[str]:
-    if expr.get_type() == isl.ast_expr_type.id:
-        return {expr.get_id().get_name()}
-    if expr.get_type() == isl.ast_expr_type.op:
-        return set().union(*(_id_names(expr.get_op_arg(i)) for i in range(expr.get_op_n_arg())))
-    return set()
-
-
-def _floordiv(b: ir.IRBuilder, a: ir.Value, d: ir.Value) -> ir.Value:
-    q, r = b.sdiv(a, d), b.srem(a, d)
-    zero = ir.Constant(a.type, 0)
-    fix = b.and_(b.icmp_signed("!=", r, zero),
-                 b.xor(b.icmp_signed("<", r, zero), b.icmp_signed("<", d, zero)))
-    return b.sub(q, b.zext(fix, a.type))
-
-
-def isl_expr(b: ir.IRBuilder, expr: isl.AstExpr, lookup: Callable[[str], ir.Value]) -> ir.Value:
-    """An isl AST expression in i64 (comparisons and logic give i1)."""
-    kind = expr.get_type()
-    if kind == isl.ast_expr_type.int:
-        return ir.Constant(I64, int(expr.get_val().to_python()))
-    if kind == isl.ast_expr_type.id:
-        return lookup(expr.get_id().get_name())
-    op = expr.get_op_type()
-    args = [isl_expr(b, expr.get_op_arg(i), lookup) for i in range(expr.get_op_n_arg())]
-    if op in _FOLD and all(isinstance(a, ir.Constant) and a.type == I64 for a in args):
-        # (iterators the walk binds to constants, `GroupWalker.walk_iterations`)
-        value = _FOLD[op](*(int(a.constant) for a in args))
-        return ir.Constant(I64, (value + 2**63) % 2**64 - 2**63)  # i64 wraps
-    if op in _ISL_BINOPS:
-        return getattr(b, _ISL_BINOPS[op])(*args)
-    if op in _ISL_CMP:
-        return b.icmp_signed(_ISL_CMP[op], *args)
-    if op == _T.minus:
-        return b.neg(args[0])
-    if op == _T.fdiv_q:
-        return _floordiv(b, *args)
-    if op in (_T.min, _T.max):
-        acc = args[0]
-        for v in args[1:]:
-            acc = b.select(b.icmp_signed("<" if op == _T.min else ">", acc, v), acc, v)
-        return acc
-    if op in (_T.select, _T.cond):
-        return b.select(args[0], args[1], args[2])
-    raise CodegenError(f"cannot lower isl AST expression {expr.to_C_str()} (op {op})")
-
-
-_ISL_BINOPS = {
-    _T.add: "add", _T.sub: "sub", _T.mul: "mul", _T.div: "sdiv", _T.pdiv_q: "sdiv",
-    _T.pdiv_r: "srem", _T.zdiv_r: "srem", _T.and_: "and_", _T.and_then: "and_",
-    _T.or_: "or_", _T.or_else: "or_",
-}
-_FOLD = {_T.add: lambda x, y: x + y, _T.sub: lambda x, y: x - y, _T.mul: lambda x, y: x * y}
-_ISL_CMP = {_T.eq: "==", _T.le: "<=", _T.lt: "<", _T.ge: ">=", _T.gt: ">"}
-
-
-# ---------------------------------------------------------------- groups
-
-
-def _groups(root: isl.AstNode) -> list[isl.AstNode]:
-    if root.get_type() == isl.ast_node_type.block:
-        kids = root.block_get_children()
-        return [kids.get_at(i) for i in range(kids.n_ast_node())]
-    return [root]
-
-
-def find_parallel_loop(node: isl.AstNode) -> isl.AstNode | None:
-    """The group's chunkable loop: the first loop under a ``parallel`` mark reached from the
-    root through marks and else-less ``if``s only, with a condition ``c <= e`` or ``c < e``."""
-    marked = False
-    while True:
-        kind = node.get_type()
-        if kind == isl.ast_node_type.mark:
-            if marked:  # another mark (`parallel-end`) before any loop: the loop was degenerate
-                return None
-            marked = node.mark_get_id().get_name() == "parallel"
-            node = node.mark_get_node()
-        elif kind == isl.ast_node_type.if_ and not node.if_has_else_node():
-            node = node.if_get_then_node()
-        elif kind == isl.ast_node_type.for_ and marked:
-            return node if _upper_bound(node) is not None else None
-        else:
-            return None
-
-
-def _upper_bound(loop: isl.AstNode) -> tuple[isl.AstExpr, bool] | None:
-    """(e, inclusive) for a loop condition ``it <= e`` / ``it < e`` with e free of ``it``."""
-    it = loop.for_get_iterator().get_id().get_name()
-    cond = loop.for_get_cond()
-    if cond.get_type() != isl.ast_expr_type.op or cond.get_op_type() not in (_T.le, _T.lt):
-        return None
-    lhs, rhs = cond.get_op_arg(0), cond.get_op_arg(1)
-    if lhs.get_type() != isl.ast_expr_type.id or lhs.get_id().get_name() != it or it in _id_names(rhs):
-        return None
-    if it in _id_names(loop.for_get_init()) | _id_names(loop.for_get_inc()):
-        return None
-    return rhs, cond.get_op_type() == _T.le
 
 
 class _Function:
@@ -419,7 +340,7 @@ class GroupWalker(_Function):
         if COPY_STMT.match(name) or SYNC_STMT.match(name):
             self.target.promoted_statement(self, name, annotation_of(node))
             return
-        m = _STMT.match(name)
+        m = STATEMENT_NAME.match(name)
         if m is None or int(m.group(1)) >= len(self.fn.statements):
             raise CodegenError(f"isl AST calls unknown statement {name} of {self.fn.name}")
         k, init = int(m.group(1)), m.group(2) is not None
@@ -488,7 +409,7 @@ class Lowerer:
         return isl_expr(f.entry, build.expr_from_pw_aff(pa), f.param)
 
     def lower(self, ast: isl.AstNode) -> LoweredModule:
-        nodes = _groups(ast)
+        nodes = top_level_groups(ast)
         self._group_tensors = [group_tensors(self.fn, node, self.promotion) for node in nodes]
         groups = [self.group(g, node) for g, node in enumerate(nodes)]
         return LoweredModule(self.module, tuple(groups), tuple(self.gathers),
@@ -583,7 +504,7 @@ class Lowerer:
         fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, PTR]), name)
         f = _Function(self, fn, fn.args[0])
         b = f.builder
-        bound, inclusive = _upper_bound(loop)  # type: ignore[misc]
+        bound, inclusive = upper_bound(loop)  # type: ignore[misc]
         first = isl_expr(b, loop.for_get_init(), f.param)
         end = isl_expr(b, bound, f.param)
         if inclusive:
@@ -592,64 +513,6 @@ class Lowerer:
         for i, v in enumerate((first, end, inc)):
             b.store(v, b.gep(fn.args[1], [ir.Constant(I64, i)], inbounds=True, source_etype=I64))
         f.finish()
-
-
-def group_tensors(fn: tc.Function, node: isl.AstNode, promotion: Any = None) -> tuple[str, ...]:
-    """The tensors the statements called in ``node`` write or read (gather indices included),
-    and those whose promoted buffers (``promotion``'s) its copy statements fill or drain, in
-    ``fn.tensors`` order: a host group's body and a CUDA kernel take only these, so a
-    definition with many groups (kernels) and many tensors lowers in time linear in its size,
-    not in groups x tensors."""
-    used: set[str] = set()
-    seen: set[int] = set()
-    buffers: set[str] = set()
-
-    def visit(n: isl.AstNode) -> bool:
-        if n.get_type() == isl.ast_node_type.user:
-            call = n.user_get_expr()
-            if call.get_type() == isl.ast_expr_type.op and call.get_op_type() == _T.call:
-                name = call.get_op_arg(0).get_id().get_name()
-                m = _STMT.match(name)
-                if m is not None and int(m.group(1)) < len(fn.statements):
-                    seen.add(int(m.group(1)))
-                copy = COPY_STMT.match(name)
-                if copy is not None:
-                    buffers.add(copy.group(2))
-        return True
-
-    node.foreach_descendant_top_down(visit)
-    for k in seen:
-        used.update(statement_tensors(fn.statements[k]))
-    if buffers:
-        if promotion is None:
-            raise CodegenError(f"copy statements of buffers {sorted(buffers)} without a promotion")
-        used.update(promotion.buffer(b).tensor for b in buffers)
-    return tuple(sorted(used, key=fn.tensor_position))
-
-
-def statement_tensors(st: tc.Statement) -> set[str]:
-    """The tensors statement ``st`` writes or reads (gather indices included)."""
-    return {st.tensor, *(e.tensor for e in tc.walk(st.rhs) if isinstance(e, tc.Read))}
-
-
-def communicated_tensors(fn: tc.Function, statements: set[int]) -> frozenset[str]:
-    """Tensors that ``statements`` (one kernel's) write and then read elsewhere than at the
-    written element by the same statement: another statement reads them (softmax's ``tmp(n)``
-    summed by thread 0's combine, then read by every thread after a barrier), or the writer reads
-    other elements. Their pointers get no ``noalias``: it tells LLVM that nothing else touches
-    the memory during the call, so it kept a value loaded before a barrier in a register across
-    the barrier and another thread's store (other threads are invisible to that attribute)."""
-    out: set[str] = set()
-    for k in statements:
-        st = fn.statements[k]
-        for j in statements:
-            for rd in (x for x in tc.walk(fn.statements[j].rhs) if isinstance(x, tc.Read)):
-                if rd.tensor != st.tensor:
-                    continue
-                own = tuple(getattr(i, "name", None) for i in rd.indices) == st.lhs
-                if j != k or not own:
-                    out.add(st.tensor)
-    return frozenset(out)
 
 
 def lower_function(fn: tc.Function, ast: isl.AstNode, target: Target,

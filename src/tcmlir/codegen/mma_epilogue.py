@@ -3,7 +3,9 @@ block's output tile, rounded to the output's type and put through the pointwise 
 statements of the `ContractionPlan` (bias, activation, ...: each element in a register cell,
 read and written by those statements through `CellContext`), then stored — staged through
 shared memory into 16-byte rows where the output is contiguous and aligned (coalesced), else
-straight from the fragments, two neighbouring columns at once where it can."""
+straight from the fragments, two neighbouring columns at once where it can. An output whose
+row or column group is several runs in memory (``O(n, m, h, w)`` with columns ``n, h, w``) is
+addressed run by run (`ContractionPlan.segments`)."""
 
 from __future__ import annotations
 
@@ -24,19 +26,36 @@ class EpilogueMixin:
 
     def staged_epilogue(self) -> tuple[int, int] | None:
         """(row pitch in elements, elements per 16-byte chunk) when the output tile can go
-        through shared memory and leave in 16-byte rows: the output contiguous along n and
-        aligned, every other stride and N whole chunks, the tile within the operand ring."""
+        through shared memory and leave in 16-byte rows: the output contiguous along n (its
+        innermost run of n's group: `out_run`) and aligned, every other stride and the run's
+        extent whole chunks, the tile within the operand ring."""
         plan, (bm, bn, _) = self.plan, self.mark.tile
         out = self.w.fn.tensor(plan.out)
         size = out.dtype.bits // 8
         chunk = 16 // size
         pitch = bn + chunk  # one chunk of padding: the 8 rows a fragment store covers hit 8 slots
-        strides = [plan.out_stride(i) for i in plan.lhs if i not in plan.members(plan.n)]
-        if (plan.out_stride(plan.n) != 1 or self.sizes[plan.n] % chunk or any(s % chunk for s in strides)
-                or plan.out not in getattr(self.w.owner, "aligned", ())
+        if (not self.out_run(chunk) or plan.out not in getattr(self.w.owner, "aligned", ())
                 or bm * pitch * size > self.ring_bytes):
             return None
         return pitch, chunk
+
+    def out_run(self, width: int) -> bool:
+        """Whether ``width`` neighbouring output columns from a multiple of ``width`` are
+        contiguous and ``width``-aligned in memory: n's innermost run (`ContractionPlan.
+        segments`) of stride 1 and extent a multiple of ``width``, every other stride too."""
+        plan = self.plan
+        runs = plan.segments(plan.n, plan.out_strides)
+        others = [r.stride for r in (*runs[1:], *plan.segments(plan.m, plan.out_strides))]
+        others += [plan.out_stride(i) for i in plan.batch]
+        return (runs[0].stride == 1 and runs[0].extent % width == 0
+                and all(s % width == 0 for s in others))
+
+    def out_offset(self, m: ir.Value, n: ir.Value) -> ir.Value:
+        """Elements from the batch entry's output to (m, n): run by run where a group is not
+        one dimension of the output (``O(n, f, h, w)`` with rows ``n, h, w``)."""
+        b, plan = self.b, self.plan
+        return b.add(self.offsets[plan.out], b.add(self.group_offset(plan.m, plan.out_strides, m),
+                                                   self.group_offset(plan.n, plan.out_strides, n)))
 
     def fragment_pairs(self):
         """This thread's accumulators in pairs of neighbouring columns: their slots and the
@@ -79,7 +98,6 @@ class EpilogueMixin:
         total = bm * per_row
         base = self.w.pointer(plan.out)
         vty = ir.VectorType(mty, chunk)
-        sm = plan.out_stride(plan.m)
         big_m, big_n = self.sizes[plan.m], self.sizes[plan.n]
         for i in range(math.ceil(total / mark.threads)):
             c = self.tid + i * mark.threads
@@ -92,7 +110,7 @@ class EpilogueMixin:
                 n = b.add(n0, col.wide().v)
                 ok = b.and_(b.icmp_unsigned("<", m, ir.Constant(I64, big_m)),
                             b.icmp_unsigned("<", n, ir.Constant(I64, big_n)))
-                off = b.add(self.offsets[plan.out], b.add(b.mul(m, ir.Constant(I64, sm)), n))
+                off = self.out_offset(m, n)
                 dst = b.gep(base, [off], inbounds=True, source_etype=mty)
                 if_then(b, ok, lambda: b.store(value, b.bitcast(dst, vty.as_pointer(1)), align=16),
                     "mma.out")
@@ -134,21 +152,19 @@ class EpilogueMixin:
         out = self.w.fn.tensor(plan.out)
         mty = store_type(out.dtype)
         base = self.w.pointer(plan.out)
-        sm, sn = plan.out_stride(plan.m), plan.out_stride(plan.n)
         big_m, big_n = self.sizes[plan.m], self.sizes[plan.n]
-        pairs = (sn == 1 and big_n % 2 == 0 and plan.out in getattr(self.w.owner, "aligned", ())
-                 and all(plan.out_stride(i) % 2 == 0 for i in plan.lhs
-                         if i not in plan.members(plan.n)))
+        runs = plan.segments(plan.n, plan.out_strides)
+        sn, split_n = runs[0].stride, len(runs) > 1
+        pairs = self.out_run(2) and plan.out in getattr(self.w.owner, "aligned", ())
         for slots, row, col in self.fragment_pairs():
             m = b.add(m0, row.wide().v)
             n = b.add(n0, col.wide().v)
             vals = [self.finish(b.load(self.slot_acc(slot), typ=F32), m, b.add(n, ir.Constant(I64, j)))
                     for j, slot in enumerate(slots)]
-            off = b.add(self.offsets[plan.out], b.add(b.mul(m, ir.Constant(I64, sm)),
-                                                      b.mul(n, ir.Constant(I64, sn))))
+            off = self.out_offset(m, n)
             ok_m = b.icmp_unsigned("<", m, ir.Constant(I64, big_m))
 
-            def store(off=off, vals=vals, n=n, ok_m=ok_m) -> None:
+            def store(off=off, vals=vals, m=m, n=n) -> None:
                 if pairs:
                     vty = ir.VectorType(mty, 2)
                     vec = ir.Constant(vty, ir.Undefined)
@@ -159,8 +175,10 @@ class EpilogueMixin:
                     return
                 for j, v in enumerate(vals):
                     nj = b.add(n, ir.Constant(I64, j))
-                    ptr = b.gep(base, [b.add(off, ir.Constant(I64, j * sn))], inbounds=True,
-                                source_etype=mty)
+                    # (the next column: sn further, unless n's group lies in several runs)
+                    at = (b.add(off, ir.Constant(I64, j * sn)) if j == 0 or not split_n
+                          else self.out_offset(m, nj))
+                    ptr = b.gep(base, [at], inbounds=True, source_etype=mty)
                     if_then(b, b.icmp_unsigned("<", nj, ir.Constant(I64, big_n)),
                         lambda v=v, ptr=ptr: b.store(v, ptr), "mma.col")
 

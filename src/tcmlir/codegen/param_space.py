@@ -14,7 +14,7 @@ from collections.abc import Collection, Sequence
 
 from .. import ir as tc
 from ..errors import CodegenError
-from .lower import statement_tensors
+from .ast_groups import statement_tensors
 
 __all__ = ["PARAM_SPACE_BYTES", "check_kernel_parameters", "check_parameter_space"]
 

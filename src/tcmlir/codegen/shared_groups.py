@@ -29,7 +29,7 @@ _TENSOR = re.compile(r"tensor='(\w+)'")
 
 
 def group_key(fn: tc.Function, node: isl.AstNode, tensors: tuple[str, ...]) -> tuple:
-    """What the code of the group ``node`` (taking ``tensors``, `lower.group_tensors`)
+    """What the code of the group ``node`` (taking ``tensors``, `ast_groups.group_tensors`)
     depends on, with statement numbers and tensor names replaced by their positions: two
     groups of equal keys compile to the same body function."""
     order: dict[int, int] = {}

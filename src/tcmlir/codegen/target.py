@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from llvmlite import ir
 
@@ -25,9 +25,17 @@ from .fastmath import FAST_F32, emit_fast_f32
 if TYPE_CHECKING:  # pragma: no cover
     import islpy as isl
 
-    from .lower import GroupWalker
+__all__ = ["HostTarget", "Target", "Walker", "declare", "type_suffix", "unroll_full"]
 
-__all__ = ["HostTarget", "Target", "declare", "unroll_full"]
+
+class Walker(Protocol):
+    """What the hooks of `Target` use of the walk that calls them (`lower.GroupWalker`, whose
+    module imports this one): a target's own hooks may use more of it."""
+
+    chunkable: bool
+    chunk_next_for: bool
+
+    def node(self, node: isl.AstNode) -> None: ...
 
 
 def declare(module: ir.Module, name: str, fnty: ir.FunctionType) -> ir.Function:
@@ -40,7 +48,8 @@ def declare(module: ir.Module, name: str, fnty: ir.FunctionType) -> ir.Function:
     return ir.Function(module, fnty, name)
 
 
-def _suffix(ty: ir.Type) -> str:
+def type_suffix(ty: ir.Type) -> str:
+    """The type suffix of an LLVM intrinsic on ``ty`` (``f32``, ``f64``)."""
     if isinstance(ty, ir.FloatType):
         return "f32"
     if isinstance(ty, ir.DoubleType):
@@ -80,22 +89,22 @@ class Target:
         ty = args[0].type
         stem = self.intrinsics.get(name)
         if stem is not None:
-            fn = declare(module, f"llvm.{stem}.{_suffix(ty)}", ir.FunctionType(ty, [ty] * len(args)))
+            fn = declare(module, f"llvm.{stem}.{type_suffix(ty)}", ir.FunctionType(ty, [ty] * len(args)))
             return b.call(fn, list(args))
         return b.call(self.external_math(module, name, ty, len(args)), list(args))
 
     def external_math(self, module: ir.Module, name: str, ty: ir.Type, arity: int) -> ir.Function:
         raise CodegenError(f"built-in {name} is not available on target {self.name}")
 
-    def mark(self, walker: GroupWalker, name: str, child: isl.AstNode) -> None:
+    def mark(self, walker: Walker, name: str, child: isl.AstNode) -> None:
         """Lower the subtree under mark ``name`` (default: the mark is transparent)."""
         walker.node(child)
 
-    def promoted_statement(self, walker: GroupWalker, name: str, payload: object) -> None:
+    def promoted_statement(self, walker: Walker, name: str, payload: object) -> None:
         """Lower a copy or barrier statement of promotion (GPU targets only)."""
         raise CodegenError(f"statement {name}: memory promotion is not supported on target {self.name}")
 
-    def buffer_base(self, walker: GroupWalker, buf: object) -> ir.Value:
+    def buffer_base(self, walker: Walker, buf: object) -> ir.Value:
         raise CodegenError(f"memory promotion is not supported on target {self.name}")
 
     def parameter(self, b: ir.IRBuilder, name: str) -> ir.Value | None:
@@ -145,7 +154,7 @@ class HostTarget(Target):
         # scalar loop, since llvmlite's pass builder has no vector math library (libmvec).
         return declare(module, cname, ir.FunctionType(ty, [ty] * arity))
 
-    def mark(self, walker: GroupWalker, name: str, child: isl.AstNode) -> None:
+    def mark(self, walker: Walker, name: str, child: isl.AstNode) -> None:
         if name == "parallel" and walker.chunkable:
             walker.chunk_next_for = True
         if name.startswith("host-gemm"):  # passes/host_contraction: the packed kernel

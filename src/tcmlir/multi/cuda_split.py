@@ -39,7 +39,8 @@ import numpy as np
 from ..binding import needs_zero_fill
 from ..errors import CallError
 from ..runtime import cuda_memory
-from ..runtime.arrays import ArrayKind, DeviceArray, bind_device_inputs
+from ..runtime.array_views import ArrayKind
+from ..runtime.arrays import DeviceArray, bind_device_inputs
 from ..runtime.cuda_launch import _capturing
 from ..runtime.streams import stream_handle
 from .inputs import locate_inputs

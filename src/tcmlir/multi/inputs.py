@@ -1,7 +1,7 @@
 """A split call's inputs: views (no copy), where each lives, sizes, and row slabs on the host.
 
 Place: shared by `multi.execute` (planning, host parts), `multi.cuda_split` and `multi.tune`.
-An input is a host array, a device array (`runtime.arrays.classify`), or a `shards.Sharded`.
+An input is a host array, a device array (`runtime.array_views.classify`), or a `shards.Sharded`.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ __all__ = ["host_slab", "locate_inputs", "placeholder", "row_bytes", "size_value
 
 
 def locate_inputs(fn: ir.Function, inputs: Sequence[Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Views of the inputs (`runtime.arrays.classify`, no copy) and where each lives (device
+    """Views of the inputs (`runtime.array_views.classify`, no copy) and where each lives (device
     ordinal, or None for the host), checked against ``fn`` like a call's inputs."""
     from ..binding import scalar_array
-    from ..runtime.arrays import DeviceArrayView, classify
+    from ..runtime.array_views import DeviceArrayView, classify
 
     if len(inputs) != len(fn.inputs):
         names = ", ".join(t.name for t in fn.inputs)
@@ -58,7 +58,7 @@ def size_values(fn: ir.Function, views: dict[str, Any]) -> dict[str, int]:
 def host_slab(view: Any, lo: int, hi: int, rank: int) -> np.ndarray:
     """Rows [lo, hi) of an input as a host array (a slice of host arrays; a copy of device
     ones, made only when compiling: an options factory reads the data)."""
-    from ..runtime.arrays import HostArrayView
+    from ..runtime.array_views import HostArrayView
 
     if isinstance(view, HostArrayView):
         return view.array if rank == 0 else view.array[lo:hi]
@@ -83,7 +83,7 @@ def host_slab(view: Any, lo: int, hi: int, rank: int) -> np.ndarray:
 
 
 def placeholder(view: Any, shape: tuple[int, ...], rank: int) -> Any:
-    from ..runtime.arrays import HostArrayView
+    from ..runtime.array_views import HostArrayView
 
     if rank == 0 and isinstance(view, HostArrayView):
         return view.array

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..binding import scalar_array
 from ..errors import CallError
-from ..runtime.arrays import classify
+from ..runtime.array_views import classify
 from ..signature import ALIGN_BYTES
 from .inputs import row_bytes
 from .shards import Sharded
@@ -106,7 +106,7 @@ class Prepared:
 
 def getter_for(x: Any, view: Any) -> int:
     """How the fast path reads ``x``'s pointer (the key fixes its type, shape and strides)."""
-    from ..runtime.arrays import ArrayKind, DeviceArrayView, HostArrayView
+    from ..runtime.array_views import ArrayKind, DeviceArrayView, HostArrayView
 
     if isinstance(view, Sharded):
         return G_SHARDS
@@ -169,7 +169,7 @@ def sources_from_views(fn: Any, views: dict[str, Any], keep: list) -> list[int]:
 def prepare(ex: Any, inputs: Sequence[Any], views: dict[str, Any], src: list[int]) -> Prepared:
     """Everything a call of ``ex`` (a `cuda_split.SplitExecutor`) repeats, from its first
     call's ``inputs``, their ``views`` and source pointers ``src``."""
-    from ..runtime.arrays import ArrayKind, DeviceArrayView
+    from ..runtime.array_views import ArrayKind, DeviceArrayView
     from ..runtime.streams import memory_for
     from .slabs import Slab, input_devices
 

@@ -37,7 +37,7 @@ class Sharded:
     shape: tuple[int, ...]
     dtype: DType
     shards: tuple[Shard, ...]
-    kind: Any  # the `runtime.arrays.ArrayKind` of the shards' arrays
+    kind: Any  # the `runtime.array_views.ArrayKind` of the shards' arrays
 
     @property
     def locations(self) -> tuple[tuple[int, int, int], ...]:

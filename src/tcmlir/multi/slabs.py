@@ -14,7 +14,7 @@ class Slab:
     """Rows of a tensor in device memory, as a CUDA array: what a part's sub-call receives."""
 
     def __init__(self, ptr: int, shape: tuple[int, ...], dtype: Any, owner: Any = None):
-        from ..runtime.arrays import typestr
+        from ..runtime.array_views import typestr
 
         self.shape, self.dtype, self.owner = shape, dtype, owner
         self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr(dtype),

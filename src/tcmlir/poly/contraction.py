@@ -3,37 +3,50 @@
 `contraction_plan(fn, sizes)` reads a checked function and returns a `ContractionPlan` or the
 reason it is not one. A contraction here is
 
-* one statement ``T(lhs) +=! X(...) * Y(...)``, its reduction indices walked as one dimension
-  ``k`` (in the order in which they are one flattened dimension of an operand, as in
-  ``A(m, k0, k1) * B(k0, k1, n)``: each index's stride the next one's times its extent; an
-  operand they are not one dimension of — ``B(k1, k0, n)`` — is addressed index by index,
-  ``Operand.k_scattered``), half-precision (float16 or bfloat16) operands of one type,
-  each read at distinct plain indices, and a float32 ``T`` — optionally followed by the one
-  rounding statement ``C(lhs) = T(lhs)`` that `lang/half_accumulate.py` adds for a half output
-  (``T`` then never leaves the chip);
+* one statement ``T(lhs) +=! X(...) * Y(...)`` with half-precision (float16 or bfloat16)
+  operands of one type and a float32 ``T`` — optionally followed by the one rounding
+  statement ``C(lhs) = T(lhs)`` that `lang/half_accumulate.py` adds for a half output (``T``
+  then never leaves the chip);
+* each operand read at affine index expressions (sums of the statement's indices times
+  integers, plus a constant: ``h + kh``, ``2 * h + kh``, ``KH - 1 - kh``): its address is a
+  constant (``Operand.base``) plus one stride per index, the sum over the dimensions whose
+  expression has it of coefficient times dimension stride (``Operand.strides``);
 * then any number of pointwise statements ``C(lhs) = f(C(lhs), B(...), ...)`` on the output
   (a bias, an activation, a scale: reads of other tensors at lhs indices only), applied to
   each element in registers before it is stored (the *epilogue*);
-* every lhs index that only ``X`` reads is a candidate row index, every one only ``Y`` reads a
-  candidate column index; the last candidate of each in lhs order is ``m`` (``n``), joined by
-  the candidates before it as long as they form one flattened dimension of the operand and of
-  the output (``XW(m, n0, n1, d) +=! X(m, n0, n1, r) * W(d, r)``: ``m, n0, n1`` is one row
-  dimension). The other lhs indices (both operands read them, or neither, or a candidate that
-  is not contiguous with its group) are *batch* indices walked outside the tile;
-* any sizes and strides: each operand is stored in shared memory contiguous along ``k`` where
-  it is in global memory (``k_major``), else along its row dimension; the copies from global
-  memory are 16, 8 or 4 bytes wide (``Operand.copy``: the widest that every stride outside the
-  contiguous dimension keeps aligned), or element loads (odd strides, or no contiguous
-  dimension); copies that reach past the end of a dimension are zero-filled.
+* every lhs index that only ``X`` reads is a row index, every one only ``Y`` reads a column
+  index: all of each, in lhs order, are one dimension ``m`` (``n``; named by its innermost
+  index); the other lhs indices (both operands read them, or neither) are *batch* indices
+  walked outside the tile. The reduction indices are one dimension ``k``, in the order in
+  which they are one flattened dimension of an operand (``A(m, k0, k1) * B(k0, k1, n)``),
+  else in ``X``'s order of strides;
+* a group (``m``, ``n`` or ``k``) need not be one flattened dimension of a tensor (each
+  index's stride the next one's times its extent): it is then several runs there
+  (`ContractionPlan.segments`), addressed run by run (``Operand.row_scattered``,
+  ``k_scattered``, the output likewise). So a convolution is an implicit GEMM:
+  ``O(n, m, h, w) +=! I(n, c, h + kh, w + kw) * Wt(m, c, kh, kw)`` has rows ``m`` (the
+  filter), columns ``n, h, w`` (the input's im2col rows: runs of ``w`` there, and of ``h, w``
+  in the output) and steps ``c, kh, kw``; ``XW(m, n0, n1, d) +=! X(m, n0, n1, r) * W(d, r)``
+  has one row dimension ``m, n0, n1`` of one run;
+* any sizes and strides: each operand is stored in shared memory contiguous along ``k`` or
+  along its rows, whichever gives it wider copies from global memory (or longer contiguous
+  runs; with neither contiguous, the smaller stride); the copies are 16, 8 or 4 bytes wide
+  (``Operand.copy``: the widest that every stride outside the contiguous run keeps aligned
+  and, where the dimension is several runs, that divides the run's extent, so no copy
+  straddles two), or element loads (odd strides, or no contiguous dimension); copies that
+  reach past the end of a dimension are zero-filled, and no row or step past the end (an
+  im2col row past the last image) is read.
 
 Any layout and batch form qualifies: ``A(m,k)·B(k,n)``, ``A(m,k)·B(n,k)``, ``A(k,m)·...``,
-``Z(b,n,m) +=! X(b,n,k) * Y(b,m,k)``. Sizes must be fixed (the strides are constants).
-The plan is pure data; `passes/map_mma.py` maps it and `codegen/gpu_mma.py` emits it.
+``Z(b,n,m) +=! X(b,n,k) * Y(b,m,k)``, NCHW and NHWC convolutions, strided and dilated.
+Sizes must be fixed (the strides are constants). What does not qualify: gathers, products or
+quotients of indices, an operand without an output index of its own (a matrix-vector product,
+a depthwise convolution). The plan is pure data; `passes/map_mma.py` maps it and
+`codegen/gpu_mma.py` emits it.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
 from collections.abc import Mapping
@@ -41,9 +54,10 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..dtypes import DType
+from .host_contraction import address_strides
 
-__all__ = ["ContractionPlan", "MmaMark", "Operand", "contraction_plan", "mma_tile_choice",
-           "parse_mma_mark", "wgmma_problem"]
+__all__ = ["ContractionPlan", "MmaMark", "Operand", "Segment", "contraction_plan", "mma_tile_choice",
+           "parse_mma_mark", "segments", "wgmma_problem"]
 
 _HALF = (DType.FLOAT16, DType.BFLOAT16)
 CHUNK = 8  # halves per 16-byte copy
@@ -54,12 +68,19 @@ class Operand:
     tensor: str
     row: str                      # m for the A operand, n for the B operand
     k_major: bool                 # stored k-contiguous in shared memory (else ``row``-contiguous)
-    strides: tuple[tuple[str, int], ...]  # (index, elements) for every index it reads
+    strides: tuple[tuple[str, int], ...]  # (index, elements) for every index it reads: the sum
+    #                               of coefficient x dimension stride over the dimensions whose
+    #                               index expression has it (``I(n, c, h + kh, w + kw)``)
     copy: int = CHUNK             # elements per copy of a 16-byte aligned tensor: 16, 8 or 4
     #                               bytes (cp.async), else (2-byte halves: odd strides, or no
     #                               contiguous index) element loads
     k_scattered: bool = False     # the reduction indices are not one flattened dimension of
-    #                               this operand: its address of step k goes index by index
+    #                               this operand: its address of step k goes run by run
+    #                               (`ContractionPlan.segments`)
+    row_scattered: bool = False   # its row indices neither (``n, h, w`` of ``I(n, c, h + kh,
+    #                               w + kw)``: runs of ``w``)
+    base: int = 0                 # elements from the tensor's start to the element at all
+    #                               indices 0 (the constant terms of its index expressions)
 
     def stride(self, index: str) -> int:
         return dict(self.strides).get(index, 0)
@@ -103,6 +124,42 @@ class ContractionPlan:
     def out_stride(self, index: str) -> int:
         return dict(self.out_strides).get(index, 0)
 
+    def segments(self, index: str, strides: Mapping[str, int] | tuple[tuple[str, int], ...]
+                 ) -> tuple[Segment, ...]:
+        """How flat positions of ``index``'s group lie in a tensor of ``strides``: its runs
+        of members that flatten there (`segments`)."""
+        return segments(self.members(index), dict(strides), dict(self.extents))
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A run of a group's indices that is one flattened dimension of a tensor: flat position
+    ``p`` of the group is at ``(p // below) % extent * stride`` along it (plus the others)."""
+
+    below: int   # the extent of the group's members inside this run
+    extent: int
+    stride: int
+
+
+def segments(group: tuple[str, ...], strides: Mapping[str, int], extents: Mapping[str, int]
+             ) -> tuple[Segment, ...]:
+    """``group`` (outermost first) in a tensor of ``strides``, innermost run first: members
+    of extent 1 (always 0) are left out unless all are; each run is a longest sequence of
+    members that flatten (each one's stride the next one's times that one's extent)."""
+    live = [i for i in group if extents[i] != 1] or [group[-1]]
+    runs: list[list[str]] = []
+    for i in live:
+        if runs and strides.get(runs[-1][-1], 0) == strides.get(i, 0) * extents[i]:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    out, below = [], 1
+    for run in reversed(runs):
+        ext = math.prod(extents[i] for i in run)
+        out.append(Segment(below, ext, strides.get(run[-1], 0)))
+        below *= ext
+    return tuple(out)
+
 
 def _operand_read(e: ir.Expr) -> ir.Read | None:
     while isinstance(e, ir.Cast):
@@ -110,47 +167,21 @@ def _operand_read(e: ir.Expr) -> ir.Read | None:
     return e if isinstance(e, ir.Read) else None
 
 
-def _strides(fn: ir.Function, read: ir.Read, sizes: Mapping[str, int]) -> dict[str, int] | None:
-    t = fn.tensor(read.tensor)
-    shape = [s.evaluate(sizes) for s in t.shape]
-    out: dict[str, int] = {}
-    stride = 1
-    for idx, ext in zip(reversed(read.indices), reversed(shape), strict=True):
-        if not isinstance(idx, ir.Index) or idx.name in out:
-            return None
-        out[idx.name] = stride
-        stride *= ext
-    return out
-
-
 def _flattens(group: list[str], strides: Mapping[str, int], extents: Mapping[str, int]) -> bool:
-    """``group`` (outermost first) is one dimension of a tensor with ``strides``: each index's
-    stride is the next one's times that one's extent."""
-    return all(strides[o] == strides[i] * extents[i] for o, i in itertools.pairwise(group))
+    """``group`` (outermost first) is one dimension of a tensor with ``strides``."""
+    return len(segments(tuple(group), strides, extents)) == 1
 
 
-def _row_group(last: str, candidates: list[str], strides: tuple[Mapping[str, int], ...],
-               extents: Mapping[str, int]) -> list[str]:
-    """The longest run of ``candidates`` ending at ``last`` that is one flattened dimension of
-    every tensor in ``strides`` (the others stay batch indices, walked outside the tile)."""
-    group = [last]
-    for cand in reversed(candidates[:candidates.index(last)]):
-        trial = [cand, *group]
-        if not all(_flattens(trial, s, extents) for s in strides):
-            break
-        group = trial
-    return group
-
-
-def _copy_width(strides: Mapping[str, int], inner: list[str], chunk: int) -> int:
-    """Elements per copy: the widest of ``chunk`` (16 bytes), its half, ... that divides every
-    stride outside the contiguous group ``inner`` (so every copy is aligned as wide as
-    itself), else 1."""
-    if strides[inner[-1]] != 1:
+def _copy_width(inner: Segment, scattered: bool, others: list[int], chunk: int) -> int:
+    """Elements per copy along the contiguous run ``inner``: the widest of ``chunk`` (16
+    bytes), its half, ... that divides every stride and offset outside it (so every copy is
+    aligned as wide as itself) and, where the run is not the whole dimension (``scattered``:
+    the next position is elsewhere in memory), its extent; 1 where it is not contiguous."""
+    if inner.stride != 1:
         return 1
-    rest = [s for i, s in strides.items() if i not in inner]
     widths = [chunk >> j for j in range(chunk.bit_length())]
-    return next(w for w in widths if all(s % w == 0 for s in rest))
+    return next(w for w in widths
+                if all(s % w == 0 for s in others) and not (scattered and inner.extent % w))
 
 
 def contraction_plan(fn: ir.Function, sizes: Mapping[str, int] | None, tf32: bool = False
@@ -197,10 +228,14 @@ def contraction_plan(fn: ir.Function, sizes: Mapping[str, int] | None, tf32: boo
         if r.lo.evaluate(sizes) != 0:
             return f"index {r.name} does not start at 0"
         extents[r.name] = r.hi.evaluate(sizes)
-    xs, ys = _strides(fn, x, sizes), _strides(fn, y, sizes)
-    outs = _strides(fn, ir.Read(out, tuple(ir.Index(i) for i in st.lhs), DType.FLOAT32), sizes)
-    if xs is None or ys is None or outs is None:
-        return "an operand is not read at distinct plain indices"
+    reads = [address_strides(fn, rd, sizes) for rd in (x, y)]
+    if reads[0] is None or reads[1] is None:
+        return ("an operand is not read at affine indices (sums of the statement's indices "
+                "times integers, plus a constant: no gathers, products or divisions of indices)")
+    (xs, xbase), (ys, ybase) = reads
+    xs = {i: s for i, s in xs.items() if s}
+    ys = {i: s for i, s in ys.items() if s}
+    outs = dict(enumerate_strides(fn, out, st.lhs, sizes))
     for r in st.reduction_indices:
         if r not in xs or r not in ys:
             return f"an operand does not read the reduction index {r}"
@@ -215,29 +250,49 @@ def contraction_plan(fn: ir.Function, sizes: Mapping[str, int] | None, tf32: boo
     if not ms or not ns:
         return "no row index of its own in each operand (a matrix-vector product)"
     if ns[-1] != st.lhs[-1] and ms[-1] == st.lhs[-1]:  # the output's contiguous index on n
-        x, y, xs, ys, ms, ns = y, x, ys, xs, ns, ms
-    m, n = ms[-1], ns[-1]
-    mg = _row_group(m, ms, (xs, outs), extents)
-    ng = _row_group(n, ns, (ys, outs), extents)
+        x, y, xs, ys, ms, ns, xbase, ybase = y, x, ys, xs, ns, ms, ybase, xbase
+    # every row index of an operand's own is one row dimension, in the output's order: where
+    # it is not one flattened dimension of the operand (``I(n, c, h + kh, w + kw)``) or of the
+    # output, each is addressed index by index (`segments`)
+    mg, ng = ms, ns
     batch = tuple(i for i in st.lhs if i not in mg and i not in ng)
     operands = []
-    for read, strides, row in ((x, xs, mg), (y, ys, ng)):
-        scattered = not _flattens(ks, strides, extents)
-        if strides[k] == 1:
-            k_major = True
-        elif strides[row[-1]] == 1:
-            k_major = False
+    for read, strides, base, row in ((x, xs, xbase, mg), (y, ys, ybase, ng)):
+        ksegs = segments(tuple(ks), strides, extents)
+        rsegs = segments(tuple(row), strides, extents)
+        chunk = 128 // fn.tensor(read.tensor).dtype.bits
+
+        outside = [s for i, s in strides.items()  # batch indices, the constant terms
+                   if i not in ks and i not in row and extents[i] != 1] + [base]
+
+        def width(segs, other, outside=outside, chunk=chunk) -> int:
+            rest = [s.stride for s in (*segs[1:], *other)] + outside
+            return _copy_width(segs[0], len(segs) > 1, rest, chunk)
+
+        by_k, by_row = width(ksegs, rsegs), width(rsegs, ksegs)
+        if ksegs[0].stride == 1 or rsegs[0].stride == 1:  # the wider copies, else longer runs
+            k_major = ((by_k, ksegs[0].stride == 1, ksegs[0].extent)
+                       >= (by_row, rsegs[0].stride == 1, rsegs[0].extent))
         else:  # no contiguous dimension: element loads along the one of smaller stride
-            k_major = strides[k] <= strides[row[-1]]
-        width = _copy_width(strides, ks if k_major else row, 128 // fn.tensor(read.tensor).dtype.bits)
-        if scattered and k_major:  # consecutive steps are not consecutive in memory
-            width = 1
-        operands.append(Operand(read.tensor, row[-1], k_major, tuple(strides.items()), width,
-                                scattered))
+            k_major = abs(ksegs[0].stride) <= abs(rsegs[0].stride)
+        operands.append(Operand(read.tensor, row[-1], k_major, tuple(strides.items()),
+                                by_k if k_major else by_row, len(ksegs) > 1, len(rsegs) > 1,
+                                base))
     groups = tuple((g[-1], tuple(g)) for g in (mg, ng, ks) if len(g) > 1)
     return ContractionPlan(0, cast, st.tensor, out, next(iter(dtypes)), operands[0],
-                           operands[1], m, n, k, tuple(extents.items()), batch,
+                           operands[1], mg[-1], ng[-1], k, tuple(extents.items()), batch,
                            tuple(outs.items()), st.lhs, tuple(rest), groups)
+
+
+def enumerate_strides(fn: ir.Function, tensor: str, indices: tuple[str, ...],
+                      sizes: Mapping[str, int]) -> list[tuple[str, int]]:
+    """(index, elements) of ``tensor`` read at the plain ``indices`` (row-major)."""
+    shape = [s.evaluate(sizes) for s in fn.tensor(tensor).shape]
+    out, stride = [], 1
+    for idx, ext in zip(reversed(indices), reversed(shape), strict=True):
+        out.append((idx, stride))
+        stride *= ext
+    return out[::-1]
 
 
 def _is_rounding(fn: ir.Function, c: ir.Statement, st: ir.Statement) -> bool:

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from .. import ir
 from ..dtypes import DType
 
-__all__ = ["MAX_TABLE", "HostContraction", "HostGemmMark", "host_contraction",
-           "parse_host_gemm_mark"]
+__all__ = ["MAX_TABLE", "HostContraction", "HostGemmMark", "address_strides", "host_contraction",
+           "linear_form", "parse_host_gemm_mark"]
 
 _FLOATS = (DType.FLOAT32, DType.FLOAT64)
 MAX_TABLE = 1 << 16  # entries of an offset table of a flattened group of indices
@@ -111,7 +111,7 @@ def parse_host_gemm_mark(name: str) -> HostGemmMark | None:
     return HostGemmMark(v[0], (v[1], v[2], v[3]), (v[4], v[5]), v[6], m.group(8) is not None)
 
 
-def _linear(e: ir.Expr, sizes: Mapping[str, int]) -> tuple[dict[str, int], int] | None:
+def linear_form(e: ir.Expr, sizes: Mapping[str, int]) -> tuple[dict[str, int], int] | None:
     """``e`` as (coefficient per index, constant), or None when it is not affine."""
     if isinstance(e, ir.Index):
         return {e.name: 1}, 0
@@ -121,12 +121,12 @@ def _linear(e: ir.Expr, sizes: Mapping[str, int]) -> tuple[dict[str, int], int] 
         v = e.value
         return ({}, v) if isinstance(v, int) and not isinstance(v, bool) else None
     if isinstance(e, ir.Cast) and e.dtype.is_int:
-        return _linear(e.operand, sizes)
+        return linear_form(e.operand, sizes)
     if isinstance(e, ir.Unary) and e.op == "-":
-        x = _linear(e.operand, sizes)
+        x = linear_form(e.operand, sizes)
         return None if x is None else ({i: -c for i, c in x[0].items()}, -x[1])
     if isinstance(e, ir.Binary) and e.op in ("+", "-", "*"):
-        x, y = _linear(e.lhs, sizes), _linear(e.rhs, sizes)
+        x, y = linear_form(e.lhs, sizes), linear_form(e.rhs, sizes)
         if x is None or y is None:
             return None
         if e.op == "*":
@@ -142,7 +142,7 @@ def _linear(e: ir.Expr, sizes: Mapping[str, int]) -> tuple[dict[str, int], int] 
     return None
 
 
-def _strides(fn: ir.Function, read: ir.Read, sizes: Mapping[str, int]
+def address_strides(fn: ir.Function, read: ir.Read, sizes: Mapping[str, int]
              ) -> tuple[dict[str, int], int] | None:
     """(elements per step of each statement index, constant offset) of ``read``'s address."""
     shape = [s.evaluate(sizes) for s in fn.tensor(read.tensor).shape]
@@ -150,7 +150,7 @@ def _strides(fn: ir.Function, read: ir.Read, sizes: Mapping[str, int]
     offset = 0
     stride = 1
     for idx, ext in zip(reversed(read.indices), reversed(shape), strict=True):
-        lin = _linear(idx, sizes)
+        lin = linear_form(idx, sizes)
         if lin is None:
             return None
         for i, c in lin[0].items():
@@ -190,8 +190,8 @@ def host_contraction(fn: ir.Function, k: int, sizes: Mapping[str, int] | None
     ks = tuple(st.reduction_indices)
     if any(extents[i] == 0 for i in ks):
         return "an empty reduction"
-    xs, ys = _strides(fn, x, sizes), _strides(fn, y, sizes)
-    outs = _strides(fn, ir.Read(st.tensor, tuple(ir.Index(i) for i in st.lhs),
+    xs, ys = address_strides(fn, x, sizes), address_strides(fn, y, sizes)
+    outs = address_strides(fn, ir.Read(st.tensor, tuple(ir.Index(i) for i in st.lhs),
                                 next(iter(dtypes))), sizes)
     if xs is None or ys is None or outs is None:
         return "an operand is not read at affine indices"

@@ -126,11 +126,11 @@ def _cuda_kernels(kernel: Any, state: Any) -> tuple[KernelStructure, ...]:
 
 
 def _host_groups(kernel: Any, state: Any) -> tuple[KernelStructure, ...]:
-    from ..codegen.lower import _groups
+    from ..codegen.ast_groups import top_level_groups
     from ..poly.loops import build_ast
 
     entries = kernel.runner.entries if kernel.runner is not None else ()
-    groups = _groups(build_ast(state))
+    groups = top_level_groups(build_ast(state))
     out = []
     for g, node in enumerate(groups):
         names: set[str] = set()

@@ -3,7 +3,7 @@
 `launch_plan.CudaPlan` keeps one `ParamBlock` per plan (`multi.prepared` one per part of a
 split call): a slot per tensor of the function, per size and for the error flag. A call
 writes the pointers into the slots once; each kernel, which takes only the tensors and sizes
-it reads or writes (`codegen.nvptx.KernelLaunch`), reads its slots through a ``void*`` array
+it reads or writes (`codegen.nvptx_abi.KernelLaunch`), reads its slots through a ``void*`` array
 of its own, the ``kernelParams`` of its ``cuLaunchKernel``.
 """
 

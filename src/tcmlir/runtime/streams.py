@@ -21,7 +21,7 @@ import numpy as np
 
 from ..dtypes import DType
 from ..errors import CallError
-from .arrays import ArrayKind
+from .array_views import ArrayKind
 from .cuda_memory import driver
 
 __all__ = ["CupyMemory", "DriverMemory", "TorchMemory", "memory_for", "stream_handle"]

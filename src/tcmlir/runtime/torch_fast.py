@@ -1,8 +1,9 @@
 """The warm calls of a torch CUDA plan, generated as Python source specialised to the plan.
 
-Place: `launch_plan.CudaPlan._make_torch_call` (every input a torch CUDA tensor, no gather flag)
-calls `generate` once per plan; `tcmlir.api.TCFunction.__call__` calls what it returns. Three
-functions, all over the plan's `ParamBlock` and its `launch_thunk.LaunchRecord`\\ s:
+Place: `launch_call.LaunchCalls._make_torch_call` (of a `launch_plan.CudaPlan`: every input a
+torch CUDA tensor, no gather flag) calls `generate` once per plan;
+`tcmlir.api.TCFunction.__call__` calls what it returns. Three functions, all over the plan's
+`ParamBlock` and its `launch_thunk.LaunchRecord`\\ s:
 
 * ``call(inputs)``: fresh outputs from torch's caching allocator (``torch.empty_like`` of an
   input where one has the output's shape, dtype and layout), temporaries, then the thunk's one

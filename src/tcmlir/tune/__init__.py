@@ -7,9 +7,10 @@
 
 from .autotune import autotune, tune
 from .config import TunerConfig
-from .genetic import GeneticSearch, TuningResult
+from .genetic import GeneticSearch, TuningResult, time_to_within
 from .space import DeviceLimits, SearchSpace, space_for
 from .verify import TuneError, WrongResultWarning
 
 __all__ = ["DeviceLimits", "GeneticSearch", "SearchSpace", "TuneError", "TunerConfig",
-           "TuningResult", "WrongResultWarning", "autotune", "space_for", "tune"]
+           "TuningResult", "WrongResultWarning", "autotune", "space_for", "time_to_within",
+           "tune"]

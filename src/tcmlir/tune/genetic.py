@@ -6,12 +6,15 @@ fill the rest of the population with children of parents chosen in proportion to
 probability ``mutation_rate``; a child equal to a candidate already measured is mutated again
 (a few tries), so generations do not re-spend their budget on known points. Deterministic for
 a given seed: `TuningResult.order` lists the candidates in the order they were evaluated.
+`TuningResult.progress` records, after each generation, the seconds since the search began
+and the best time so far (`time_to_within` reads how soon the search came near its best).
 """
 
 from __future__ import annotations
 
 import math
 import random
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -20,7 +23,7 @@ from .config import TunerConfig
 from .evaluate import Evaluation
 from .space import SearchSpace
 
-__all__ = ["GeneticSearch", "TuningResult"]
+__all__ = ["GeneticSearch", "TuningResult", "time_to_within"]
 
 
 @dataclass
@@ -36,6 +39,19 @@ class TuningResult:
     # chose ``best``; empty when fewer than two candidates ran
     final: list[Evaluation] = field(default_factory=list)
     final_default: Evaluation | None = None  # the default's time in that re-measurement
+    # after each generation: (seconds since the search began, best time so far or inf,
+    # candidates evaluated so far)
+    progress: list[tuple[float, float, int]] = field(default_factory=list)
+
+
+def time_to_within(result: TuningResult, target_s: float, fraction: float = 0.05
+                   ) -> float | None:
+    """Seconds from the start of ``result``'s search until its best time so far was within
+    ``fraction`` of ``target_s`` (a long search's best, say); None if it never was."""
+    for elapsed, best, _ in result.progress:
+        if best <= target_s * (1.0 + fraction):
+            return elapsed
+    return None
 
 
 class GeneticSearch:
@@ -82,6 +98,7 @@ class GeneticSearch:
             on_generation: Callable[[int, TuningResult], None] | None = None,
             should_stop: Callable[[], bool] = lambda: False) -> TuningResult:
         result = TuningResult(best=None)
+        began = time.perf_counter()
         population = self.initial_population()
         for gen in range(self.config.generations):
             fresh = []
@@ -96,6 +113,9 @@ class GeneticSearch:
                 if ev.ok and (result.best is None or ev.time_s < result.best.time_s):
                     result.best = ev
             result.generations_run = gen + 1
+            result.progress.append((time.perf_counter() - began,
+                                    result.best.time_s if result.best else math.inf,
+                                    len(result.evaluated)))
             if on_generation:
                 on_generation(gen, result)
             if should_stop():

@@ -242,8 +242,8 @@ def space_for(fn: ir.Function, target: str, limits: DeviceLimits | None = None,
     from ..poly.contraction import contraction_plan
 
     depth = max((len(s.ranges) for s in fn.statements), default=1)
-    rows = target == "cuda" and reduction_defaults(fn) is not None
-    mixed = target == "cuda" and not rows and mixed_defaults(fn) is not None
+    rows = target == "cuda" and reduction_defaults(MappingOptions, fn) is not None
+    mixed = target == "cuda" and not rows and mixed_defaults(MappingOptions, fn) is not None
     contraction = (target == "cuda" and bool(splittable_statements(fn))
                    and (is_contraction(fn.statements) or is_batched_contraction(fn.statements)))
     tensor_cores = target == "cuda" and not isinstance(contraction_plan(fn, sizes), str)
