@@ -180,3 +180,32 @@ def test_rows_of_other_element_types(rng, dtype, tol):
     # (float16: the float32 accumulator of the half sum, s_acc, is a row temporary too)
     assert kernel.runner.on_chip >= {"mx", "e", "s"}
     _close(kernel.launch(x), _softmax(x), tol)
+
+
+def test_a_late_worker_leaves_its_chunks_to_the_caller():
+    """The pool's one worker is busy (as a worker waiting for a core on a loaded machine
+    would be): the calling thread takes every chunk and the result is whole; the worker, once
+    free, finds none left."""
+    import threading
+
+    x = np.random.default_rng(5).standard_normal((300, 256)).astype(np.float32)
+    kernel = tc.define(SOFTMAX, target="cpu").compile(x, options=FUSED.with_threads(2))
+    runner = kernel.runner
+    ran: list[str] = []
+    for entry in runner.entries:
+        real = entry.call
+
+        def call(*args, real=real):
+            ran.append(threading.current_thread().name)
+            real(*args)
+
+        object.__setattr__(entry, "call", call)
+    gate = threading.Event()
+    blocker = runner._executor().submit(gate.wait)
+    threading.Timer(0.3, gate.set).start()
+    try:
+        _close(kernel.launch(x), _softmax(x))
+    finally:
+        gate.set()
+        blocker.result()
+    assert len(ran) > 2 and set(ran) == {threading.main_thread().name}, ran
