@@ -14,7 +14,8 @@ kernel is defined with ``tc.define(src, target="cpu")`` and compiled with
 ``options=`` uses) and under hand-picked "best" options. Timing: after a warm-up, ``--repeat``
 interleaved rounds, each running the reference, then every tcmlir variant, each twice in a
 row with the second timed (``Kernel.benchmark(..., runs=1)``: the warm call a user's repeated
-call makes; see `interleaved`); a column is the minimum over the rounds, so a machine shared with other work (the header prints the load
+call makes; see `interleaved`; with several threads after a 50 ms pause, so that the previous
+library's threads have stopped spinning); a column is the minimum over the rounds, so a machine shared with other work (the header prints the load
 average) slows the columns alike rather than one of them. ``torch-in`` is the default kernel's
 warm call on torch CPU tensors (the same memory), beside the numpy-input call (ratio
 torch-in / numpy-in: the issue asks for at most 1.5).
@@ -206,17 +207,23 @@ def seconds(f) -> float:
     return time.perf_counter() - t0
 
 
-def interleaved(calls, rounds: int) -> list[float]:
+def interleaved(calls, rounds: int, settle: float = 0.0) -> list[float]:
     """Minimum seconds of each of ``calls`` (functions returning their own time) over
     ``rounds`` rounds, after one warm-up round. A round runs every call twice and keeps the
     second time: the first call after another library's pays for the memory that one
     returned to the system (numpy's softmax frees 16 MiB arrays; the fresh 16 MiB output of
-    the call after it is then faulted in anew, doubling its time)."""
+    the call after it is then faulted in anew, doubling its time). ``settle``: seconds of
+    sleep before each call's pair, so that another library's idle threads have stopped
+    spinning (torch's OpenMP workers spin for milliseconds after a parallel region and take
+    the core a thread of the next call wanted: tcmlir's 2-thread softmax right after
+    torch.softmax ran at its 1-thread time)."""
     for c in calls:
         c()
     best = [float("inf")] * len(calls)
     for _ in range(rounds):
         for i, c in enumerate(calls):
+            if settle:
+                time.sleep(settle)
             c()
             best[i] = min(best[i], c())
     return best
@@ -302,7 +309,7 @@ def main() -> None:
             calls = [lambda ref=ref: seconds(ref)] + [kernel_call(k, inputs) for k in kernels]
             if torch is not None:
                 calls.append(kernel_call(kernels[0], tuple(torch.from_numpy(a) for a in inputs)))
-            best = interleaved(calls, args.repeat)
+            best = interleaved(calls, args.repeat, settle=0.05 if thr != 1 else 0.0)
             t_ref, times = best[0], best[1:1 + len(kernels)]
             row = f"{name:<22}{thr or os.cpu_count():>4}{ref_name:>6}{t_ref * 1e3:>9.2f}"
             for i, t in enumerate(times):
