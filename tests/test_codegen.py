@@ -17,6 +17,7 @@ from tcmlir import ir
 from tcmlir.codegen.host import compile_host_from_ast
 from tcmlir.dtypes import DType
 from tcmlir.errors import CallError, CodegenError, Source
+from tcmlir.runtime.host import CHUNKS_PER_THREAD
 
 F32, F64, I32, I64, U8, BOOL, F16 = (DType.FLOAT32, DType.FLOAT64, DType.INT32, DType.INT64,
                                      DType.UINT8, DType.BOOL, DType.FLOAT16)
@@ -456,7 +457,7 @@ def test_parallel_two_threads_equals_one(M, N, K):
     np.testing.assert_array_equal(one["C"], two["C"])
     assert all(e.range is not None for e in k.entries)
     chunks = k._chunks(k.entries[1], (__import__("ctypes").c_int64 * 3)(M, N, K))
-    assert len(chunks) == min(2, M)
+    assert len(chunks) == min(2 * CHUNKS_PER_THREAD, M)
 
 
 def test_scalar_output_and_size_value():

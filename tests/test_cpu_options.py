@@ -179,9 +179,10 @@ def test_unroll_factors_agree_with_the_oracle(factor, rng):
 
 def test_small_calls_run_on_the_calling_thread():
     """Below SERIAL_INSTANCES a cached host call runs as one chunk (no thread-pool hand-off);
-    above it the parallel loop is cut into one chunk per thread."""
+    above it the parallel loop is cut into `CHUNKS_PER_THREAD` chunks per thread."""
     import numpy as np
 
+    from tcmlir.runtime.host import CHUNKS_PER_THREAD
     from tcmlir.runtime.host_plan import SERIAL_INSTANCES, host_plan
 
     fn = tc.define("def add(float(N) x, float(N) y) -> (z) { z(i) = x(i) + y(i) }", target="cpu")
@@ -192,4 +193,4 @@ def test_small_calls_run_on_the_calling_thread():
         kernel = fn.compile(x, x, options=tc.MappingOptions.naive().with_threads(2))
         plan = host_plan(kernel.runner, fn.ir, {"N": n})
         chunks = [len(c) for _, c in plan._groups]
-        assert (chunks == [1]) if serial else max(chunks) == 2, (n, chunks)
+        assert (chunks == [1]) if serial else max(chunks) == 2 * CHUNKS_PER_THREAD, (n, chunks)

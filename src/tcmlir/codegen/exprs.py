@@ -106,10 +106,11 @@ class ExprEmitter:
 
     def offset(self, tensor: str, indices: list[ir.Value]) -> ir.Value:
         """Row-major linear element offset (i64) of ``indices`` in ``tensor``."""
-        if not indices:
+        first = 1 if tensor in getattr(self.ctx, "row_local", ()) else 0  # a stack row (host_rows)
+        if len(indices) <= first:
             return ir.Constant(I64, 0)
-        off = indices[0]
-        for d in range(1, len(indices)):
+        off = indices[first]
+        for d in range(first + 1, len(indices)):
             off = self.b.add(self.b.mul(off, self.ctx.extent(tensor, d)), indices[d])
         return off
 
@@ -307,6 +308,8 @@ class ExprEmitter:
                 out = getattr(b, _FLOAT_ARITH[op])(lhs, rhs)
                 if self.ctx.target.contract_floats and op in ("+", "-", "*"):
                     out.flags.append("contract")  # a*b+c may become one fma (as nvcc does)
+                if op == "/" and self.ctx.target.reciprocal_divisions:
+                    out.flags.append("arcp")
                 return out
             if op in ("min", "max"):
                 return self.ctx.target.math(b, b.module, "f" + op + "imum", [lhs, rhs])

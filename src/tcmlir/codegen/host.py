@@ -140,7 +140,7 @@ def kernel_from_lowered(fn: tc.Function, lowered: LoweredModule, sizes: Mapping[
         rng = RANGE_FN(jm.address(g.range_name)) if g.range_name else None
         entries.append(EntryPoint(g.name, call, rng))
     return HostKernel(fn, entries, lowered.gathers, jm.llvm_ir, jm.optimized_ir, keepalive=jm,
-                      sizes=sizes, threads=threads)
+                      sizes=sizes, threads=threads, on_chip=lowered.on_chip)
 
 
 def compile_host_from_ast(fn: tc.Function, ast: isl.AstNode, sizes: Mapping[str, int] | None = None,

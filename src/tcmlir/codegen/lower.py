@@ -53,7 +53,8 @@ from .ast_groups import (
     upper_bound,
 )
 from .ast_loops import LoopLowering
-from .exprs import I32, I64, emit_statement
+from .exprs import I32, I64, emit_statement, memory_type
+from .host_rows import row_local_temporaries
 from .isl_exprs import isl_expr
 from .shared_groups import group_key
 from .target import Target
@@ -107,6 +108,8 @@ class LoweredModule:
     gathers: tuple[GatherSite, ...]
     buffers: tuple[str, ...]
     sizes: tuple[str, ...]
+    # temporaries that get no buffer: each lives in a row on a group's stack (`host_rows`)
+    on_chip: tuple[str, ...] = ()
 
 
 class _Function:
@@ -155,13 +158,21 @@ class GroupWalker(_Function, LoopLowering):
     """Walks one group's AST into its body function; implements `exprs.KernelContext`."""
 
     def __init__(self, owner: Lowerer, llfn: ir.Function, parallel: bool,
-                 tensors: tuple[str, ...] | None = None):
+                 tensors: tuple[str, ...] | None = None, row_local: Mapping[str, int] | None = None):
         names = tuple(t.name for t in owner.fn.tensors) if tensors is None else tensors
         nbuf = len(names)
         super().__init__(owner, llfn, llfn.args[nbuf])
         self.target: Target = owner.target
         self.fn = owner.fn
         self.buffers = {name: llfn.args[i] for i, name in enumerate(names)}
+        # row-local temporaries (`host_rows`): a row on this call's stack, addressed without
+        # the first index (`exprs.ExprEmitter.offset`)
+        self.row_local = frozenset(row_local or ())
+        for name, elements in (row_local or {}).items():
+            ty = memory_type(self.fn.tensor(name).dtype)
+            row = self.entry.alloca(ty, size=ir.Constant(I64, elements), name=f"{name}.row")
+            row.align = 64
+            self.buffers[name] = row
         self.lo, self.hi, self.err = llfn.args[nbuf + 1], llfn.args[nbuf + 2], llfn.args[nbuf + 3]
         self.env: dict[str, ir.Value] = {}
         self.parallel = parallel
@@ -303,6 +314,8 @@ class Lowerer:
         # host groups of the same code share a body (`shared_groups`): key -> (body, range)
         self.shared_bodies: dict[tuple, tuple[ir.Function, str | None]] = {}
         self.shared_ranges: dict[tuple[str, ...], str] = {}  # loop bounds -> range function
+        self.on_chip: list[str] = []  # row-local temporaries (`host_rows`), in no group's ABI
+        self._group_tensors: list[tuple[str, ...]] = []
 
     def gather_code(self, tensor: str, statement: int, span: Span | None, dim: int = -1) -> int:
         self.gathers.append(GatherSite(tensor, statement, span, dim))
@@ -317,9 +330,20 @@ class Lowerer:
         return isl_expr(f.entry, build.expr_from_pw_aff(pa), f.param)
 
     def lower(self, ast: isl.AstNode) -> LoweredModule:
-        groups = [self.group(g, node) for g, node in enumerate(top_level_groups(ast))]
+        nodes = top_level_groups(ast)
+        self._group_tensors = [group_tensors(self.fn, node, self.promotion) for node in nodes]
+        groups = [self.group(g, node) for g, node in enumerate(nodes)]
         return LoweredModule(self.module, tuple(groups), tuple(self.gathers),
-                             tuple(t.name for t in self.fn.tensors), self.fn.sizes)
+                             tuple(t.name for t in self.fn.tensors), self.fn.sizes,
+                             tuple(t.name for t in self.fn.temporaries if t.name in self.on_chip))
+
+    def row_local(self, g: int, node: isl.AstNode, loop: isl.AstNode | None) -> dict[str, int]:
+        """The temporaries group ``g`` keeps in a stack row (`host_rows`; targets with
+        `Target.row_local_temporaries` only)."""
+        if not self.target.row_local_temporaries or self.promotion is not None:
+            return {}
+        elsewhere = {t for h, names in enumerate(self._group_tensors) if h != g for t in names}
+        return row_local_temporaries(self.fn, node, loop, elsewhere, self.sizes)
 
     def new_body(self, name: str, tensors: tuple[str, ...] | None = None) -> ir.Function:
         """The internal, always-inlined body ``{name}.body(tensors..., sizes, lo, hi, err)``:
@@ -344,8 +368,12 @@ class Lowerer:
 
     def group(self, g: int, node: isl.AstNode) -> Group:
         name = f"{self.name}_{g}"
-        tensors = group_tensors(self.fn, node, self.promotion)
-        key = group_key(self.fn, node, tensors) if self.promotion is None else None
+        tensors = (self._group_tensors[g] if g < len(self._group_tensors)
+                   else group_tensors(self.fn, node, self.promotion))
+        loop = find_parallel_loop(node)
+        local = self.row_local(g, node, loop)
+        # a body with stack rows is its own (the same code on other tensors may need buffers)
+        key = group_key(self.fn, node, tensors) if self.promotion is None and not local else None
         shared = self.shared_bodies.get(key) if key is not None else None
         if shared is not None:  # the same code as an earlier group: call its body
             body, range_name = shared
@@ -355,8 +383,9 @@ class Lowerer:
             self.wrapper(name, body, tensors)
             return Group(name, range_name)
         body = self.new_body(name, tensors)
-        loop = find_parallel_loop(node)
-        walker = GroupWalker(self, body, parallel=loop is not None, tensors=tensors)
+        walker = GroupWalker(self, body, parallel=loop is not None, tensors=tensors,
+                             row_local=local)
+        self.on_chip.extend(local)
         gathers = len(self.gathers)
         walker.node(node)
         walker.finish()

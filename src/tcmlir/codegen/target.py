@@ -69,6 +69,12 @@ class Target:
     invariant_inputs = False
     # float + - * may be contracted into fused multiply-adds (nvcc's default -fmad=true)
     contract_floats = False
+    # float x / y may become x * (1 / y) (LLVM's arcp), so a division by a loop-invariant
+    # value (softmax's e / s(n)) leaves the loop as one reciprocal
+    reciprocal_divisions = False
+    # temporaries whose rows never cross a parallel loop's iterations live in a stack row
+    # (`host_rows`)
+    row_local_temporaries = False
     # a failed bounds check also writes the index and the extent after its code (`lower`'s err)
     records_index = False
     # built-ins lowered to `llvm.<name>.<type>` intrinsics (name in TC -> intrinsic stem)
@@ -123,6 +129,8 @@ class HostTarget(Target):
     # a*b+c as one fma where the host has it (what BLAS and nvcc do; within a rounding of the
     # unfused value): a multiply and an add took twice the time in every vectorised loop
     contract_floats = True
+    reciprocal_divisions = True
+    row_local_temporaries = True
     records_index = True
     intrinsics = MappingProxyType({
         "sqrt": "sqrt", "exp": "exp", "log": "log", "fabs": "fabs", "floor": "floor",

@@ -3,8 +3,9 @@
 A `HostKernel` holds the entry points of one compiled function (see `tcmlir.codegen.lower` for
 the ABI): one ``void {name}_{g}(buffers, sizes, lo, hi, err)`` per top-level group of the loop
 AST, run in order. A group with a parallel loop also has ``{name}_{g}_range(sizes, out)``; its
-loop's iterations are split into at most ``threads`` equal chunks, one call each, run on the
-kernel's `ThreadPoolExecutor` (ctypes releases the GIL during the call). A group runs as one call
+loop's iterations are split into at most ``threads * CHUNKS_PER_THREAD`` equal chunks, one
+call each, which the calling thread and the ``threads - 1`` workers of the kernel's
+`ThreadPoolExecutor` take in turn as they come free (ctypes releases the GIL during the call). A group runs as one call
 when it has no parallel loop, when ``threads == 1``, or when the loop has fewer than
 ``min_parallel_iterations`` iterations. A failed gather bounds check raises `CallError` naming
 the tensor, the statement, the dimension, the index value and the extent.
@@ -31,6 +32,9 @@ __all__ = ["EntryPoint", "ErrorSlot", "HostKernel"]
 GROUP_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                             ctypes.c_void_p)
 RANGE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+# A parallel loop is cut into this many chunks per thread, taken by the threads as they come
+# free (`HostKernel._run_chunks`), so a thread that starts late leaves less undone.
+CHUNKS_PER_THREAD = 4
 # Sentinels for "no bound": far inside int64 so the kernel's start-alignment arithmetic
 # (lo - first, rounded up to the stride) cannot overflow.
 _LO, _HI = -(2**62), 2**62
@@ -66,8 +70,12 @@ class HostKernel:
 
     def __init__(self, fn: tc.Function, entries: Sequence[EntryPoint], gathers: Sequence[object],
                  llvm_ir: str, optimized_ir: str, keepalive: object, sizes: Mapping[str, int] | None = None,
-                 threads: int | None = None, min_parallel_iterations: int = 2):
+                 threads: int | None = None, min_parallel_iterations: int = 2,
+                 on_chip: Sequence[str] = ()):
         self.fn = fn
+        # temporaries the code keeps in stack rows (`codegen.host_rows`): no buffer, a null
+        # pointer in their slot
+        self.on_chip = frozenset(on_chip)
         self.entries = tuple(entries)
         self.llvm_ir = llvm_ir
         self.optimized_ir = optimized_ir
@@ -115,6 +123,9 @@ class HostKernel:
         out = []
         for t in self.fn.tensors:
             shape = tuple(s.evaluate(sizes) for s in t.shape)
+            if t.role is tc.Role.TEMP and t.name in self.on_chip:
+                out.append(np.empty(0, dtype=t.dtype.numpy))
+                continue
             if t.role is tc.Role.TEMP:
                 make = np.zeros if needs_zero_fill(self.fn, t, sizes) else np.empty
                 out.append(make(shape, dtype=t.dtype.numpy))
@@ -147,15 +158,27 @@ class HostKernel:
 
     def _run_chunks(self, entry: EntryPoint, chunks: Sequence[tuple[int, int]], ptrs: ctypes.Array,
                     sizes: ctypes.Array, errs: Sequence[ErrorSlot]) -> None:
-        """Run one group's chunks (on the pool when there are several); ``errs`` start at 0."""
+        """Run one group's chunks (several: the calling thread and the pool's workers take the
+        next chunk not yet taken until none is left); ``errs`` start at 0."""
         if len(chunks) == 1:
             entry.call(ptrs, sizes, chunks[0][0], chunks[0][1], ctypes.byref(errs[0]))
         else:
+            # The caller works too (its core is already running) and nobody waits for a worker
+            # that starts late: on a loaded machine a woken worker may wait milliseconds for a
+            # core, and the others then take its share (a range iterator's next() is atomic).
+            order = iter(range(len(chunks)))
+
+            def work() -> None:
+                for i in order:
+                    entry.call(ptrs, sizes, chunks[i][0], chunks[i][1], ctypes.byref(errs[i]))
+
             pool = self._executor()
-            futures = [pool.submit(entry.call, ptrs, sizes, lo, hi, ctypes.byref(e))
-                       for (lo, hi), e in zip(chunks, errs, strict=True)]
-            for f in futures:
-                f.result()
+            futures = [pool.submit(work) for _ in range(min(self.threads, len(chunks)) - 1)]
+            try:
+                work()
+            finally:
+                for f in futures:
+                    f.result()
         for e in errs:
             if e.code:
                 self._raise_gather(e)
@@ -169,7 +192,7 @@ class HostKernel:
         trips = -(-(end - first) // inc) if inc > 0 and end > first else 0
         if trips < self.min_parallel_iterations:
             return [(_LO, _HI)]
-        n = min(self.threads, trips)
+        n = min(self.threads * CHUNKS_PER_THREAD, trips)
         bounds = [first + (c * trips // n) * inc for c in range(n + 1)]
         bounds[0], bounds[-1] = _LO, _HI  # the outer chunks also cover anything the range missed
         return list(itertools.pairwise(bounds))
@@ -177,7 +200,7 @@ class HostKernel:
     def _executor(self) -> ThreadPoolExecutor:
         with self._pool_lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix=f"tc-{self.fn.name}")
+                self._pool = ThreadPoolExecutor(max(1, self.threads - 1), thread_name_prefix=f"tc-{self.fn.name}")
             return self._pool
 
     def _raise_gather(self, err: ErrorSlot) -> None:

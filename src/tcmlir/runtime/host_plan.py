@@ -66,7 +66,7 @@ class HostPlan:
         self._fresh = tuple(
             (index[t.name], shape[t.name], t.dtype.numpy,
              np.zeros if needs_zero_fill(fn, t, sizes) else np.empty)
-            for t in (*fn.outputs, *fn.temporaries))
+            for t in (*fn.outputs, *fn.temporaries) if t.name not in kernel.on_chip)
         self._n_outputs = len(fn.outputs)
         # (slot, shape, numpy dtype, np.empty or np.zeros) of each output, in order
         self.fresh_outputs = self._fresh[: self._n_outputs]
