@@ -194,3 +194,35 @@ def test_small_calls_run_on_the_calling_thread():
         plan = host_plan(kernel.runner, fn.ir, {"N": n})
         chunks = [len(c) for _, c in plan._groups]
         assert (chunks == [1]) if serial else max(chunks) == 2 * CHUNKS_PER_THREAD, (n, chunks)
+
+
+@pytest.mark.parametrize("split_faster", [True, False])
+def test_a_plan_splits_its_loops_only_where_measured_faster(monkeypatch, split_faster):
+    """Above SERIAL_INSTANCES a plan alternates unsplit and split calls (PROBE_CALLS of each)
+    and keeps the split only when its fastest call beat the unsplit one by SPLIT_GAIN; the
+    results are the same either way."""
+    import types
+
+    import numpy as np
+
+    import tcmlir.runtime.host_plan as hp
+
+    fn = tc.define("def add(float(N) x, float(N) y) -> (z) { z(i) = x(i) + y(i) }", target="cpu")
+    n = 4 * hp.SERIAL_INSTANCES
+    x = np.arange(n, dtype=np.float32)
+    kernel = fn.compile(x, x, options=tc.MappingOptions.naive().with_threads(2))
+    plan = hp.host_plan(kernel.runner, fn.ir, {"N": n})
+    assert not plan.split and plan._probe == []
+    clock = [0.0]
+
+    def perf_counter():  # a split call takes 0.25 s or 0.5 s, an unsplit one the other
+        clock[0] += (0.25 if plan.split == split_faster else 0.5)
+        return clock[0]
+
+    monkeypatch.setattr(hp, "time", types.SimpleNamespace(perf_counter=perf_counter))
+    modes = []
+    for _ in range(2 * hp.PROBE_CALLS + 3):
+        modes.append(plan.split)
+        np.testing.assert_array_equal(plan.call((x, x)), 2 * x)
+    assert modes[: 2 * hp.PROBE_CALLS] == [False, True] * hp.PROBE_CALLS
+    assert modes[2 * hp.PROBE_CALLS:] == [split_faster] * 3 and plan._probe is None

@@ -3,17 +3,28 @@
 Place: `tcmlir.api.TCFunction.__call__` → `HostPlan.call` → the JIT entry points of a
 `HostKernel`. Everything `HostKernel.run` works out on every call depends only on the
 signature — each tensor's shape, the size array, the chunks each group's parallel loop is cut
-into (one, on the calling thread, below `SERIAL_INSTANCES` statement instances), which fresh buffers must start at zero — so a plan computes it once. A call then only
+into, which fresh buffers must start at zero — so a plan computes it once. A call then only
 takes the inputs' addresses, allocates outputs and temporaries (``np.empty`` where the first
 statement sets every element, else ``np.zeros``), rewrites the pointer array and calls the
 groups. The caller guarantees the inputs match the plan's signature (`signature.call_key`
 selects the plan; a key is only registered after a full check of the same key).
+
+**Split or not, measured.** Handing chunks to the thread pool costs a thread wake-up per
+chunk — about 80 us on this project's 2-core host, more than many whole kernels (matmul 64³:
+13 us on one thread, 106 us on two; an add of 65536 floats 12 against 93 us) — so whether a
+call's parallel loops are split is decided per plan from its own timings, not from a table:
+below `SERIAL_INSTANCES` statement instances a call always runs on the calling thread; above
+it, when the loops can be split, the plan's first calls alternate between the calling thread
+alone and split loops, `PROBE_CALLS` of each, and from then on the plan keeps the split only
+where its fastest split call took less than `SPLIT_GAIN` times its fastest unsplit one. Results do
+not depend on the choice (chunks are whole iterations of a parallel loop).
 """
 
 from __future__ import annotations
 
 import ctypes
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,10 +34,12 @@ from .. import ir as tc
 from ..binding import needs_zero_fill
 from .host import _HI, _LO, ErrorSlot, HostKernel
 
-# Below this many statement instances a call runs on the calling thread: handing chunks to the
-# pool costs tens of microseconds, more than the whole kernel (z = x + y on 1024 floats ran in
-# 78 us on two threads).
+# Below this many statement instances a call runs on the calling thread without measuring:
+# handing chunks to the pool costs tens of microseconds, more than the whole kernel (z = x + y
+# on 1024 floats ran in 78 us on two threads).
 SERIAL_INSTANCES = 1 << 16
+PROBE_CALLS = 3   # calls timed unsplit and as many split (alternating) before a plan chooses
+SPLIT_GAIN = 0.9  # the split is kept when its fastest call is at least 10% faster
 
 
 _char_at = ctypes.c_char.from_buffer
@@ -72,8 +85,9 @@ class HostPlan:
         self.fresh_outputs = self._fresh[: self._n_outputs]
         self._n_tensors = len(tensors)
         self._size_array = (ctypes.c_int64 * max(1, len(fn.sizes)))(*(sizes[s] for s in fn.sizes))
-        serial = tc.instance_count(fn, sizes) < SERIAL_INSTANCES
-        self._groups = tuple((entry, ((_LO, _HI),) if serial else tuple(kernel._chunks(entry, self._size_array)))
+        small = tc.instance_count(fn, sizes) < SERIAL_INSTANCES
+        # the split form of each group (its parallel loop's chunks), used when measured faster
+        self._groups = tuple((entry, ((_LO, _HI),) if small else tuple(kernel._chunks(entry, self._size_array)))
                              for entry in kernel.entries)
         self._pointers = (ctypes.c_void_p * max(1, self._n_tensors))()
         self._errors = [[ErrorSlot() for _ in chunks] for _, chunks in self._groups]
@@ -81,12 +95,16 @@ class HostPlan:
         # every group on the calling thread: its JIT function called with prebuilt ctypes
         # arguments and no argtypes (ctypes converting five arguments through their
         # declared types cost ~1 us of a ~10 us call)
-        self._serial = None
-        if all(len(chunks) == 1 for _, chunks in self._groups):
-            self._serial = tuple(
-                (_raw(entry.call), (self._pointers, self._size_array, ctypes.c_int64(chunks[0][0]),
-                                    ctypes.c_int64(chunks[0][1]), ctypes.byref(errs[0])), errs[0])
-                for (entry, chunks), errs in zip(self._groups, self._errors, strict=True))
+        # (None where an entry is not a JIT function, e.g. wrapped by a test: the general path)
+        self._serial = tuple(
+            (_raw(entry.call), (self._pointers, self._size_array, ctypes.c_int64(_LO),
+                                ctypes.c_int64(_HI), ctypes.byref(errs[0])), errs[0])
+            for (entry, _), errs in zip(self._groups, self._errors, strict=True)
+        ) if all(isinstance(e.call, ctypes._CFuncPtr) for e in kernel.entries) else None
+        splits = any(len(chunks) > 1 for _, chunks in self._groups)
+        # the calls' seconds while the plan measures (unsplit first, then split); None: chosen
+        self._probe: list[float] | None = [] if splits else None
+        self.split = False  # whether calls split their parallel loops (measured: see above)
 
     def call(self, inputs: Sequence[Any]) -> Any:
         """Run on ``inputs`` (C-contiguous numpy arrays or torch CPU tensors of the plan's
@@ -114,7 +132,9 @@ class HostPlan:
                 a = make(shape, dtype)
                 fresh.append(a)
                 pointers[k] = _address(a)
-            if owned and self._serial is not None:
+            probe = self._probe if owned else None
+            began = time.perf_counter() if probe is not None else 0.0
+            if not self.split and owned and self._serial is not None:
                 for f, args, err in self._serial:
                     err.code = 0
                     f(*args)
@@ -122,15 +142,33 @@ class HostPlan:
                         self.kernel._raise_gather(err)
             else:
                 for (entry, chunks), errs in zip(self._groups, errors, strict=True):
+                    if not self.split:
+                        chunks, errs = ((_LO, _HI),), errs[:1]
                     for e in errs:
                         e.code = 0
                     self.kernel._run_chunks(entry, chunks, pointers, self._size_array, errs)
+            if probe is not None:
+                self._measured(time.perf_counter() - began)
         finally:
             if owned:
                 self._lock.release()
         if self._n_outputs == 1:
             return fresh[0]
         return tuple(fresh[: self._n_outputs])
+
+
+    def _measured(self, seconds: float) -> None:
+        """Record one timed call while the plan measures (unsplit and split calls alternate,
+        so that a drift of the machine's load weighs on both); after `PROBE_CALLS` of each,
+        keep the split where its fastest call beat the fastest unsplit one by `SPLIT_GAIN`."""
+        probe = self._probe
+        assert probe is not None
+        probe.append(seconds)
+        if len(probe) < 2 * PROBE_CALLS:
+            self.split = len(probe) % 2 == 1
+            return
+        self.split = min(probe[1::2]) < SPLIT_GAIN * min(probe[0::2])
+        self._probe = None
 
 
 def host_plan(kernel: HostKernel, fn: tc.Function, sizes: Mapping[str, int]) -> HostPlan:
