@@ -196,11 +196,9 @@ def test_small_calls_run_on_the_calling_thread():
         assert (chunks == [1]) if serial else max(chunks) == 2 * CHUNKS_PER_THREAD, (n, chunks)
 
 
-@pytest.mark.parametrize("split_faster", [True, False])
-def test_a_plan_splits_its_loops_only_where_measured_faster(monkeypatch, split_faster):
-    """Above SERIAL_INSTANCES a plan alternates unsplit and split calls (PROBE_CALLS of each)
-    and keeps the split only when its fastest call beat the unsplit one by SPLIT_GAIN; the
-    results are the same either way."""
+def _timed_plan(monkeypatch, seconds):
+    """An add's plan above SERIAL_INSTANCES whose calls take ``seconds(plan, call_index)``
+    by a fake clock."""
     import types
 
     import numpy as np
@@ -212,17 +210,56 @@ def test_a_plan_splits_its_loops_only_where_measured_faster(monkeypatch, split_f
     x = np.arange(n, dtype=np.float32)
     kernel = fn.compile(x, x, options=tc.MappingOptions.naive().with_threads(2))
     plan = hp.host_plan(kernel.runner, fn.ir, {"N": n})
-    assert not plan.split and plan._probe == []
-    clock = [0.0]
+    assert not plan.split and plan._times is not None
+    clock, ticks = [0.0], [0]
 
-    def perf_counter():  # a split call takes 0.25 s or 0.5 s, an unsplit one the other
-        clock[0] += (0.25 if plan.split == split_faster else 0.5)
+    def perf_counter():  # called twice per call: the second tick closes the call
+        ticks[0] += 1
+        clock[0] += seconds(plan, (ticks[0] - 1) // 2) if ticks[0] % 2 == 0 else 0.0
         return clock[0]
 
     monkeypatch.setattr(hp, "time", types.SimpleNamespace(perf_counter=perf_counter))
-    modes = []
-    for _ in range(2 * hp.PROBE_CALLS + 3):
-        modes.append(plan.split)
-        np.testing.assert_array_equal(plan.call((x, x)), 2 * x)
+
+    def calls(count):
+        modes = []
+        for _ in range(count):
+            modes.append(plan.split)
+            np.testing.assert_array_equal(plan.call((x, x)), 2 * x)
+        return modes
+
+    return hp, calls
+
+
+@pytest.mark.parametrize("split_faster", [True, False])
+def test_a_plan_splits_its_loops_only_where_measured_faster(monkeypatch, split_faster):
+    """Above SERIAL_INSTANCES a plan alternates unsplit and split calls (PROBE_CALLS of each),
+    then runs the faster way, and looks at the other way again once the calls since took
+    EXPLORE_EVERY times its time; results are the same either way."""
+    import tcmlir.runtime.host_plan as hp
+
+    monkeypatch.setattr(hp, "EXPLORE_EVERY", 2)
+    hp, calls = _timed_plan(monkeypatch, lambda plan, i: 0.25 if plan.split == split_faster
+                            else 0.5)
+    c = split_faster
+    modes = calls(2 * hp.PROBE_CALLS + 7)
     assert modes[: 2 * hp.PROBE_CALLS] == [False, True] * hp.PROBE_CALLS
-    assert modes[2 * hp.PROBE_CALLS:] == [split_faster] * 3 and plan._probe is None
+    # the chosen way until its calls took more than 2 x 0.5 s (5 calls of 0.25 s), then one
+    # look at the other way
+    after = modes[2 * hp.PROBE_CALLS:]
+    first = after.index(not c)
+    assert set(after[:first]) == {c} and first == 5
+    assert after[first + 1:] == [c] * (len(after) - first - 1)
+
+
+def test_a_choice_made_while_the_machine_was_busy_is_revisited(monkeypatch):
+    """Split calls slow while the plan first measures (another library's threads on the
+    cores), fast afterwards: the next look at the split way finds it and switches."""
+    import tcmlir.runtime.host_plan as hp
+
+    monkeypatch.setattr(hp, "EXPLORE_EVERY", 2)
+    hp, calls = _timed_plan(monkeypatch, lambda plan, i: 0.25 if not plan.split
+                            else 0.5 if i < 2 * hp.PROBE_CALLS else 0.1)
+    modes = calls(2 * hp.PROBE_CALLS + 8)
+    after = modes[2 * hp.PROBE_CALLS:]
+    assert after[:5] == [False] * 5 and after[5] is True  # the look at the split way
+    assert after[6:] == [True, True]  # kept: now measured faster

@@ -195,7 +195,7 @@ def test_a_late_worker_leaves_its_chunks_to_the_caller():
     kernel = fn.compile(x, options=FUSED.with_threads(2))
     runner = kernel.runner
     plan = host_plan(runner, fn.ir, {"N": 300, "M": 256})
-    plan.split, plan._probe = True, None  # split calls (as measured faster on an idle machine)
+    plan.split, plan._times = True, None  # split calls (as measured faster on an idle machine)
     ran: list[str] = []
     for entry in runner.entries:
         real = entry.call

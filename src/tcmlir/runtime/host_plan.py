@@ -15,9 +15,13 @@ chunk — about 80 us on this project's 2-core host, more than many whole kernel
 call's parallel loops are split is decided per plan from its own timings, not from a table:
 below `SERIAL_INSTANCES` statement instances a call always runs on the calling thread; above
 it, when the loops can be split, the plan's first calls alternate between the calling thread
-alone and split loops, `PROBE_CALLS` of each, and from then on the plan keeps the split only
-where its fastest split call took less than `SPLIT_GAIN` times its fastest unsplit one. Results do
-not depend on the choice (chunks are whole iterations of a parallel loop).
+alone and split loops, `PROBE_CALLS` of each; then it splits only where its fastest recent
+split call took less than `SPLIT_GAIN` times its fastest recent unsplit one. Every call is
+timed, and once the calls made since the last look at the other way took `EXPLORE_EVERY`
+times that way's recent time, one call runs the other way again: a choice made while the
+machine was busy (another library's threads spinning on the cores, say) is revisited, for at
+most ~1/`EXPLORE_EVERY` of the run time. Results do not depend on the choice (chunks are whole
+iterations of a parallel loop).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,8 +43,9 @@ from .host import _HI, _LO, ErrorSlot, HostKernel
 # handing chunks to the pool costs tens of microseconds, more than the whole kernel (z = x + y
 # on 1024 floats ran in 78 us on two threads).
 SERIAL_INSTANCES = 1 << 16
-PROBE_CALLS = 3   # calls timed unsplit and as many split (alternating) before a plan chooses
-SPLIT_GAIN = 0.9  # the split is kept when its fastest call is at least 10% faster
+PROBE_CALLS = 3    # calls timed unsplit and as many split (alternating) before a plan chooses
+SPLIT_GAIN = 0.9   # the split is used when its fastest recent call is at least 10% faster
+EXPLORE_EVERY = 100  # run time (in the other way's calls) between two looks at the other way
 
 
 _char_at = ctypes.c_char.from_buffer
@@ -103,7 +109,11 @@ class HostPlan:
         ) if all(isinstance(e.call, ctypes._CFuncPtr) for e in kernel.entries) else None
         splits = any(len(chunks) > 1 for _, chunks in self._groups)
         # the calls' seconds while the plan measures (unsplit first, then split); None: chosen
-        self._probe: list[float] | None = [] if splits else None
+        # each way's recent call times (unsplit, split); None: nothing to choose
+        self._times: tuple[deque[float], deque[float]] | None = (
+            (deque(maxlen=PROBE_CALLS), deque(maxlen=PROBE_CALLS)) if splits else None)
+        self._since = 0.0  # seconds of calls since the other way last ran
+        self._choice = False  # the way chosen (the way a call runs: `split`)
         self.split = False  # whether calls split their parallel loops (measured: see above)
 
     def call(self, inputs: Sequence[Any]) -> Any:
@@ -132,8 +142,8 @@ class HostPlan:
                 a = make(shape, dtype)
                 fresh.append(a)
                 pointers[k] = _address(a)
-            probe = self._probe if owned else None
-            began = time.perf_counter() if probe is not None else 0.0
+            timed = self._times is not None and owned
+            began = time.perf_counter() if timed else 0.0
             if not self.split and owned and self._serial is not None:
                 for f, args, err in self._serial:
                     err.code = 0
@@ -147,7 +157,7 @@ class HostPlan:
                     for e in errs:
                         e.code = 0
                     self.kernel._run_chunks(entry, chunks, pointers, self._size_array, errs)
-            if probe is not None:
+            if timed:
                 self._measured(time.perf_counter() - began)
         finally:
             if owned:
@@ -158,17 +168,25 @@ class HostPlan:
 
 
     def _measured(self, seconds: float) -> None:
-        """Record one timed call while the plan measures (unsplit and split calls alternate,
-        so that a drift of the machine's load weighs on both); after `PROBE_CALLS` of each,
-        keep the split where its fastest call beat the fastest unsplit one by `SPLIT_GAIN`."""
-        probe = self._probe
-        assert probe is not None
-        probe.append(seconds)
-        if len(probe) < 2 * PROBE_CALLS:
-            self.split = len(probe) % 2 == 1
+        """Record a call's time for the way it ran and choose how the next call runs (see
+        the module docstring): alternate while either way has fewer than `PROBE_CALLS`
+        times, else the chosen way, and the other way once it is due."""
+        times = self._times
+        assert times is not None
+        times[self.split].append(seconds)
+        unsplit, split = times
+        if len(unsplit) < PROBE_CALLS or len(split) < PROBE_CALLS:
+            self.split = not self.split
             return
-        self.split = min(probe[1::2]) < SPLIT_GAIN * min(probe[0::2])
-        self._probe = None
+        choice = min(split) < SPLIT_GAIN * min(unsplit)
+        if choice != self._choice or self.split != choice:  # a new choice, or a look made
+            self._since = 0.0
+        else:
+            self._since += seconds
+        self._choice = choice
+        other = times[not self._choice]
+        self.split = (not self._choice if self._since > EXPLORE_EVERY * min(other)
+                      else self._choice)
 
 
 def host_plan(kernel: HostKernel, fn: tc.Function, sizes: Mapping[str, int]) -> HostPlan:
