@@ -232,23 +232,25 @@ def _timed_plan(monkeypatch, seconds):
 
 @pytest.mark.parametrize("split_faster", [True, False])
 def test_a_plan_splits_its_loops_only_where_measured_faster(monkeypatch, split_faster):
-    """Above SERIAL_INSTANCES a plan alternates unsplit and split calls (PROBE_CALLS of each),
-    then runs the faster way, and looks at the other way again once the calls since took
-    EXPLORE_EVERY times its time; results are the same either way."""
+    """Above SERIAL_INSTANCES a plan times unsplit and split calls (PROBE_CALLS of each, in
+    ABBA order), then runs the faster way, and looks at the other way again once the calls since took
+    EXPLORE_FIRST times its time (then twice as long); results are the same either way."""
     import tcmlir.runtime.host_plan as hp
 
-    monkeypatch.setattr(hp, "EXPLORE_EVERY", 2)
+    monkeypatch.setattr(hp, "EXPLORE_FIRST", 2)
     hp, calls = _timed_plan(monkeypatch, lambda plan, i: 0.25 if plan.split == split_faster
                             else 0.5)
     c = split_faster
-    modes = calls(2 * hp.PROBE_CALLS + 7)
-    assert modes[: 2 * hp.PROBE_CALLS] == [False, True] * hp.PROBE_CALLS
-    # the chosen way until its calls took more than 2 x 0.5 s (5 calls of 0.25 s), then one
-    # look at the other way
+    modes = calls(2 * hp.PROBE_CALLS + 18)
+    assert modes[: 2 * hp.PROBE_CALLS] == [False, True, True, False] * (hp.PROBE_CALLS // 2)
+    # the chosen way until its calls took more than 2 x 0.5 s (5 calls of 0.25 s; 4 when the
+    # last measuring call already ran that way), then one look at the other way
     after = modes[2 * hp.PROBE_CALLS:]
     first = after.index(not c)
-    assert set(after[:first]) == {c} and first == 5
-    assert after[first + 1:] == [c] * (len(after) - first - 1)
+    assert set(after[:first]) == {c} and first == (5 if c else 4)
+    # the look confirmed the choice: the next one after twice as long (9 calls of 0.25 s > 2 s)
+    looks = [i for i, mode in enumerate(after) if mode != c]
+    assert looks == [first, first + 10]
 
 
 def test_a_choice_made_while_the_machine_was_busy_is_revisited(monkeypatch):
@@ -256,10 +258,10 @@ def test_a_choice_made_while_the_machine_was_busy_is_revisited(monkeypatch):
     cores), fast afterwards: the next look at the split way finds it and switches."""
     import tcmlir.runtime.host_plan as hp
 
-    monkeypatch.setattr(hp, "EXPLORE_EVERY", 2)
+    monkeypatch.setattr(hp, "EXPLORE_FIRST", 2)
     hp, calls = _timed_plan(monkeypatch, lambda plan, i: 0.25 if not plan.split
                             else 0.5 if i < 2 * hp.PROBE_CALLS else 0.1)
     modes = calls(2 * hp.PROBE_CALLS + 8)
     after = modes[2 * hp.PROBE_CALLS:]
-    assert after[:5] == [False] * 5 and after[5] is True  # the look at the split way
-    assert after[6:] == [True, True]  # kept: now measured faster
+    look = after.index(True)  # the look at the split way, after 1 s of unsplit calls
+    assert look == 4 and after[look:] == [True] * (len(after) - look)  # kept: now faster

@@ -14,13 +14,16 @@ chunk — about 80 us on this project's 2-core host, more than many whole kernel
 13 us on one thread, 106 us on two; an add of 65536 floats 12 against 93 us) — so whether a
 call's parallel loops are split is decided per plan from its own timings, not from a table:
 below `SERIAL_INSTANCES` statement instances a call always runs on the calling thread; above
-it, when the loops can be split, the plan's first calls alternate between the calling thread
-alone and split loops, `PROBE_CALLS` of each; then it splits only where its fastest recent
+it, when the loops can be split, the plan's first calls run on the calling thread alone or split,
+`PROBE_CALLS` of each in the order unsplit, split, split, unsplit, ... (each way as often first
+as second of two calls in a row); then it splits only where its fastest recent
 split call took less than `SPLIT_GAIN` times its fastest recent unsplit one. Every call is
-timed, and once the calls made since the last look at the other way took `EXPLORE_EVERY`
-times that way's recent time, one call runs the other way again: a choice made while the
-machine was busy (another library's threads spinning on the cores, say) is revisited, for at
-most ~1/`EXPLORE_EVERY` of the run time. Results do not depend on the choice (chunks are whole
+timed, and once the calls made since the last look at the other way took `EXPLORE_FIRST`
+times that way's recent time, one call runs the other way again; each look that confirms the
+choice doubles that interval (up to `EXPLORE_MAX`), a look that overturns it starts again.
+A choice made while the machine was busy (another library's threads spinning on the cores
+after its call, say) is revisited within ten calls' worth of time, and a settled one costs
+about 1/`EXPLORE_MAX` of the run time. Results do not depend on the choice (chunks are whole
 iterations of a parallel loop).
 """
 
@@ -43,9 +46,12 @@ from .host import _HI, _LO, ErrorSlot, HostKernel
 # handing chunks to the pool costs tens of microseconds, more than the whole kernel (z = x + y
 # on 1024 floats ran in 78 us on two threads).
 SERIAL_INSTANCES = 1 << 16
-PROBE_CALLS = 3    # calls timed unsplit and as many split (alternating) before a plan chooses
+PROBE_CALLS = 4    # calls timed unsplit and as many split (in ABBA order) before a plan chooses
 SPLIT_GAIN = 0.9   # the split is used when its fastest recent call is at least 10% faster
-EXPLORE_EVERY = 100  # run time (in the other way's calls) between two looks at the other way
+# run time, in calls of the other way, before the next look at it: EXPLORE_FIRST after a new
+# choice, doubled by each look that confirms it, at most EXPLORE_MAX (~0.1% of the run time)
+EXPLORE_FIRST = 10
+EXPLORE_MAX = 1000
 
 
 _char_at = ctypes.c_char.from_buffer
@@ -113,6 +119,7 @@ class HostPlan:
         self._times: tuple[deque[float], deque[float]] | None = (
             (deque(maxlen=PROBE_CALLS), deque(maxlen=PROBE_CALLS)) if splits else None)
         self._since = 0.0  # seconds of calls since the other way last ran
+        self._interval = EXPLORE_FIRST  # the other way's calls' worth of time between looks
         self._choice = False  # the way chosen (the way a call runs: `split`)
         self.split = False  # whether calls split their parallel loops (measured: see above)
 
@@ -169,24 +176,29 @@ class HostPlan:
 
     def _measured(self, seconds: float) -> None:
         """Record a call's time for the way it ran and choose how the next call runs (see
-        the module docstring): alternate while either way has fewer than `PROBE_CALLS`
-        times, else the chosen way, and the other way once it is due."""
+        the module docstring): the measuring order while either way has fewer than
+        `PROBE_CALLS` times, else the chosen way, and the other way once it is due."""
         times = self._times
         assert times is not None
         times[self.split].append(seconds)
         unsplit, split = times
         if len(unsplit) < PROBE_CALLS or len(split) < PROBE_CALLS:
-            self.split = not self.split
+            # unsplit, split, split, unsplit, unsplit, split, ...: each way as often first
+            # and second of two calls in a row (a caller that times pairs, or alternates with
+            # another library, weighs on both alike)
+            done = len(unsplit) + len(split)
+            self.split = (done + 1) // 2 % 2 == 1
             return
         choice = min(split) < SPLIT_GAIN * min(unsplit)
-        if choice != self._choice or self.split != choice:  # a new choice, or a look made
-            self._since = 0.0
+        if choice != self._choice:  # a new choice: look back at the other way soon
+            self._since, self._interval = 0.0, EXPLORE_FIRST
+        elif self.split != choice:  # a look that confirmed the choice: the next one later
+            self._since, self._interval = 0.0, min(2 * self._interval, EXPLORE_MAX)
         else:
             self._since += seconds
         self._choice = choice
-        other = times[not self._choice]
-        self.split = (not self._choice if self._since > EXPLORE_EVERY * min(other)
-                      else self._choice)
+        other = times[not choice]
+        self.split = (not choice) if self._since > self._interval * min(other) else choice
 
 
 def host_plan(kernel: HostKernel, fn: tc.Function, sizes: Mapping[str, int]) -> HostPlan:
