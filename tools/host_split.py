@@ -15,17 +15,12 @@ import dataclasses
 import statistics
 
 import numpy as np
+from tune_sweep import MATMUL as MM  # the tools' matmul and softmax (tools/ is on the path)
+from tune_sweep import SOFTMAX
 
 import tcmlir as tc
 
-MM = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
 ADD = "def add(float(N) A, float(N) B) -> (C) { C(n) = A(n) + B(n) }"
-SOFTMAX = """def softmax(float(N, D) X) -> (O) {
-    mx(n) max=! X(n, d)
-    e(n, d) = exp(X(n, d) - mx(n))
-    s(n) +=! e(n, d)
-    O(n, d) = e(n, d) / s(n)
-}"""
 
 
 def _times(src: str, inputs: tuple, sizes: dict[str, int]) -> dict[str, float]:

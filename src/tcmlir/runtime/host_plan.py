@@ -108,13 +108,14 @@ class HostPlan:
         # arguments and no argtypes (ctypes converting five arguments through their
         # declared types cost ~1 us of a ~10 us call)
         # (None where an entry is not a JIT function, e.g. wrapped by a test: the general path)
-        self._serial = tuple(
-            (_raw(entry.call), (self._pointers, self._size_array, ctypes.c_int64(_LO),
-                                ctypes.c_int64(_HI), ctypes.byref(errs[0])), errs[0])
-            for (entry, _), errs in zip(self._groups, self._errors, strict=True)
-        ) if all(isinstance(e.call, ctypes._CFuncPtr) for e in kernel.entries) else None
+        try:
+            self._serial: tuple | None = tuple(
+                (_raw(entry.call), (self._pointers, self._size_array, ctypes.c_int64(_LO),
+                                    ctypes.c_int64(_HI), ctypes.byref(errs[0])), errs[0])
+                for (entry, _), errs in zip(self._groups, self._errors, strict=True))
+        except ctypes.ArgumentError:
+            self._serial = None
         splits = any(len(chunks) > 1 for _, chunks in self._groups)
-        # the calls' seconds while the plan measures (unsplit first, then split); None: chosen
         # each way's recent call times (unsplit, split); None: nothing to choose
         self._times: tuple[deque[float], deque[float]] | None = (
             (deque(maxlen=PROBE_CALLS), deque(maxlen=PROBE_CALLS)) if splits else None)
@@ -172,7 +173,6 @@ class HostPlan:
         if self._n_outputs == 1:
             return fresh[0]
         return tuple(fresh[: self._n_outputs])
-
 
     def _measured(self, seconds: float) -> None:
         """Record a call's time for the way it ran and choose how the next call runs (see
