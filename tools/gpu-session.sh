@@ -30,7 +30,7 @@ summary=()
 has() { for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 pids=()
 if has tests; then
-  # file lists, and a -k expression per group ("" = all): sixteen pytest processes share the GPU (the
+  # file lists, and a -k expression per group ("" = all): seventeen pytest processes share the GPU (the
   # mixed-rows tests in three: their CPU references at 4097 and 600 x 4096 take minutes)
   groups=("tests/test_gpu_corpus.py" "tests/test_gpu_corpus.py" "tests/test_gpu_corpus.py"
           "tests/test_gpu_rows.py tests/test_gpu_reductions.py" "tests/test_mixed_rows.py" "tests/test_mixed_rows.py" "tests/test_mixed_rows.py" "tests/test_vector_access.py"
@@ -40,9 +40,10 @@ if has tests; then
           "tests/test_profile.py tests/test_profile_advice.py tests/test_profile_ceilings.py tests/test_torch_op.py tests/test_array_kinds.py tests/test_cache_mgmt.py"
           "tests/test_profile_split.py tests/test_dump_kernel.py tests/test_dump_target.py tests/test_robust_calls.py tests/test_robust_codegen.py"
           "tests/test_mma.py tests/test_tune_device_inputs.py tests/test_tune_final.py tests/test_tune_workers.py tests/test_tc_programs.py"
-          "tests/test_mma_shapes.py tests/test_mma_tf32.py tests/test_lead_contraction.py tests/test_cost_model.py tests/test_robust_scale.py")
+          "tests/test_mma_shapes.py tests/test_mma_tf32.py tests/test_lead_contraction.py tests/test_cost_model.py tests/test_robust_scale.py"
+          "tests/test_mma_conv.py")
   kexprs=("not promo and not contraction and not shared" "promo or contraction" "shared" ""
-          "4097x" "600x4096" "not 4097x and not 600x4096" "" "" "" "" "" "" "" "" "")
+          "4097x" "600x4096" "not 4097x and not 600x4096" "" "" "" "" "" "" "" "" "" "")
   for i in "${!groups[@]}"; do
     kargs=(); [ -n "${kexprs[$i]}" ] && kargs=(-k "${kexprs[$i]}")
     # shellcheck disable=SC2086
