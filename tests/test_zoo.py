@@ -110,6 +110,32 @@ def test_runner_times_on_cpu_and_writes_json(tmp_path, capsys, monkeypatch):
     assert len(s["worst"]) == 3
 
 
+def test_saved_defaults_are_timed_beside_todays(tmp_path, capsys, monkeypatch):
+    # --save-defaults writes each forward workload's options; --against times a row with them
+    monkeypatch.setattr(torch, "compile", lambda f: f)
+    saved = tmp_path / "old.json"
+    assert zoo.main(["--size", "tiny", "--only", "mm_square,row_sumsq,grad_softmax",
+                     "--save-defaults", str(saved)]) == 0
+    options = json.loads(saved.read_text())["options"]
+    assert set(options) == {"mm_square", "row_sumsq"}  # (not the gradient)
+    fn = tc.define(zw.by_name("mm_square").tc, target="cuda")
+    assert tc.MappingOptions.from_json(options["mm_square"]) == tc.MappingOptions.default_for(
+        fn.ir, "cuda", zw.by_name("mm_square").dims("tiny"))
+    options["row_sumsq"] = tc.MappingOptions.naive().to_json()  # an older, different choice
+    options["mm_square"] = "not options"  # one that no longer parses: reported, the run goes on
+    saved.write_text(json.dumps({"size": "tiny", "options": options}))
+    out = tmp_path / "zoo.json"
+    assert zoo.main(["--device", "cpu", "--size", "tiny", "--only", "mm_square,row_sumsq",
+                     "--runs", "1", "--json", str(out), "--against", str(saved)]) == 0
+    text = capsys.readouterr().out
+    rows = {r["name"]: r for r in json.loads(out.read_text())["rows"]}
+    assert rows["row_sumsq"]["vs_against"] == pytest.approx(
+        rows["row_sumsq"]["against_ms"] / rows["row_sumsq"]["tcmlir_ms"])
+    assert "against_error" in rows["mm_square"] and "vs_against" not in rows["mm_square"]
+    assert "geomean of the older options' time / today's" in text
+    assert "mm_square: the older options failed" in text
+
+
 def test_a_failing_workload_is_reported_and_the_run_goes_on(capsys, monkeypatch, tmp_path):
     good = zw.by_name("row_sum")
     broken = dataclasses.replace(good, name="broken_source", tc="def bad(float(N) X) -> (O) { O(i) = Y(i) }")

@@ -2,7 +2,7 @@
 
     python tools/zoo.py [--quick] [--size tiny|small|medium|large] [--only SUBSTR[,SUBSTR]]
                         [--device cuda|cpu] [--no-compile] [--no-half] [--budget SECONDS]
-                        [--json OUT.json] [--list]
+                        [--json OUT.json] [--list] [--save-defaults F.json] [--against F.json]
 
 Per workload of `tools/zoo_workloads.py`: inputs on the device, the call users make
 (``tc.define(src, target=...)(*inputs)``, default options; forward + backward through
@@ -20,6 +20,12 @@ out of the geomeans; the run goes on. ``--quick``: the ``quick`` workloads at me
 (~25, made to fit one 8-minute device call with compile times, and a default budget of
 400 s); ``--budget``: start no workload but the first after that many seconds (the rest are
 reported as skipped).
+
+Comparing two versions of the defaults in one device call: ``--save-defaults F.json`` (no GPU
+needed) writes each chosen forward workload's default cuda options at the size class, as the
+checkout it runs from computes them; ``--against F.json`` (such a file, from an older checkout)
+also times every workload it names with those options (``against_ms``, and ``vs_against`` =
+``against_ms / tcmlir_ms``: above 1, today's defaults are faster) and prints their geomean.
 """
 
 from __future__ import annotations
@@ -73,9 +79,11 @@ def rel_error(out: Any, ref: Any) -> float:
     return worst
 
 
-def calls(w: zw.Workload, target: str, inputs: Sequence[Any]) -> tuple[Callable[[], Any], Callable[[], Any]]:
+def calls(w: zw.Workload, target: str, inputs: Sequence[Any],
+          options: Any = None) -> tuple[Callable[[], Any], Callable[[], Any]]:
     """(tcmlir's call, the reference's call) on ``inputs``: forward, or forward + backward
-    (the gradients of the outputs with a fixed random seed, through `tcmlir.torch.op`)."""
+    (the gradients of the outputs with a fixed random seed, through `tcmlir.torch.op`).
+    ``options``: those of the forward call (None: the defaults)."""
     import torch
 
     import tcmlir as tc
@@ -83,7 +91,7 @@ def calls(w: zw.Workload, target: str, inputs: Sequence[Any]) -> tuple[Callable[
     fn = tc.define(w.tc, target=target)
     if not w.grad:
         def ours():
-            return fn(*inputs)
+            return fn(*inputs, options=options)
 
         def ref():
             with torch.no_grad():
@@ -129,8 +137,16 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def default_options(w: zw.Workload, size: str) -> str:
+    """The JSON of ``w``'s default cuda options at size class ``size`` (no GPU needed)."""
+    import tcmlir as tc
+
+    fn = tc.define(w.tc, target="cuda")
+    return tc.MappingOptions.default_for(fn.ir, "cuda", w.dims(size)).to_json()
+
+
 def run_workload(w: zw.Workload, size: str, device: str, *, torch_compile: bool = True,
-                 runs: int | None = None) -> dict[str, Any]:
+                 runs: int | None = None, against: str | None = None) -> dict[str, Any]:
     """One workload's row: status (``ok``, ``mismatch``, ``error``), times in ms, ratios."""
     import torch
 
@@ -165,6 +181,17 @@ def run_workload(w: zw.Workload, size: str, device: str, *, torch_compile: bool 
         return row
     row["status"] = "ok"
     row["vs_eager"] = row["eager_ms"] / row["tcmlir_ms"]
+    if against is not None:
+        try:
+            theirs, _ = calls(w, target, inputs, options=against)
+            err = rel_error(theirs(), expected)
+            if err <= w.tol:
+                row["against_ms"] = timer(device, theirs, runs) * 1e3
+                row["vs_against"] = row["against_ms"] / row["tcmlir_ms"]
+            else:
+                row["against_error"] = f"max relative error {err:.3g} > {w.tol:g}"
+        except Exception as exc:  # noqa: BLE001 - the older options may no longer compile
+            row["against_error"] = first_line(exc)
     if torch_compile:
         try:
             # a fresh dynamo state per workload: the wrappers share one code object, whose
@@ -252,9 +279,23 @@ def main(argv: list[str] | None = None) -> int:
                     help="start no new workload after this many seconds")
     ap.add_argument("--json", default=None, help="write the rows and the summary here")
     ap.add_argument("--list", action="store_true", help="list the chosen workloads and exit")
+    ap.add_argument("--save-defaults", default=None, metavar="F.json",
+                    help="write the chosen workloads' default cuda options and exit")
+    ap.add_argument("--against", default=None, metavar="F.json",
+                    help="also time the workloads this file names with its options")
     args = ap.parse_args(argv)
     size = args.size or "medium"
     chosen = zw.select(args.only, quick=args.quick, half=not args.no_half)
+    if args.save_defaults:
+        saved = {w.name: default_options(w, size) for w in chosen if not w.grad}
+        with open(args.save_defaults, "w", encoding="utf-8") as f:
+            json.dump({"size": size, "options": saved}, f, indent=1)
+        print(f"zoo: the default options of {len(saved)} workloads at {size} -> {args.save_defaults}")
+        return 0
+    against: dict[str, str] = {}
+    if args.against:
+        with open(args.against, encoding="utf-8") as f:
+            against = json.load(f)["options"]
     if args.list:
         for w in chosen:
             dims = " ".join(f"{k}={v}" for k, v in w.dims(size).items())
@@ -283,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
                          "status": "skipped", "error": f"budget of {args.budget:g} s spent"})
             continue
         torch.manual_seed(0)
-        row = run_workload(w, size, args.device, torch_compile=not args.no_compile, runs=args.runs)
+        row = run_workload(w, size, args.device, torch_compile=not args.no_compile, runs=args.runs,
+                           against=against.get(w.name))
         row["elapsed_s"] = time.perf_counter() - t0
         rows.append(row)
         print(format_row(row), flush=True)
@@ -291,6 +333,14 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.empty_cache()
     s = summary(rows)
     print_summary(s)
+    if against:
+        vs = [(r["name"], r["vs_against"]) for r in rows if "vs_against" in r]
+        print(f"against {args.against}: geomean of the older options' time / today's "
+              f"{fmt(geomean([v for _, v in vs]), '.3f')} over {len(vs)} workloads; "
+              + ", ".join(f"{n} {v:.2f}" for n, v in sorted(vs, key=lambda x: x[1])))
+        for r in rows:
+            if "against_error" in r:
+                print(f"  {r['name']}: the older options failed: {r['against_error']}")
     print(f"total {time.perf_counter() - t0:.1f} s")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
