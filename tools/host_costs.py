@@ -178,10 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     lib = _libcuda()
     direct = plan._direct
     if lib is not None and direct is not None:
-        f = direct.pointer(int(plan._kernels[0][0]))
-        dims = plan._kernels[0][1:]
+        # a plan's kernel: (function, grid x y z, block x y z, dynamic shared bytes)
+        function, gx, gy, gz, bx, by, bz, shared = plan._kernels[0]
+        f = direct.pointer(int(function))
         st, params = direct.stream(stream), direct.pointer(plan.block.kernel_addresses[0])
-        row("cuLaunchKernel through ctypes", lambda: direct.launch(f, *dims, 0, st, params, None))
+        row("cuLaunchKernel through ctypes",
+            lambda: direct.launch(f, gx, gy, gz, bx, by, bz, shared, st, params, None))
         out = ctypes.c_void_p()
         row("cuCtxGetCurrent through ctypes", lambda: direct.get_current(ctypes.byref(out)))
     torch.cuda.synchronize()
