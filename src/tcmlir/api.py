@@ -178,8 +178,10 @@ class TCFunction:
         # the caller's capture): a kernel not compiled yet is refused before any driver call
         kernel, bound = self._compile(inputs, options, None, None,
                                       compile_missing=not _capturing_torch(inputs, stream))
+        # (an options factory answers for the first call of each signature, factories.py: its
+        # choice is remembered with the plan like the defaults')
         return self._launch(kernel, inputs, outputs, bound, stream=stream,
-                            remember=options is None and self.options_factory is None)
+                            remember=options is None)
 
     def check_errors(self) -> None:
         """Wait for this function's CUDA work and raise the `CallError` of any gather bounds
