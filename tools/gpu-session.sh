@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One full GPU check in one call of the lent machine (it has many cores, one or two GPUs):
-#   bash tools/gpu-session.sh [tests|sanitize|bench|smoke|mma|zoo|tune|sweep]...   (default: tests sanitize bench)
+#   bash tools/gpu-session.sh [tests|sanitize|bench|smoke|mma|zoo|tune|check|sweep]...   (default: tests sanitize bench)
 # Installs the carried wheels (.whl/) and tcmlir without downloads, then runs, with time limits:
 #   tests     the GPU tests, split over 16 pytest processes that share the GPU
 #   sanitize  compute-sanitizer memcheck on the corpus and racecheck/synccheck on reductions
@@ -11,6 +11,8 @@
 #             beside cuBLAS; MMA_VARIANTS=1 adds the ladder of mappings)
 #   zoo       tools/zoo.py --quick (the workload zoo beside eager and torch.compile; zoo.json)
 #   tune      tools/tune_gpu.py (autotuning matmul and softmax on 1 and, if present, 2 GPUs)
+#   check     tools/tune_check.py (tune matmul 2048^3, skinny, softmax; serve the cached options in
+#             a separate process beside the default; tune_check.json)
 #   sweep     tools/tune_sweep.py --target cuda (tune at one size, serve six others beside the
 #             default and a tuning at each; time-to-within-5% of a long search; sweep.json)
 # Logs go to $OUT (./gpu-out when unset); a summary line per step is printed at the end.
@@ -100,6 +102,10 @@ if has tune; then
   timeout 500 python3 tools/tune_gpu.py --json "$OUT/tune.json" >"$OUT/tune.log" 2>&1
   echo "tune: exit $?" >"$OUT/.sum-tune"
 fi
+if has check; then
+  timeout "${CHECK_LIMIT:-400}" python3 tools/tune_check.py --json "$OUT/tune_check.json" >"$OUT/tune_check.log" 2>&1
+  echo "tune check: exit $?" >"$OUT/.sum-check"
+fi
 if has sweep; then
   timeout "${SWEEP_LIMIT:-540}" python3 tools/tune_sweep.py --target cuda ${SWEEP_ARGS:-} \
     --json "$OUT/sweep.json" >"$OUT/sweep.jsonl" 2>"$OUT/sweep.log"
@@ -107,6 +113,6 @@ if has sweep; then
 fi
 cat "$OUT"/.sum-* 2>/dev/null; rm -f "$OUT"/.sum-*
 grep -h -E "^(FAILED|ERROR) " "$OUT"/gpu-tests-*.log 2>/dev/null | head -40
-tail -n 40 "$OUT"/mma-bench.log "$OUT"/zoo.log "$OUT"/bench.log "$OUT"/smoke.log "$OUT"/launch.log "$OUT"/host_costs.log "$OUT"/tune.log "$OUT"/sweep.log 2>/dev/null
+tail -n 40 "$OUT"/mma-bench.log "$OUT"/zoo.log "$OUT"/bench.log "$OUT"/smoke.log "$OUT"/launch.log "$OUT"/host_costs.log "$OUT"/tune.log "$OUT"/tune_check.log "$OUT"/sweep.log 2>/dev/null
 if [ -e "$OUT/.tests-failed" ]; then rm -f "$OUT/.tests-failed"; exit 1; fi
 exit 0
