@@ -4,27 +4,34 @@
 that are not the innermost index of its reads (`column_problem` is None; a read of only
 reduced indices, a per-row operand such as ``w(n)``, is a broadcast to the warp and allowed);
 `map-mixed` calls it for each column reduction of a program that also has row statements. Threads take
-consecutive columns, so every warp reads consecutive addresses; the reduced dimension is split
-over ``blockIdx.y`` so that enough blocks run; each thread sums its share of one column in a
-register and folds it into ``S(d)`` atomically (``red.global.add`` for sums, compare-and-swap
-otherwise)::
+consecutive columns, so every warp reads consecutive addresses; the widest lhs index before
+the column (``a`` in ``S(a, d) +=! X(a, n, d)``; "outer" below) is strided over ``blockIdx.z``,
+and the reduced dimension over ``blockIdx.y`` as far as the SMs still need blocks; each thread
+sums its share of one column in a register and folds it into ``S(a, d)`` atomically
+(``red.global.add`` for sums, compare-and-swap otherwise)::
 
     sequence
       filter { S0_init }                       (the ``!`` form only)
-        kernel grid=GI,1,1 block=B,1,1         the identity, before any block folds
-          filter d mod B = _tx and floor(d / B) mod GI = _bx
-            band [outer lhs dims..., floor(d / (B GI))]
+        kernel grid=GI,1,GZ block=B,1,1        the identity, before any block folds
+          filter d mod B = _tx and floor(d / B) mod GI = _bx and a mod GZ = _bz
+            band [outer lhs dims, a as floor(a / GZ)..., floor(d / (B GI))]
       filter { S0 }
-        kernel grid=GX,GY,1 block=B,1,1
-          filter d mod B = _tx and floor(d / B) mod GX = _bx and n mod GY = _by
-            band [outer lhs dims..., floor(d / (B GX))]
+        kernel grid=GX,GY,GZ block=B,1,1
+          filter d mod B = _tx and floor(d / B) mod GX = _bx and n mod GY = _by and a mod GZ = _bz
+            band [outer lhs dims, a as floor(a / GZ)..., floor(d / (B GX))]
               mark "accumulate S0 atomic"      one accumulator per thread, no barrier
                 band [floor(n / GY), other reduction dims...]
 
 The blocks fold in no fixed order: a float sum is not bitwise deterministic run to run; integer
 results are exact. 32- and 64-bit types only. ``B`` is the largest power of two <= ``threads``
-that the columns need, ``GX`` covers the columns (at most ``grid``), ``GY`` fills the SMs
-(`gpu_defaults.SM_COUNT` × 2048 / B blocks in all) without exceeding the reduced extent.
+that the columns need, ``GX`` covers the columns (at most ``grid``). Of the blocks the SMs
+hold at once (`gpu_defaults.SM_COUNT` × 2048 / B; H), ``GZ`` takes what the outer index can
+use, ``GX`` × ``GZ`` <= min(H, ``grid``) (at most 65535; 1 without an outer index, the ``a
+mod`` part then absent), and ``GY`` the rest, ``GX`` × ``GY`` × ``GZ`` <= H, at most the
+reduced extent: a reduction is split (one atomic per chunk) only as far as the outputs alone
+leave SMs idle. (Before ``GZ``, a mid-axis sum
+256×512×256 ran grid (1, 512): every thread walked all 256 values of ``a`` with one atomic per
+element read.)
 """
 
 from __future__ import annotations
@@ -90,12 +97,15 @@ def _extent(r: tc.IndexRange, sizes) -> int | None:
 
 def _kernel(node: isl.ScheduleNode, sets: list[isl.Set], col: int, outer: list[int],
             inner: Callable[[list[str]], list[str]] | None, b: int, gx: int,
-            split: tuple[int, int] | None, mark: str | None) -> isl.ScheduleNode:
+            split: tuple[int, int] | None, mark: str | None,
+            zsplit: tuple[int, int] | None = None) -> isl.ScheduleNode:
     """Fill the leaf ``node`` (whose domain is the union of ``sets``, statements of the same
-    lhs rank) with one kernel's subtree; ``inner(dims)`` are the accumulated band's members."""
+    lhs rank) with one kernel's subtree; ``inner(dims)`` are the accumulated band's members;
+    ``split``/``zsplit``: (dimension, blocks) strided over ``blockIdx.y``/``.z``."""
     ctx = node.get_ctx()
     params = _params(node.get_domain())
     gy = 1 if split is None else split[1]
+    gz = 1 if zsplit is None else zsplit[1]
 
     def union(text_of: Callable[[str, list[str]], str]) -> str:
         return "; ".join(text_of(x.get_tuple_name(), _dims(x)) for x in sets)
@@ -105,6 +115,8 @@ def _kernel(node: isl.ScheduleNode, sets: list[isl.Set], col: int, outer: list[i
         text = f"{c} mod {b} = _tx and floor({c}/{b}) mod {gx} = _bx"
         if split is not None:
             text += f" and {dims[split[0]]} mod {gy} = _by"
+        if zsplit is not None:
+            text += f" and {dims[zsplit[0]]} mod {gz} = _bz"
         return f"{name}[{', '.join(dims)}] : {text}"
 
     filt = isl.UnionSet.read_from_str(ctx, f"[{params}] -> {{ {union(cond)} }}")
@@ -119,7 +131,9 @@ def _kernel(node: isl.ScheduleNode, sets: list[isl.Set], col: int, outer: list[i
         return at.insert_partial_schedule(mupa)
 
     def outer_exprs(dims: list[str]) -> list[str]:
-        return [dims[i] for i in outer] + [f"floor({dims[col]}/{b * gx})"]
+        walked = [f"floor({dims[i]}/{gz})" if zsplit is not None and i == zsplit[0] else dims[i]
+                  for i in outer]
+        return [*walked, f"floor({dims[col]}/{b * gx})"]
 
     top = band(node, outer_exprs)
     for m in range(len(outer) + 1):
@@ -134,9 +148,25 @@ def _kernel(node: isl.ScheduleNode, sets: list[isl.Set], col: int, outer: list[i
         leaf = leaf.insert_mark(isl.Id(mark, context=ctx))
         top = leaf.parent()
     node = top.insert_filter(filt)
-    node = pin_unused(node, BLOCK_PARAMS, [gx, gy, 1])
+    node = pin_unused(node, BLOCK_PARAMS, [gx, gy, gz])
     node = pin_unused(node, THREAD_PARAMS, [b, 1, 1])
-    return node.insert_mark(isl.Id(KernelMark((gx, gy, 1), (b, 1, 1)).name, context=ctx))
+    return node.insert_mark(isl.Id(KernelMark((gx, gy, gz), (b, 1, 1)).name, context=ctx))
+
+
+def _outer_blocks(st: tc.Statement, n_lhs: int, sizes, most: int) -> tuple[int, int] | None:
+    """(dimension, blocks) for ``blockIdx.z``: the widest lhs index before the column index
+    (the last of equals; the last when the sizes are not known), strided over at most
+    ``most`` blocks (and 65535), else None (no such index, or one block). Without it every
+    thread walked every outer output (``S(a, c) +=! X(a, b, c)``: 256 values of ``a``) while
+    the blocks split the reduction down to one value each, one atomic per element read."""
+    if n_lhs < 2 or most < 2:
+        return None
+    extents = [_extent(st.ranges[i], sizes) for i in range(n_lhs - 1)]
+    if any(e is None for e in extents):
+        return n_lhs - 2, min(most, 65535)
+    widest = max(range(n_lhs - 1), key=lambda i: (extents[i], i))
+    blocks = min(most, 65535, extents[widest])
+    return (widest, blocks) if blocks > 1 else None
 
 
 def accumulate_mark_name(statements: tuple[int, ...]) -> str:
@@ -159,8 +189,11 @@ def build_columns(state: CompileState, domain: isl.UnionSet, threads: int,
     while cols is not None and b > 32 and b // 2 >= cols:
         b //= 2
     gx = max(1, min(grid, -(-cols // b) if cols else grid))
+    budget = SM_COUNT * (2048 // b)  # the blocks of b threads the SMs hold at once
+    zsplit = _outer_blocks(st, n_lhs, state.sizes, max(1, min(grid, budget) // gx))
+    gz = 1 if zsplit is None else zsplit[1]
     red0 = _extent(st.ranges[n_lhs], state.sizes)
-    gy = max(1, min(65535, red0 or 1, (SM_COUNT * (2048 // b)) // gx))
+    gy = max(1, min(65535, red0 or 1, budget // (gx * gz)))
     ctx = domain.get_ctx()
     sets = {s.get_tuple_name(): s for s in sets_of(domain) if not s.is_empty()}
     updates = [sets[f"S{k}"] for k in statements if f"S{k}" in sets]
@@ -178,7 +211,7 @@ def build_columns(state: CompileState, domain: isl.UnionSet, threads: int,
         seq = root.insert_sequence(filters)
         gi = max(1, min(grid, -(-cols // b) if cols else grid))
         node = _kernel(seq.child(0).child(0), inits, n_lhs - 1, list(range(n_lhs - 1)), None, b, gi,
-                       None, None)
+                       None, None, zsplit)
         node = node.parent().parent().child(1).child(0)
     else:
         node = root
@@ -188,5 +221,5 @@ def build_columns(state: CompileState, domain: isl.UnionSet, threads: int,
 
     ran = tuple(k for k in statements if f"S{k}" in sets)
     node = _kernel(node, updates, n_lhs - 1, list(range(n_lhs - 1)), inner, b, gx, (n_lhs, gy),
-                   accumulate_mark_name(ran))
+                   accumulate_mark_name(ran), zsplit)
     return node.get_schedule()

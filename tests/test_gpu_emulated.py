@@ -100,6 +100,7 @@ CASES = [
     ("softmax_1000", {"N": 3, "D": 45}), ("log_softmax_128", None),  # row reductions
     ("layernorm_1000", {"T": 3, "D": 70}), ("rmsnorm", None), ("row_min_3d", None),
     ("col_sum", {"N": 37, "D": 13}), ("first_axis_sum3d", None),  # column reductions
+    ("mid_axis_sum", {"A": 5, "B": 37, "C": 33}),               # (outer outputs on blockIdx.z)
     ("softmax_cols", None),                                     # column softmax (mixed)
     ("full_sum_scalar", {"N": 1003}), ("full_max", None), ("full_sum_2d", None),
     ("mm_odd", {"M": 37, "K": 19, "N": 35}), ("mm_tn", None), ("mm_small_k", None),
@@ -121,7 +122,7 @@ MARKS = {
     **dict.fromkeys(["softmax_1000", "log_softmax_128", "layernorm_1000", "rmsnorm", "row_min_3d",
                      "matvec", "global_avgpool", "groupnorm", "batchnorm_train",
                      "causal_softmax"], ROWS_MARK),
-    **dict.fromkeys(["col_sum", "first_axis_sum3d", "vecmat"], COLUMNS_MARK),
+    **dict.fromkeys(["col_sum", "first_axis_sum3d", "mid_axis_sum", "vecmat"], COLUMNS_MARK),
     **dict.fromkeys(["full_sum_scalar", "full_max", "full_sum_2d"], FULL_MARK),
     "softmax_cols": r"reduction S\d+ threads=\d+",
 }

@@ -355,3 +355,32 @@ def test_two_dimensional_full_sum_spreads_rows_over_blocks(shape, rng):
     if x.size <= 10_000:
         (got,) = simulate_call(fn.ir, [x], opts)
         np.testing.assert_allclose(got, x.sum(dtype=np.float64), rtol=1e-4)
+
+
+@pytest.mark.parametrize("t", ("float", "double", "int32", "int64"))
+def test_full_sum_folds_its_blocks_with_a_reduction_not_a_cas_loop(t):
+    """The blocks of a full sum fold their totals by ``atomicrmw add`` (``red.global.add``,
+    done in L2), not a compare-and-swap loop: 264 blocks finishing together each waited for
+    a round trip per lost race (64 MB in 81 us on an H100 where eager takes 29)."""
+    fn = tc.define(FULL.format(t=t, op="+"))
+    kernel = fn.compile(np.zeros(1 << 20, DTYPES[t]), target="cuda", arch="sm_90")
+    assert "atomic" in kernel.schedule
+    ptx = _ptx(kernel)
+    assert "atom.global.add" in ptx or "red.global.add" in ptx
+    assert ".cas." not in ptx
+
+
+@pytest.mark.parametrize("op", ("min", "max"))
+def test_full_min_max_skips_the_cas_when_the_total_changes_nothing(op, rng):
+    """A block whose total would not change the value seen does no compare-and-swap (a min or
+    max only moves away from it); the emulated kernel still finds the extreme."""
+    import mma_emulator as emu
+
+    src = FULL.format(t="float", op=op)
+    kernel = tc.define(src).compile(np.zeros(1 << 20, np.float32), target="cuda", arch="sm_90")
+    assert "red.cas.swap" in kernel.llvm_ir and ".cas." in _ptx(kernel)
+    x = rng.standard_normal(70_001).astype(np.float32)
+    kernel = tc.define(src).compile(x, target="cuda", arch="sm_90")
+    arrays = {"A": x, "s": np.full((), np.nan, np.float32)}
+    emu.run_kernel(kernel, arrays, {"N": x.size})
+    assert arrays["s"] == (x.min() if op == "min" else x.max())

@@ -283,14 +283,17 @@ def test_full_reduction_spans_the_grid(t, op):
     fn = tc.define(src)
     assert tc.MappingOptions.default_for(fn.ir, "cuda").row_block == 1024
     kernel = _compile(src, np.zeros(1 << 20, DTYPES[t]))
-    # the identity first (one thread), then every block folds its share by compare-and-swap;
+    # the identity first (one thread), then every block folds its share atomically (a sum by
+    # red.global.add, other operators by compare-and-swap);
     # with 128-bit lanes every thread reads a group: at most 2^20 / (lanes * 1024) blocks
     lanes = 16 // np.dtype(DTYPES[t]).itemsize
     assert "kernel grid=1,1,1 block=1,1,1" in kernel.schedule
     assert f"kernel grid={min(264, (1 << 20) // (lanes * 1024))},1,1 block=1024,1,1" in kernel.schedule
     assert "reduction S0 threads=1024 atomic" in kernel.schedule
     ptx = _checked_ptx(kernel)
-    assert ptx.count(".entry") == 2 and "atom.relaxed.sys.global.cas" in ptx
+    assert ptx.count(".entry") == 2
+    assert ("atom.relaxed.sys.global.cas" in ptx) == (op != "+")
+    assert ("atom.global.add" in ptx) == (op == "+")
     assert "bar.sync" in ptx and "shfl.sync.bfly" in ptx
 
 

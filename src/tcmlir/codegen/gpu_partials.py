@@ -23,11 +23,10 @@ from dataclasses import dataclass
 import islpy as isl
 from llvmlite import ir
 
-from .. import ir as tc
 from ..errors import CodegenError
 from .ast_groups import STATEMENT_NAME
-from .exprs import _COMBINE, ExprEmitter, const, value_type
-from .gpu_reduce import _atomic_fold, fold_rhs
+from .exprs import ExprEmitter, const, value_type
+from .gpu_reduce import fold_atomically, fold_rhs
 from .isl_exprs import id_names
 from .lower import GroupWalker
 
@@ -95,11 +94,7 @@ class RowPartials:
             em = ExprEmitter(w, {}, slot.statement)
             off = em.offset(st.tensor, [w.expr(e) for e in slot.lhs])
             acc = b.load(slot.acc)
-            if st.reduction is tc.Reduction.ADD:  # native red.global.add (f32, f64, i32, i64)
-                b.atomic_rmw("fadd" if dt.is_float else "add", em.address(st.tensor, off), acc,
-                             "monotonic")
-            else:
-                _atomic_fold(em, st.tensor, off, acc, _COMBINE[st.reduction], dt, st)
+            fold_atomically(em, st, off, acc, dt)  # red.global.add for sums
         self.slots = {}
 
 

@@ -18,9 +18,12 @@ and, at the mark, all instances of ``S<k>`` below it write one lhs element. Lowe
    barrier so that the shared slots may be reused and later statements see the lhs.
 
 With ``atomic`` (``reduction S<k> threads=B atomic``, `passes/map_full_reduction.py`: blocks
-share the lhs element) thread 0 folds by a compare-and-swap loop on the element's bits
-(32/64-bit types only): the order of the blocks' folds, and so a float sum's rounding, varies
-from run to run.
+share the lhs element) thread 0 folds a sum by ``atomicrmw`` (``red.global.add``: the L2 adds,
+so blocks finishing at once do not wait for each other; a compare-and-swap loop serialises
+them, a round trip to L2 and back per block and more for each one that loses a race)
+and any other operator by a compare-and-swap loop on the element's bits, skipped for a
+``min``/``max`` that would not change the value seen (32/64-bit types only): the order of the
+blocks' folds, and so a float sum's rounding, varies from run to run.
 
 Blocks of fewer than 32 threads (B a power of two) shuffle within the partial warp, with the
 member mask ``(1 << B) - 1``. Operators and NaN rules are those of `exprs.ExprEmitter.arith`.
@@ -34,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import islpy as isl
 from llvmlite import ir
 
+from .. import ir as tc
 from ..errors import CodegenError
 from .ast_groups import STATEMENT_NAME
 from .exprs import _COMBINE, I32, I64, ExprEmitter, const, value_type
@@ -43,7 +47,7 @@ from .target import declare
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping
 
-__all__ = ["ReducingWalker", "ReductionScope", "accumulate", "combine", "enter"]
+__all__ = ["ReducingWalker", "ReductionScope", "accumulate", "combine", "enter", "fold_atomically"]
 
 _NEG1 = ir.Constant(I64, -1)
 
@@ -146,9 +150,23 @@ def _if(b: ir.IRBuilder, cond: ir.Value, name: str):
     return done
 
 
+def fold_atomically(em: ExprEmitter, st: Any, off: ir.Value, total: ir.Value, dt) -> None:
+    """``lhs = op(lhs, total)`` at offset ``off`` of ``st``'s lhs, atomically (other threads or
+    blocks fold into the same element): a sum by ``atomicrmw`` (``red.global.add``, f32/f64/
+    i32/i64: the L2 adds, no round trip per fold), any other operator by `_atomic_fold`."""
+    if st.reduction is tc.Reduction.ADD:
+        op = "fadd" if dt.is_float else "add"
+        em.b.atomic_rmw(op, em.address(st.tensor, off), total, "monotonic")
+    else:
+        _atomic_fold(em, st.tensor, off, total, _COMBINE[st.reduction], dt, st)
+
+
 def _atomic_fold(em: ExprEmitter, tensor: str, off: ir.Value, total: ir.Value, op: str, dt,
                  st) -> None:
-    """``lhs = op(lhs, total)`` as a compare-and-swap loop: blocks fold into one element."""
+    """``lhs = op(lhs, total)`` as a compare-and-swap loop: blocks fold into one element. A
+    ``min``/``max`` whose total does not change the value seen skips the compare-and-swap
+    (the element only moves away from ``total``: once seen unchanged, it stays so), so most
+    blocks of a full maximum do one load and no atomic."""
     b = em.b
     ptr = em.address(tensor, off)
     ty = total.type
@@ -164,6 +182,10 @@ def _atomic_fold(em: ExprEmitter, tensor: str, off: ir.Value, total: ir.Value, o
     seen = b.phi(bits)
     seen.add_incoming(first, head)
     new = as_bits(em.arith(op, from_bits(seen), total, dt, st))
+    if op in ("min", "max"):
+        swap = b.append_basic_block("red.cas.swap")
+        b.cbranch(b.icmp_unsigned("==", new, seen), done, swap)
+        b.position_at_end(swap)
     res = b.cmpxchg(ptr, seen, new, "monotonic", "monotonic")
     now, ok = b.extract_value(res, 0), b.extract_value(res, 1)
     seen.add_incoming(now, b.block)
@@ -214,7 +236,7 @@ def combine(walker: GroupWalker, scope: ReductionScope, atomic: bool = False) ->
     ran = b.icmp_signed(">=", off, ir.Constant(I64, 0))
     inner = _if(b, ran, "red.store")
     if atomic:
-        _atomic_fold(em, st.tensor, off, acc, op, dt, st)
+        fold_atomically(em, st, off, acc, dt)
     else:
         em.store(st.tensor, off, em.arith(op, em.load(st.tensor, off), acc, dt, st))
     b.branch(inner)

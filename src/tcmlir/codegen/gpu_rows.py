@@ -42,9 +42,17 @@ from llvmlite import ir
 from .. import ir as tc
 from ..errors import CodegenError
 from .ast_groups import STATEMENT_NAME
-from .exprs import _COMBINE, ExprEmitter, memory_type
+from .exprs import ExprEmitter, memory_type
 from .gpu_partials import RowPartials
-from .gpu_reduce import ReducingWalker, ReductionScope, _atomic_fold, _barrier, _if, _shared, enter
+from .gpu_reduce import (
+    ReducingWalker,
+    ReductionScope,
+    _barrier,
+    _if,
+    _shared,
+    enter,
+    fold_atomically,
+)
 from .isl_exprs import id_names
 
 __all__ = ["RowWalker", "barrier_after", "flat_phases", "is_reduction_mark", "on_chip_tensors",
@@ -214,11 +222,7 @@ class RowWalker(ReducingWalker):
         acc, off = b.load(scope.acc), b.load(scope.offset)
         done = _if(b, b.icmp_signed(">=", off, ir.Constant(ir.IntType(64), 0)), "acc.fold")
         em = ExprEmitter(self, {}, statement)
-        if st.reduction is tc.Reduction.ADD:  # native red.global.add (f32, f64, i32, i64)
-            op = "fadd" if dt.is_float else "add"
-            b.atomic_rmw(op, em.address(st.tensor, off), acc, "monotonic")
-        else:
-            _atomic_fold(em, st.tensor, off, acc, _COMBINE[st.reduction], dt, st)
+        fold_atomically(em, st, off, acc, dt)  # red.global.add for sums
         b.branch(done)
         b.position_at_end(done)
 
