@@ -32,6 +32,7 @@ branches become LLVM control flow in `ast_loops` (`LoopLowering`, which `GroupWa
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -181,6 +182,7 @@ class GroupWalker(_Function, LoopLowering):
         self._chunked = False
         self._extents: dict[tuple[str, int], ir.Value] = {}
         self.redirects: dict = {}
+        self.pinned: dict = {}  # redirect key -> the register slot it is emitted for
         self.buffers_made: dict[str, ir.Value] = {}
         self.unrolled = 0  # depth of ``unroll`` marks (`poly.llvm_unroll`) around the walk
         self.partial = 0  # of those, ``unroll-partial`` marks (`poly.partial_tiles`)
@@ -273,9 +275,41 @@ class GroupWalker(_Function, LoopLowering):
                                f"{name} has dims {list(dims)}")
         self.redirects = annotation_of(node) or {}
         try:
-            emit_statement(self, k, init, dict(zip(dims, args, strict=True)))
+            env = dict(zip(dims, args, strict=True))
+            dynamic = [key for key, (buf, index) in self.redirects.items()
+                       if self.partial and self.owner.promotion.buffer(buf).space == "private"
+                       and any(not _REGISTER_ID.match(x) for e in index for x in _ids(e))]
+            self._emit_pinned(k, init, env, dynamic)
         finally:
             self.redirects = {}
+            self.pinned = {}
+
+    def _emit_pinned(self, k: int, init: bool, env: dict, dynamic: list) -> None:
+        """Emit statement ``k``, its register accesses in ``dynamic`` one case per slot.
+
+        In a partial tile isl may give a register coordinate as an expression of the thread
+        ids (the one column of a register tile a thread has at a padded convolution's border:
+        `affine.domain_guard`); a computed index would put the whole register tile in local
+        memory (the stack), so the statement is emitted once per slot of the buffer, under a
+        switch on the coordinate: every register is addressed by a constant again."""
+        if not dynamic:
+            emit_statement(self, k, init, env)
+            return
+        key, rest = dynamic[0], dynamic[1:]
+        buf_name, index = self.redirects[key]
+        off = self.flat_offset(self.owner.promotion.buffer(buf_name), [self.expr(e) for e in index])
+        b = self.builder
+        done = b.append_basic_block("reg.done")
+        switch = b.switch(off, done)
+        for slot in range(self.owner.promotion.buffer(buf_name).slots):
+            case = b.append_basic_block(f"reg.{slot}")
+            switch.add_case(ir.Constant(I64, slot), case)
+            b.position_at_end(case)
+            self.pinned[key] = slot
+            self._emit_pinned(k, init, env, rest)
+            b.branch(done)
+        del self.pinned[key]
+        b.position_at_end(done)
 
     def redirect(self, key: object) -> ir.Value | None:
         """The buffer element an access of the current statement instance goes to (promotion,
@@ -284,11 +318,20 @@ class GroupWalker(_Function, LoopLowering):
         if hit is None:
             return None
         buf_name, index = hit
+        if key in self.pinned:
+            base = self.target.buffer_base(self, self.owner.promotion.buffer(buf_name))
+            return self.builder.gep(base, [ir.Constant(I64, 0), ir.Constant(I64, self.pinned[key])],
+                                    inbounds=True)
         return self.buffer_element(buf_name, [self.expr(e) for e in index])
 
     def buffer_element(self, buf_name: str, local: list[ir.Value]) -> ir.Value:
         buf = self.owner.promotion.buffer(buf_name)
         base = self.target.buffer_base(self, buf)
+        return self.builder.gep(base, [ir.Constant(I64, 0), self.flat_offset(buf, local)],
+                                inbounds=True)
+
+    def flat_offset(self, buf, local: list[ir.Value]) -> ir.Value:
+        """The element offset of buffer coordinates ``local`` in ``buf``'s storage."""
         b = self.builder
         terms = list(zip(local[-len(buf.box.extent):], buf.strides(), strict=True))
         if buf.stages > 1:  # the stage coordinate comes first
@@ -297,7 +340,20 @@ class GroupWalker(_Function, LoopLowering):
         for d, (v, stride) in enumerate(terms):
             term = v if stride == 1 else b.mul(v, ir.Constant(I64, stride))
             off = term if d == 0 else b.add(off, term)
-        return self.builder.gep(base, [ir.Constant(I64, 0), off], inbounds=True)
+        return off
+
+
+_REGISTER_ID = re.compile(r"c[0-9]+\Z")  # loop iterators (register loops are unrolled)
+
+
+def _ids(e: isl.AstExpr) -> list[str]:
+    """The names of the identifiers ``e`` reads."""
+    kind = e.get_type()
+    if kind == isl.ast_expr_type.id:
+        return [e.get_id().get_name()]
+    if kind == isl.ast_expr_type.op:
+        return [x for i in range(e.get_op_n_arg()) for x in _ids(e.get_op_arg(i))]
+    return []
 
 
 # ---------------------------------------------------------------- the module
