@@ -276,39 +276,52 @@ class GroupWalker(_Function, LoopLowering):
         self.redirects = annotation_of(node) or {}
         try:
             env = dict(zip(dims, args, strict=True))
-            dynamic = [key for key, (buf, index) in self.redirects.items()
-                       if self.partial and self.owner.promotion.buffer(buf).space == "private"
-                       and any(not _REGISTER_ID.match(x) for e in index for x in _ids(e))]
-            self._emit_pinned(k, init, env, dynamic)
+            self._emit_pinned(k, init, env, self._dynamic_registers() if self.partial else [])
         finally:
             self.redirects = {}
             self.pinned = {}
 
+    def _dynamic_registers(self) -> list[tuple[object, int, int]]:
+        """``(redirect key, coordinate, extent)`` of each register-buffer coordinate of the
+        current statement that isl gave as an expression of more than its loop iterators."""
+        out = []
+        for key, (buf_name, index) in self.redirects.items():
+            buf = self.owner.promotion.buffer(buf_name)
+            if buf.space != "private":
+                continue
+            lead = len(index) - len(buf.box.extent)
+            for p, e in enumerate(index):
+                if any(not _REGISTER_ID.match(x) for x in _ids(e)):
+                    out.append((key, p, buf.box.extent[p - lead] if p >= lead else buf.stages))
+        return out
+
     def _emit_pinned(self, k: int, init: bool, env: dict, dynamic: list) -> None:
-        """Emit statement ``k``, its register accesses in ``dynamic`` one case per slot.
+        """Emit statement ``k``, each register coordinate of ``dynamic`` one case per value.
 
         In a partial tile isl may give a register coordinate as an expression of the thread
         ids (the one column of a register tile a thread has at a padded convolution's border:
         `affine.domain_guard`); a computed index would put the whole register tile in local
-        memory (the stack), so the statement is emitted once per slot of the buffer, under a
-        switch on the coordinate: every register is addressed by a constant again."""
+        memory (the stack), so the statement is emitted once per value of that coordinate,
+        under a switch on it: every register is addressed by a constant again once the
+        register loops are unrolled."""
         if not dynamic:
             emit_statement(self, k, init, env)
             return
-        key, rest = dynamic[0], dynamic[1:]
-        buf_name, index = self.redirects[key]
-        off = self.flat_offset(self.owner.promotion.buffer(buf_name), [self.expr(e) for e in index])
+        (key, p, extent), rest = dynamic[0], dynamic[1:]
         b = self.builder
         done = b.append_basic_block("reg.done")
-        switch = b.switch(off, done)
-        for slot in range(self.owner.promotion.buffer(buf_name).slots):
-            case = b.append_basic_block(f"reg.{slot}")
-            switch.add_case(ir.Constant(I64, slot), case)
+        cases = [b.append_basic_block(f"reg.{value}") for value in range(extent)]
+        # the coordinate is a slot (0 .. extent - 1) by construction: the last is the default
+        # (a trap there made ptxas spill registers on sm_90)
+        switch = b.switch(self.expr(self.redirects[key][1][p]), cases[-1])
+        for value, case in enumerate(cases):
+            if value < extent - 1:
+                switch.add_case(ir.Constant(I64, value), case)
             b.position_at_end(case)
-            self.pinned[key] = slot
+            self.pinned.setdefault(key, {})[p] = value
             self._emit_pinned(k, init, env, rest)
             b.branch(done)
-        del self.pinned[key]
+        del self.pinned[key][p]
         b.position_at_end(done)
 
     def redirect(self, key: object) -> ir.Value | None:
@@ -318,20 +331,13 @@ class GroupWalker(_Function, LoopLowering):
         if hit is None:
             return None
         buf_name, index = hit
-        if key in self.pinned:
-            base = self.target.buffer_base(self, self.owner.promotion.buffer(buf_name))
-            return self.builder.gep(base, [ir.Constant(I64, 0), ir.Constant(I64, self.pinned[key])],
-                                    inbounds=True)
-        return self.buffer_element(buf_name, [self.expr(e) for e in index])
+        pinned = self.pinned.get(key, {})
+        return self.buffer_element(buf_name, [ir.Constant(I64, pinned[p]) if p in pinned
+                                              else self.expr(e) for p, e in enumerate(index)])
 
     def buffer_element(self, buf_name: str, local: list[ir.Value]) -> ir.Value:
         buf = self.owner.promotion.buffer(buf_name)
         base = self.target.buffer_base(self, buf)
-        return self.builder.gep(base, [ir.Constant(I64, 0), self.flat_offset(buf, local)],
-                                inbounds=True)
-
-    def flat_offset(self, buf, local: list[ir.Value]) -> ir.Value:
-        """The element offset of buffer coordinates ``local`` in ``buf``'s storage."""
         b = self.builder
         terms = list(zip(local[-len(buf.box.extent):], buf.strides(), strict=True))
         if buf.stages > 1:  # the stage coordinate comes first
@@ -340,7 +346,7 @@ class GroupWalker(_Function, LoopLowering):
         for d, (v, stride) in enumerate(terms):
             term = v if stride == 1 else b.mul(v, ir.Constant(I64, stride))
             off = term if d == 0 else b.add(off, term)
-        return off
+        return self.builder.gep(base, [ir.Constant(I64, 0), off], inbounds=True)
 
 
 _REGISTER_ID = re.compile(r"c[0-9]+\Z")  # loop iterators (register loops are unrolled)
