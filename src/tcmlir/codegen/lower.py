@@ -296,14 +296,10 @@ class GroupWalker(_Function, LoopLowering):
         return out
 
     def _emit_pinned(self, k: int, init: bool, env: dict, dynamic: list) -> None:
-        """Emit statement ``k``, each register coordinate of ``dynamic`` one case per value.
-
-        In a partial tile isl may give a register coordinate as an expression of the thread
-        ids (the one column of a register tile a thread has at a padded convolution's border:
-        `affine.domain_guard`); a computed index would put the whole register tile in local
-        memory (the stack), so the statement is emitted once per value of that coordinate,
-        under a switch on it: every register is addressed by a constant again once the
-        register loops are unrolled."""
+        """Emit statement ``k``, each register coordinate of ``dynamic`` one case per value:
+        in a partial tile isl may give one in the thread ids (a padded convolution's border
+        column, `affine.domain_guard`), and a computed index would put the whole register
+        tile in local memory; under a switch every register has a constant address again."""
         if not dynamic:
             emit_statement(self, k, init, env)
             return
@@ -311,8 +307,7 @@ class GroupWalker(_Function, LoopLowering):
         b = self.builder
         done = b.append_basic_block("reg.done")
         cases = [b.append_basic_block(f"reg.{value}") for value in range(extent)]
-        # the coordinate is a slot (0 .. extent - 1) by construction: the last is the default
-        # (a trap there made ptxas spill registers on sm_90)
+        # a slot (0 .. extent - 1) by construction: the last is the default (a trap made ptxas spill)
         switch = b.switch(self.expr(self.redirects[key][1][p]), cases[-1])
         for value, case in enumerate(cases):
             if value < extent - 1:
