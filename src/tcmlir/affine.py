@@ -25,8 +25,8 @@ import islpy as isl
 from . import ir
 from .dtypes import DType
 
-__all__ = ["condition_to_isl", "const_value", "guarded_reads", "is_isl_name", "pw_aff_to_expr",
-           "to_isl"]
+__all__ = ["condition_to_isl", "const_value", "domain_guard", "guarded_reads", "is_isl_name",
+           "pw_aff_to_expr", "statement_rhs", "to_isl"]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _NAME_CACHE: dict[str, bool] = {}
@@ -147,6 +147,55 @@ def condition_to_isl(expr: ir.Expr, positive: bool = True) -> str | None:
                 return None
             return f"({ca} or {cb})"
     return None
+
+
+def _exactly_affine(expr: ir.Expr) -> bool:
+    """Whether `condition_to_isl` gives ``expr`` exactly (drops no part of it)."""
+    match expr:
+        case ir.Const(dtype=DType.BOOL):
+            return True
+        case ir.Unary(op="!", operand=x):
+            return _exactly_affine(x)
+        case ir.Binary(op=op, lhs=a, rhs=b) if op in _NEGATE:
+            return (a.dtype.is_signed and b.dtype.is_signed and to_isl(a) is not None
+                    and to_isl(b) is not None)
+        case ir.Binary(op=op, lhs=a, rhs=b) if op in ("&&", "||"):
+            return _exactly_affine(a) and _exactly_affine(b)
+    return False
+
+
+def domain_guard(st: ir.Statement) -> tuple[str, ir.Expr] | None:
+    """``(condition, rhs)`` when the statement's instances where an affine ``condition`` (isl
+    syntax over its indices and sizes) fails do nothing: a ``+``/``*`` reduction whose
+    right-hand side is ``c ? x : e`` or ``c ? e : x``, ``e`` the reduction's identity (``0``
+    for ``+=``) and ``c`` exactly affine. The polyhedral model then iterates only where the
+    condition holds (`poly.scop`: its domain is the box intersected with it) and the code
+    generators evaluate ``rhs``, the arm ``x``, without the select: a padded convolution
+    written with a guard has the loop bounds and the multiply-adds of a valid one. Skipping
+    ``acc + 0`` / ``acc * 1`` leaves every value as it was (a ``-0.0`` stays ``-0.0`` where
+    the select would give ``+0.0``); NaN and Inf in the unselected arm never enter."""
+    if st.reduction not in (ir.Reduction.ADD, ir.Reduction.MUL) or st.rhs.dtype is DType.BOOL:
+        return None
+    match st.rhs:
+        case ir.Select(cond=c, then=x, orelse=y):
+            pass
+        case _:
+            return None
+    if not _exactly_affine(c):
+        return None
+    identity = st.reduction.identity(st.rhs.dtype)
+    for arm, other, positive in ((y, x, True), (x, y, False)):
+        if isinstance(arm, ir.Const) and arm.dtype == st.rhs.dtype and arm.value == identity:
+            cond = condition_to_isl(c, positive)
+            return ("1 = 1" if cond is None else cond), other
+    return None
+
+
+def statement_rhs(st: ir.Statement) -> ir.Expr:
+    """The value a code generator emits for one instance of ``st`` in the polyhedral model's
+    domain: its right-hand side, less a select `domain_guard` moved into the domain."""
+    guard = domain_guard(st)
+    return st.rhs if guard is None else guard[1]
 
 
 def guarded_reads(expr: ir.Expr, guard: str | None = None):

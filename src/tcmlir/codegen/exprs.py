@@ -22,7 +22,7 @@ from typing import Protocol
 from llvmlite import ir
 
 from .. import ir as tc
-from ..affine import to_isl
+from ..affine import statement_rhs, to_isl
 from ..dtypes import DType
 from ..errors import CodegenError, Span
 from .mathlib import DERIVED, PRIMITIVES, emit_builtin
@@ -413,7 +413,7 @@ def emit_statement(ctx: KernelContext, k: int, init: bool, env: Mapping[str, ir.
             raise em.error(st, f"S{k}_init for a statement without a reduction")
         em.store(st.tensor, off, const(dt, st.reduction.identity(dt)))
         return
-    val = em.value(st.rhs)
+    val = em.value(statement_rhs(st))
     if val.type != value_type(dt):
         raise em.error(st.rhs, f"a {st.rhs.dtype} value stored to {t.dtype} tensor {t.name}")
     if st.reduction is not None:
@@ -434,7 +434,7 @@ def _emit_on(em: ExprEmitter, st: tc.Statement, k: int, init: bool, ptr: ir.Valu
             raise em.error(st, f"S{k}_init for a statement without a reduction")
         em.b.store(em.to_memory(const(dt, st.reduction.identity(dt)), mdt), ptr)
         return
-    val = em.value(st.rhs)
+    val = em.value(statement_rhs(st))
     if st.reduction is not None:
         old = em.from_memory(em.b.load(ptr, typ=mty), mdt)
         val = em.arith(_COMBINE[st.reduction], old, val, dt, st)

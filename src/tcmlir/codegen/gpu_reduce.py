@@ -38,6 +38,7 @@ import islpy as isl
 from llvmlite import ir
 
 from .. import ir as tc
+from ..affine import statement_rhs
 from ..errors import CodegenError
 from .ast_groups import STATEMENT_NAME
 from .exprs import _COMBINE, I32, I64, ExprEmitter, const, value_type
@@ -95,7 +96,7 @@ def accumulate(walker: GroupWalker, scope: ReductionScope, env: Mapping[str, ir.
 def fold_rhs(walker: GroupWalker, em: ExprEmitter, st: Any, acc: ir.Value) -> None:
     """``*acc = op(*acc, rhs)`` for reduction statement ``st`` (a private accumulator)."""
     dt = walker.fn.tensor(st.tensor).dtype.compute
-    val = em.value(st.rhs)
+    val = em.value(statement_rhs(st))
     if val.type != value_type(dt):
         raise em.error(st.rhs, f"a {st.rhs.dtype} value reduced into {dt} tensor {st.tensor}")
     b = walker.builder

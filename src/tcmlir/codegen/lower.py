@@ -32,6 +32,7 @@ branches become LLVM control flow in `ast_loops` (`LoopLowering`, which `GroupWa
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -181,6 +182,7 @@ class GroupWalker(_Function, LoopLowering):
         self._chunked = False
         self._extents: dict[tuple[str, int], ir.Value] = {}
         self.redirects: dict = {}
+        self.pinned: dict = {}  # redirect key -> the register slot it is emitted for
         self.buffers_made: dict[str, ir.Value] = {}
         self.unrolled = 0  # depth of ``unroll`` marks (`poly.llvm_unroll`) around the walk
         self.partial = 0  # of those, ``unroll-partial`` marks (`poly.partial_tiles`)
@@ -273,9 +275,49 @@ class GroupWalker(_Function, LoopLowering):
                                f"{name} has dims {list(dims)}")
         self.redirects = annotation_of(node) or {}
         try:
-            emit_statement(self, k, init, dict(zip(dims, args, strict=True)))
+            env = dict(zip(dims, args, strict=True))
+            self._emit_pinned(k, init, env, self._dynamic_registers() if self.partial else [])
         finally:
             self.redirects = {}
+            self.pinned = {}
+
+    def _dynamic_registers(self) -> list[tuple[object, int, int]]:
+        """``(redirect key, coordinate, extent)`` of each register-buffer coordinate of the
+        current statement that isl gave as an expression of more than its loop iterators."""
+        out = []
+        for key, (buf_name, index) in self.redirects.items():
+            buf = self.owner.promotion.buffer(buf_name)
+            if buf.space != "private":
+                continue
+            lead = len(index) - len(buf.box.extent)
+            for p, e in enumerate(index):
+                if any(not _REGISTER_ID.match(x) for x in _ids(e)):
+                    out.append((key, p, buf.box.extent[p - lead] if p >= lead else buf.stages))
+        return out
+
+    def _emit_pinned(self, k: int, init: bool, env: dict, dynamic: list) -> None:
+        """Emit statement ``k``, each register coordinate of ``dynamic`` one case per value:
+        in a partial tile isl may give one in the thread ids (a padded convolution's border
+        column, `affine.domain_guard`), and a computed index would put the whole register
+        tile in local memory; under a switch every register has a constant address again."""
+        if not dynamic:
+            emit_statement(self, k, init, env)
+            return
+        (key, p, extent), rest = dynamic[0], dynamic[1:]
+        b = self.builder
+        done = b.append_basic_block("reg.done")
+        cases = [b.append_basic_block(f"reg.{value}") for value in range(extent)]
+        # a slot (0 .. extent - 1) by construction: the last is the default (a trap made ptxas spill)
+        switch = b.switch(self.expr(self.redirects[key][1][p]), cases[-1])
+        for value, case in enumerate(cases):
+            if value < extent - 1:
+                switch.add_case(ir.Constant(I64, value), case)
+            b.position_at_end(case)
+            self.pinned.setdefault(key, {})[p] = value
+            self._emit_pinned(k, init, env, rest)
+            b.branch(done)
+        del self.pinned[key][p]
+        b.position_at_end(done)
 
     def redirect(self, key: object) -> ir.Value | None:
         """The buffer element an access of the current statement instance goes to (promotion,
@@ -284,7 +326,9 @@ class GroupWalker(_Function, LoopLowering):
         if hit is None:
             return None
         buf_name, index = hit
-        return self.buffer_element(buf_name, [self.expr(e) for e in index])
+        pinned = self.pinned.get(key, {})
+        return self.buffer_element(buf_name, [ir.Constant(I64, pinned[p]) if p in pinned
+                                              else self.expr(e) for p, e in enumerate(index)])
 
     def buffer_element(self, buf_name: str, local: list[ir.Value]) -> ir.Value:
         buf = self.owner.promotion.buffer(buf_name)
@@ -298,6 +342,19 @@ class GroupWalker(_Function, LoopLowering):
             term = v if stride == 1 else b.mul(v, ir.Constant(I64, stride))
             off = term if d == 0 else b.add(off, term)
         return self.builder.gep(base, [ir.Constant(I64, 0), off], inbounds=True)
+
+
+_REGISTER_ID = re.compile(r"c[0-9]+\Z")  # loop iterators (register loops are unrolled)
+
+
+def _ids(e: isl.AstExpr) -> list[str]:
+    """The names of the identifiers ``e`` reads."""
+    kind = e.get_type()
+    if kind == isl.ast_expr_type.id:
+        return [e.get_id().get_name()]
+    if kind == isl.ast_expr_type.op:
+        return [x for i in range(e.get_op_n_arg()) for x in _ids(e.get_op_arg(i))]
+    return []
 
 
 # ---------------------------------------------------------------- the module

@@ -70,6 +70,23 @@ def _tree_size(e: ir.Expr, seen: dict[int, int]) -> int:
     return seen[id(e)]
 
 
+def _reduction_order(indices: list[str], lhs: list[str], accesses: list[Access]) -> list[str]:
+    """``indices`` with the reduction indices ordered by their first use in a tensor access
+    (then the others, as they came): the loop order of the polyhedral model. A guard written
+    first (``(h + kh >= 1 && ...) ? I(n, c, h + kh - 1, ...) * W(f, c, kh, kw) : 0``) thus
+    does not put the window loops outside the channel loop, which would make the input tile
+    of one reduction step all channels' (too large for shared memory)."""
+    first: dict[str, int] = {}
+    for access in accesses:
+        for arg in access.args:
+            for x in ir.walk(arg):
+                if isinstance(x, ir.Index) and x.name not in first:
+                    first[x.name] = len(first)
+    reduction = [v for v in indices if v not in lhs]
+    reduction.sort(key=lambda v: first.get(v, len(first)))
+    return [v for v in indices if v in lhs] + reduction
+
+
 def _user_stacklevel() -> int:
     """The `warnings.warn` stacklevel of the first caller outside the tcmlir package."""
     import os
@@ -261,6 +278,7 @@ class _Checker(ExprChecker):
                 self.expr(clause.value, "value")
                 st.indices, st.first_use, st.accesses = saved
         st.let_limit = 1 << 30
+        st.indices = _reduction_order(st.indices, lhs, st.accesses)
         if len(st.indices) > MAX_RANK:
             raise self.err(s, f"the statement has {len(st.indices)} indices; tcmlir supports "
                            f"at most {MAX_RANK} per statement", "split it into several statements")

@@ -42,8 +42,9 @@ from collections.abc import Sequence
 
 import islpy as isl
 
-from .deps import Dependences
-from .scop import Scop
+from ..affine import domain_guard
+from .deps import Dependences, compute_dependences
+from .scop import Scop, build_scop
 from .tree import bands
 
 __all__ = ["FUSION_STRATEGIES", "band_members", "compute_schedule", "has_negative_coefficient",
@@ -66,6 +67,19 @@ def compute_schedule(scop: Scop, deps: Dependences, fusion: str = "max", skew: b
     one (program order keeps every dependence between groups legal)."""
     if fusion not in _OPTIONS:
         raise ValueError(f"unknown fusion strategy {fusion!r}")
+    if any(domain_guard(st) is not None for st in scop.fn.statements):
+        # isl schedules the boxes (the guards' skipped instances made it fuse a `!`
+        # initialisation into the reduction's tile band at a padded convolution's border,
+        # which register tiling does not take); the guarded domains then filter that tree. Box
+        # dependences order every pair of the guarded domains' instances they connect.
+        box = build_scop(scop.fn, scop.sizes, scop.ctx, guards=False)
+        return _schedule(box, compute_dependences(box), fusion, skew, positive_orthant,
+                         sequence_at).intersect_domain(scop.domain)
+    return _schedule(scop, deps, fusion, skew, positive_orthant, sequence_at)
+
+
+def _schedule(scop: Scop, deps: Dependences, fusion: str, skew: bool, positive_orthant: bool,
+              sequence_at: Sequence[int]) -> isl.Schedule:
     def acceptable(schedule: isl.Schedule) -> bool:
         return ((skew or not is_skewed(schedule))
                 and not (positive_orthant and has_negative_coefficient(schedule)))

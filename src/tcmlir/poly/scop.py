@@ -26,7 +26,7 @@ from types import MappingProxyType
 import islpy as isl
 
 from .. import ir
-from ..affine import guarded_reads, to_isl
+from ..affine import domain_guard, guarded_reads, to_isl
 from ..errors import CallError
 
 __all__ = ["Scop", "StatementInfo", "build_scop", "format_scop", "maps_of", "sets_of", "union_all"]
@@ -68,11 +68,13 @@ class Scop:
 
 
 def build_scop(fn: ir.Function, sizes: Mapping[str, int] | None = None,
-               ctx: isl.Context | None = None) -> Scop:
+               ctx: isl.Context | None = None, guards: bool = True) -> Scop:
     """Build the scop of ``fn``; with ``sizes``, every parameter given is fixed to its value.
 
     ``ctx`` lets a specialised scop share the context of isl objects built before (the
-    `specialize` pass); by default the scop gets a fresh context.
+    `specialize` pass); by default the scop gets a fresh context. A statement's domain is its
+    box, less the instances `affine.domain_guard` skips unless ``guards`` is False (the
+    scheduler's view: `poly.scheduler.compute_schedule`).
     """
     ctx = ctx or isl.Context()
     params = tuple(fn.sizes)
@@ -98,6 +100,9 @@ def build_scop(fn: ir.Function, sizes: Mapping[str, int] | None = None,
             writes.append(builder.accumulator(name, stmt.lhs, stmt).intersect_domain(dom))
         name = f"S{k}"
         dom = builder.box(name, stmt.ranges).intersect_params(context)
+        skip = domain_guard(stmt)
+        if skip is not None and guards:  # instances where the guard fails change nothing
+            dom = dom.intersect(builder.guard(name, stmt.index_names, skip[0])).coalesce()
         infos[name] = StatementInfo(name, k, False, stmt.index_names)
         domains.append(dom)
         acc = builder.accumulator(name, stmt.index_names, stmt).intersect_domain(dom)
