@@ -215,7 +215,10 @@ class MappingOptions:
         indices, one reduction index: batched matmul) `cuda_batched_contraction`; a convolution
         `cuda_convolution`; a program that reads a tensor across its rows where it writes
         along them (a transpose) the naive options with `promote-shared`, whose tile copies
-        read rows; everything else on cuda the mapping `cost_model.generic_mapping` prices
+        read rows; a program of several kernels some of which are of these classes a mapping
+        per kernel (`defaults.per_kernel_options`, the ``kernels`` field: attention's batched
+        matmuls the contraction mapping, its row reductions a block per row); everything else
+        on cuda the mapping `cost_model.generic_mapping` prices
         best at ``sizes`` (tiles, threads, grid and fusion from an analytic model over the
         schedule), the naive options where it has none (sizes not known)."""
         return default_options(cls, fn, target, sizes)
