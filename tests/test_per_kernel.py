@@ -117,9 +117,12 @@ def test_tuner_candidates_keep_the_per_kernel_part():
     base = _attention_defaults(4, 40, 24)
     space = SearchSpace("cuda", 4, 2)
     rng = random.Random(1)
-    for _ in range(20):
-        cand = space.mutate(rng, base, 0.5)
-        assert cand.kernels == base.kernels
+    other = tc.MappingOptions.naive()
+    for _ in range(20):  # the per-kernel part and the fusion it was made for stay
+        for cand in (space.mutate(rng, base, 0.9), space.crossover(rng, base, other),
+                     space.sample(rng, base)):
+            assert cand.kernels == base.kernels and cand.fusion == base.fusion
+    assert {space.mutate(rng, other, 0.9).fusion for _ in range(30)} != {other.fusion}
 
 
 # ---------------------------------------------------------------- on the host emulator
