@@ -47,7 +47,8 @@ def test_attention_defaults_map_each_kernel_by_its_class():
                   " P(b, i, j) +=! Q(b, i, d) * K(b, j, d) * 0.125\n}").ir,
         "cuda", {"B": 128, "S": 256, "D": 64})
     assert scores == KernelMapping.of((0,), alone) and scores.register_tile
-    assert out.use_shared_memory and out.use_private_memory
+    # the output: the same, its per-row scale ``/ s(b, i)`` riding along
+    assert out.use_shared_memory and out.use_private_memory and out.register_tile
     for row in (by[(1,)], by[(3,)]):  # a block per row, map-reduction over j
         assert row.tile_sizes == (1, 1, 0) and row.block == (256,)
     pipe = opts.to_pipeline("cuda")
@@ -128,11 +129,13 @@ def test_tuner_candidates_keep_the_per_kernel_part():
 # ---------------------------------------------------------------- on the host emulator
 
 
-@pytest.mark.parametrize("b, s, d", [(3, 33, 24), (2, 64, 16), (1, 7, 5)])
+@pytest.mark.parametrize("b, s, d", [(3, 33, 24), (2, 64, 16), (1, 7, 5), (2, 40, 32)])
 def test_attention_per_kernel_on_the_host_machine(b, s, d, rng):
     inputs = [rng.standard_normal((b, s, d)).astype(np.float32) for _ in range(3)]
     kernel = emulate(ATTENTION, inputs, rtol=1e-4)
     assert kernel.options.kernels, "the per-kernel defaults were not used"
+    if min(s, d) >= 32:  # both matmuls register-tiled (lead contractions)
+        assert all(km.register_tile for km in kernel.options.kernels if km.statements in ((0,), (4,)))
     if s >= 32:
         assert re.search(r"reduction S1 threads=\d+", kernel.schedule)
 
@@ -197,3 +200,19 @@ def test_per_kernel_mlp2_on_the_host_machine(rng):
     assert kernel.runner.image.kernels  # (compiled with both mappings)
     want = tc.define(src, target="numpy")(*inputs)
     np.testing.assert_allclose(_run(fn, kernel, inputs), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("rhs, lead", [
+    ("E(b, i, j) * V(b, j, d) / s(b, i)", True),           # a per-row scale rides along
+    ("0.5 * E(b, i, j) * s(b, i) * V(b, j, d)", True),
+    ("E(b, i, j) / V(b, j, d)", False),                     # a divisor that carries j
+    ("E(b, i, j) * V(b, j, d) / W(b, j)", False),           # a "scale" of the reduction index
+    ("E(b, i, j) * V(b, j, d) + s(b, i)", False),
+])
+def test_lead_contractions_take_per_output_scales(rhs, lead):
+    from tcmlir.contraction_shape import lead_contraction
+
+    src = ("def pv(float(B,S,S) E, float(B,S,D) V, float(B,S) s, float(B,S) W) -> (O) {\n"
+           f" O(b, i, d) +=! {rhs}\n}}")
+    fn = tc.define(src).ir
+    assert (lead_contraction(fn, {"B": 4, "S": 64, "D": 64}) is not None) is lead
