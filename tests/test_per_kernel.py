@@ -216,3 +216,12 @@ def test_lead_contractions_take_per_output_scales(rhs, lead):
            f" O(b, i, d) +=! {rhs}\n}}")
     fn = tc.define(src).ir
     assert (lead_contraction(fn, {"B": 4, "S": 64, "D": 64}) is not None) is lead
+
+
+def test_per_kernel_options_go_through_the_options_cache(tmp_path):
+    fn = tc.define(ATTENTION, target="cuda")
+    inputs = [np.zeros((2, 40, 32), np.float32) for _ in range(3)]
+    opts = _attention_defaults(2, 40, 32)
+    cache = tc.OptionsCache(tmp_path / "opts.db")
+    assert cache.record(fn, *inputs, options=opts, time_s=1e-3, runs=3)
+    assert cache.lookup(fn, *inputs) == opts
