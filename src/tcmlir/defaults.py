@@ -34,10 +34,12 @@ from .cuda_defaults import (
 __all__ = ["default_options", "per_kernel_options", "statements_function"]
 
 
-def default_options(cls: Any, fn: Any, target: str, sizes: Mapping[str, int] | None = None) -> Any:
+def default_options(cls: Any, fn: Any, target: str, sizes: Mapping[str, int] | None = None,
+                    *, per_kernel: bool = True) -> Any:
     """The `MappingOptions` (of class ``cls``) a call of ``fn`` (a `TCFunction` or its
     `ir.Function`) on ``target`` without options uses at ``sizes`` (the call's size values,
-    when known): see `MappingOptions.default_for`."""
+    when known): see `MappingOptions.default_for`. ``per_kernel=False`` leaves out the
+    per-kernel mappings (`per_kernel_options` asks so of each kernel's statements)."""
     ir_fn = getattr(fn, "ir", fn)
     statements = ir_fn.statements
     if target == "cpu":  # host_defaults: the packed contraction kernel, tiles, fusion
@@ -78,7 +80,7 @@ def default_options(cls: Any, fn: Any, target: str, sizes: Mapping[str, int] | N
         # (32 x 32 tiles with 32 x 8 threads: 80%)
         return cls.naive().tile(64, 64).map_to_threads(64, 4).map_to_blocks(1024, 1024) \
             .shared_memory(True)
-    if target == "cuda" and (per := per_kernel_options(cls, ir_fn, sizes)) is not None:
+    if target == "cuda" and per_kernel and (per := per_kernel_options(cls, ir_fn, sizes)) is not None:
         return per
     if target == "cuda":
         from .cost_model import generic_mapping
@@ -119,7 +121,10 @@ def _own_mapping(cls: Any, fn: Any, numbers: Any, sizes: Mapping[str, int]) -> A
     sub = statements_function(fn, numbers)
     if is_convolution(sub.statements):
         return None
-    own = default_options(cls, sub, "cuda", sizes)
+    if not any(st.reduction_indices for st in sub.statements) and not is_transpose_like(
+            sub.statements):
+        return None  # no class of these (spares the generic mapping's schedules)
+    own = default_options(cls, sub, "cuda", sizes, per_kernel=False)
     if own.mma_tile or own.row_block or own.parametric or own.kernels:
         return None
     if not (own.use_shared_memory or own.register_tile):
