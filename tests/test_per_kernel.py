@@ -225,3 +225,16 @@ def test_per_kernel_options_go_through_the_options_cache(tmp_path):
     cache = tc.OptionsCache(tmp_path / "opts.db")
     assert cache.record(fn, *inputs, options=opts, time_s=1e-3, runs=3)
     assert cache.lookup(fn, *inputs) == opts
+
+
+def test_mlp2_gives_each_matmul_its_own_tiles():
+    """mlp2 (1024 x 1024 -> 4096 -> 1024): the first matmul's tiles (128 x 64) left the second
+    128 blocks for 132 SMs; on its own it takes 64 x 32 (512 blocks). Where the tiles agree
+    (small sizes, a matmul's gradient) the program keeps one mapping."""
+    src, _ = _zoo_inputs("mlp2")
+    fn = tc.define(src).ir
+    opts = tc.MappingOptions.default_for(fn, "cuda", {"B": 1024, "M": 1024, "N": 4096, "P": 1024})
+    by = {km.statements: km for km in opts.kernels}
+    assert by[(0,)].tile_sizes == (128, 64, 16) and by[(2,)].tile_sizes == (64, 32, 16)
+    small = tc.MappingOptions.default_for(fn, "cuda", {"B": 5, "M": 37, "N": 33, "P": 19})
+    assert not small.kernels and small.register_tile

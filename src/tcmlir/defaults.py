@@ -30,6 +30,7 @@ from .cuda_defaults import (
     output_extents,
     split_k_choice,
 )
+from .kernel_mapping import KernelMapping
 
 __all__ = ["default_options", "per_kernel_options", "statements_function"]
 
@@ -66,8 +67,15 @@ def default_options(cls: Any, fn: Any, target: str, sizes: Mapping[str, int] | N
         if split is not None:
             tile, reg, ways = split
             return contraction_access(cls.cuda_contraction(tile, reg).split_reduction(ways))
-        return contraction_access(
+        whole = contraction_access(
             cls.cuda_contraction(*contraction_tiles(output_extents(statements, sizes))))
+        if per_kernel and sum(bool(st.reduction_indices) for st in statements) > 1:
+            # several matmuls (mlp2): each its own tiles where they differ from the first's
+            per = per_kernel_options(cls, ir_fn, sizes)
+            if per is not None and any(km.knobs() != KernelMapping.of(km.statements, whole).knobs()
+                                       for km in per.kernels):
+                return per
+        return whole
     if target == "cuda" and (lead := lead_contraction_options(cls, ir_fn, sizes)) is not None:
         return lead
     if target == "cuda" and is_batched_contraction(statements):
@@ -112,11 +120,10 @@ def statements_function(fn: Any, numbers: Any) -> Any:
 def _own_mapping(cls: Any, fn: Any, numbers: Any, sizes: Mapping[str, int]) -> Any:
     """The options the statements ``numbers`` of ``fn`` get as a program of their own when
     those are a class mapping of the standard cuda passes (shared-memory tiles or a register
-    tile: a contraction, a batched one, a transpose), else None. Split-K is dropped (a
-    per-kernel mapping has no IR rewrite; the tiles stay). Convolutions are left out: a
+    tile: a contraction, a batched one, a transpose), else None. A contraction that would be
+    split (split-K) takes the tiles it gets unsplit (a per-kernel mapping has no IR rewrite). Convolutions are left out: a
     convolution's weight gradient (``W1_grad(f, c, kh, kw)``, a reduction over the batch and
     the image) would take the convolution tiles of its 3 x 3 outputs, 18 threads a block."""
-    import dataclasses
 
     sub = statements_function(fn, numbers)
     if is_convolution(sub.statements):
@@ -129,7 +136,10 @@ def _own_mapping(cls: Any, fn: Any, numbers: Any, sizes: Mapping[str, int]) -> A
         return None
     if not (own.use_shared_memory or own.register_tile):
         return None
-    return dataclasses.replace(own, split_k=1) if own.split_k > 1 else own
+    if own.split_k > 1:  # the tiles it would take unsplit
+        own = contraction_access(cls.cuda_contraction(
+            *contraction_tiles(output_extents(sub.statements, sizes))))
+    return own
 
 
 ROW_REDUCTION_THREADS = 256  # threads per row of a row reduction kernel (map-reduction)
