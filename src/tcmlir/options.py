@@ -217,7 +217,8 @@ class MappingOptions:
         along them (a transpose) the naive options with `promote-shared`, whose tile copies
         read rows; a program of several kernels some of which are of these classes a mapping
         per kernel (`defaults.per_kernel_options`, the ``kernels`` field: attention's batched
-        matmuls the contraction mapping, its row reductions a block per row); everything else
+        matmuls the contraction mapping, its row reductions a block per row; so does a program
+        of several matmuls whose tiles differ, as mlp2's); everything else
         on cuda the mapping `cost_model.generic_mapping` prices
         best at ``sizes`` (tiles, threads, grid and fusion from an analytic model over the
         schedule), the naive options where it has none (sizes not known)."""
