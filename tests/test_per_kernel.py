@@ -129,7 +129,7 @@ def test_tuner_candidates_keep_the_per_kernel_part():
 # ---------------------------------------------------------------- on the host emulator
 
 
-@pytest.mark.parametrize("b, s, d", [(3, 33, 24), (2, 64, 16), (1, 7, 5), (2, 40, 32)])
+@pytest.mark.parametrize("b, s, d", [(3, 33, 24), (1, 7, 5), (2, 40, 32)])
 def test_attention_per_kernel_on_the_host_machine(b, s, d, rng):
     inputs = [rng.standard_normal((b, s, d)).astype(np.float32) for _ in range(3)]
     kernel = emulate(ATTENTION, inputs, rtol=1e-4)
