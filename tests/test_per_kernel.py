@@ -49,8 +49,8 @@ def test_attention_defaults_map_each_kernel_by_its_class():
     assert scores == KernelMapping.of((0,), alone) and scores.register_tile
     # the output: the same, its per-row scale ``/ s(b, i)`` riding along
     assert out.use_shared_memory and out.use_private_memory and out.register_tile
-    for row in (by[(1,)], by[(3,)]):  # a block per row, map-reduction over j
-        assert row.tile_sizes == (1, 1, 0) and row.block == (256,)
+    for row in (by[(1,)], by[(3,)]):  # a block per 8 rows, map-reduction over j
+        assert row.tile_sizes == (1, 8, 0) and row.block == (256,)
     pipe = opts.to_pipeline("cuda")
     assert "register-tile{sizes=8,8,interleave=0,4,only=0}" in pipe
     assert "tile{sizes=1,32,32,skip=0,1,3,4}" in pipe

@@ -143,15 +143,19 @@ def _own_mapping(cls: Any, fn: Any, numbers: Any, sizes: Mapping[str, int]) -> A
 
 
 ROW_REDUCTION_THREADS = 256  # threads per row of a row reduction kernel (map-reduction)
+# rows per block, one after the other: a block per row left its initialisation (a kernel of
+# its own under fusion=min) one thread per block, 32768 blocks for attention's row maximum
+ROW_REDUCTION_ROWS = 8
 
 
 def _row_reduction_mapping(cls: Any, fn: Any, numbers: Any, sizes: Mapping[str, int]) -> Any:
-    """For a kernel of one reduction statement (``mx(b, i) max=! P(b, i, j)``): each output
-    element on a block (tiles of 1 on the lhs indices), the reduction indices untiled, so that
-    `map-reduction` spreads the row over a block's threads and combines them (warp shuffles,
-    shared memory) — the generic mapping gave a thread per row, the warp reading down a
-    column; else None. The threads: the largest power of two up to `ROW_REDUCTION_THREADS`
-    no larger than the reduced extent (at least 32)."""
+    """For a kernel of one reduction statement (``mx(b, i) max=! P(b, i, j)``): a block per
+    `ROW_REDUCTION_ROWS` output elements along the last lhs index (tiles of 1 on the others),
+    the reduction indices untiled, so that `map-reduction` spreads each row over the block's
+    threads and combines them (warp shuffles, shared memory), row after row — the generic
+    mapping gave a thread per row, the warp reading down a column; else None. The threads:
+    the largest power of two up to `ROW_REDUCTION_THREADS` no larger than the reduced
+    extent (at least 32)."""
     sub = statements_function(fn, numbers)
     if len(sub.statements) != 1:
         return None
@@ -168,7 +172,8 @@ def _row_reduction_mapping(cls: Any, fn: Any, numbers: Any, sizes: Mapping[str, 
     threads = 32
     while threads < ROW_REDUCTION_THREADS and 2 * threads <= extent:
         threads *= 2
-    return cls(tile_sizes=(1,) * len(st.lhs) + (0,) * len(st.reduction_indices),
+    rows = (1,) * (len(st.lhs) - 1) + (ROW_REDUCTION_ROWS,) if st.lhs else ()
+    return cls(tile_sizes=rows + (0,) * len(st.reduction_indices),
                block=(threads,), grid=(2**31 - 1, 65535, 65535))
 
 
