@@ -51,6 +51,7 @@ from ..poly.gpu_mapping import (
     pin_unused,
     with_params,
 )
+from ..poly.kernel_select import selects
 from ..poly.legality import check_legal, member_is_parallel, same_prefix
 from ..poly.scop import maps_of, sets_of
 from ..poly.state import CompileState
@@ -88,6 +89,8 @@ class MapReduction(Pass):
     requires_schedule = True
     threads: int = 256
     min_threads: int = 2
+    only: tuple[int, ...] = ()         # statements of the kernels it maps (poly.kernel_select)
+    skip: tuple[int, ...] = ()         # statements of the kernels it leaves alone
 
     def __post_init__(self):
         if self.threads < 1 or self.min_threads < 1:
@@ -106,7 +109,7 @@ class MapReduction(Pass):
             # are left before any tree surgery (in a definition of many kernels, each attempt
             # rebuilt the whole tree: quadratic)
             names = {s.get_tuple_name() for s in sets_of(node_at(schedule, path).get_domain())}
-            if not names & updates:
+            if not names & updates or not selects(node_at(schedule, path), self.only, self.skip):
                 continue
             mapped = _map_kernel(state, schedule, path, km, self.threads, self.min_threads)
             if mapped is not None:

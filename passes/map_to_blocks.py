@@ -17,11 +17,13 @@ from ..poly.gpu_mapping import (
     member_extent,
     member_filter,
     parallel_members,
+    parse_kernel_mark,
     pin_unused,
     with_params,
 )
+from ..poly.kernel_select import describe_selection, selects, statement_numbers
 from ..poly.state import CompileState
-from ..poly.tree import node_at
+from ..poly.tree import mark_name, node_at
 from .base import Pass, register
 
 __all__ = ["MapToBlocks"]
@@ -35,12 +37,21 @@ class MapToBlocks(Pass):
     ``blockIdx``: member value ``mod grid`` equals the block index, the innermost mapped member
     on ``.x``. The grid option is an upper bound: a member of a specialised kernel with fewer
     values gets that many blocks. Groups without such a member become one-block kernels.
-    Requires a schedule; must run before `map-to-threads` and only once.
+    Requires a schedule; must run before `map-to-threads` and only once per group.
+
+    With ``only`` / ``skip`` (`poly.kernel_select`: a program whose kernels are mapped each
+    their own way, `MappingOptions.kernels`) it maps only the groups they select and leaves
+    groups already under a kernel mark alone; the pipeline runs the per-kernel mappings first
+    and the shared one (``skip``) last, so a group that the shared one skips but no per-kernel
+    one mapped — one that straddles two per-kernel mappings, as under another fusion than
+    the one they were made for — is a `PipelineError`.
     """
 
     name = "map-to-blocks"
     requires_schedule = True
     grid: tuple[int, ...] = (256, 256)
+    only: tuple[int, ...] = ()         # statements of the kernels it maps (poly.kernel_select)
+    skip: tuple[int, ...] = ()         # statements of the kernels it leaves alone
 
     def __post_init__(self):
         if not 1 <= len(self.grid) <= 3 or any(g < 1 for g in self.grid):
@@ -52,13 +63,25 @@ class MapToBlocks(Pass):
         taken = set(BLOCK_PARAMS + THREAD_PARAMS) & set(state.fn.sizes)
         if taken:
             raise PipelineError(f"size names {', '.join(sorted(taken))} are reserved for the GPU mapping")
-        if "kernel grid=" in str(schedule):
+        selective = bool(self.only or self.skip)
+        if not selective and "kernel grid=" in str(schedule):
             raise PipelineError("map-to-blocks: the tree is already mapped")
         schedule = with_params(schedule, BLOCK_PARAMS)
         ctx = state.ctx
         # Work from the last group to the first so that earlier paths stay valid.
         for path in reversed(kernel_groups(schedule)):
             node = node_at(schedule, path)
+            if selective and parse_kernel_mark(mark_name(node)) is not None:
+                continue  # mapped by an earlier (per-kernel) map-to-blocks
+            if not selects(node, self.only, self.skip):
+                if self.skip and not self.only:
+                    numbers = ",".join(f"S{k}" for k in sorted(statement_numbers(node)))
+                    raise PipelineError(
+                        f"map-to-blocks: the kernel of {numbers} is left to the per-kernel "
+                        f"mappings ({describe_selection(self.skip, ())}) but none of them maps "
+                        "it whole: they were made for another fusion; use the fusion they were "
+                        "made for, or drop `kernels` from the options")
+                continue
             band = first_band_below(node)
             grid = [1, 1, 1]
             if band is not None:

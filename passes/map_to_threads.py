@@ -21,6 +21,7 @@ from ..poly.gpu_mapping import (
     vector_lanes,
     with_params,
 )
+from ..poly.kernel_select import selects
 from ..poly.scop import sets_of
 from ..poly.state import CompileState
 from ..poly.tree import node_at
@@ -54,6 +55,8 @@ class MapToThreads(Pass):
     requires_schedule = True
     block: tuple[int, ...] = (32, 8)
     vector_bytes: int = 0
+    only: tuple[int, ...] = ()         # statements of the kernels it maps (poly.kernel_select)
+    skip: tuple[int, ...] = ()         # statements of the kernels it leaves alone
 
     def __post_init__(self):
         if not 1 <= len(self.block) <= 3 or any(b < 1 for b in self.block):
@@ -71,6 +74,8 @@ class MapToThreads(Pass):
         ctx = state.ctx
         for path, km in reversed(marks):
             mark = node_at(schedule, path)
+            if not selects(mark, self.only, self.skip):
+                continue
             outer = first_band_below(mark.child(0))
             block = [1, 1, 1]
             if outer is not None and outer.n_children() == 1 and outer.child(0).get_type() == _BAND:

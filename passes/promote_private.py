@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from ..poly.gpu_mapping import BLOCK_PARAMS, THREAD_PARAMS
+from ..poly.kernel_select import selects
 from ..poly.legality import member_is_parallel
 from ..poly.promotion import (
     Buffer,
@@ -101,6 +102,8 @@ class PromotePrivate(Pass):
     name = "promote-private"
     requires_schedule = True
     max_elements: int = 128
+    only: tuple[int, ...] = ()         # statements of the kernels it maps (poly.kernel_select)
+    skip: tuple[int, ...] = ()         # statements of the kernels it leaves alone
 
     def run(self, state: CompileState) -> CompileState:
         schedule = state.schedule
@@ -109,7 +112,7 @@ class PromotePrivate(Pass):
         scop = state.scop
         made: list[Buffer] = []
         for k, _, tile in promotable_kernels(base):
-            if not _has_unrolled_band(tile):
+            if not _has_unrolled_band(tile) or not selects(tile, self.only, self.skip):
                 continue
             n_par = 0
             while n_par < tile.band_n_member() and member_is_parallel(tile, n_par, state.deps.validity):

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from ..poly.gpu_mapping import THREAD_PARAMS, first_band_below, kernel_marks, parallel_members
+from ..poly.kernel_select import selects
 from ..poly.legality import member_is_parallel
 from ..poly.promotion import (
     Buffer,
@@ -133,6 +134,8 @@ class PromoteShared(Pass):
     double_buffer: bool = False
     copy_bytes: int = 0
     copy_transposed: bool = False
+    only: tuple[int, ...] = ()         # statements of the kernels it maps (poly.kernel_select)
+    skip: tuple[int, ...] = ()         # statements of the kernels it leaves alone
 
     def __post_init__(self):
         if not 0 < self.max_bytes <= 48 * 1024:
@@ -148,7 +151,7 @@ class PromoteShared(Pass):
         promotion = state.promotion or Promotion()
         made: list[Buffer] = []
         for k, km, tile in promotable_kernels(base):
-            if tile.n_children() != 1:
+            if tile.n_children() != 1 or not selects(tile, self.only, self.skip):
                 continue
             node = tile.child(0)
             dom = node.get_domain()

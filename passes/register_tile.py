@@ -50,6 +50,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from ..poly.gpu_mapping import first_band_below, kernel_marks
+from ..poly.kernel_select import selects
 from ..poly.legality import member_is_parallel
 from ..poly.scop import sets_of
 from ..poly.state import CompileState
@@ -85,6 +86,8 @@ class RegisterTile(Pass):
     requires_schedule = True
     sizes: tuple[int, ...] = (8, 8)
     interleave: tuple[int, ...] = ()   # per member: group width V (0: contiguous)
+    only: tuple[int, ...] = ()         # statements of the kernels it maps (poly.kernel_select)
+    skip: tuple[int, ...] = ()         # statements of the kernels it leaves alone
 
     def __post_init__(self):
         if not self.sizes or any(s < 1 for s in self.sizes):
@@ -101,6 +104,8 @@ class RegisterTile(Pass):
         schedule = state.schedule
         assert schedule is not None
         for path, _ in reversed(kernel_marks(schedule)):
+            if not selects(node_at(schedule, path), self.only, self.skip):
+                continue
             outer = first_band_below(node_at(schedule, path).child(0))
             if outer is None or outer.n_children() != 1 or outer.child(0).get_type() != _BAND:
                 continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from ..poly.kernel_select import selects
 from ..poly.state import CompileState
 from ..poly.tree import node_at, outermost_band_paths, tile_band
 from .base import Pass, register
@@ -25,12 +26,15 @@ class Tile(Pass):
     first member is their chunk index (`split_k.chunk_member_band`) keeps that member untiled and
     takes ``sizes`` for the members after it. Requires a schedule; a band that is
     not permutable is left alone when it has more than one tiled member (tiling it would
-    reorder dependent iterations).
+    reorder dependent iterations). With ``only`` / ``skip`` (`poly.kernel_select`) it tiles
+    only the bands of the statements they select.
     """
 
     name = "tile"
     requires_schedule = True
     sizes: tuple[int, ...] = (32, 32)
+    only: tuple[int, ...] = ()         # statements of the kernels it maps (poly.kernel_select)
+    skip: tuple[int, ...] = ()         # statements of the kernels it leaves alone
 
     def __post_init__(self):
         if any(s < 0 for s in self.sizes):
@@ -45,6 +49,8 @@ class Tile(Pass):
             chunked = chunk_member_band
         for path in outermost_band_paths(schedule):
             node = node_at(schedule, path)
+            if not selects(node, self.only, self.skip):
+                continue
             sizes = self.sizes
             if chunked is not None and chunked(node, state.fn):
                 sizes = (0, *sizes)

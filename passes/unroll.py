@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import islpy as isl
 
+from ..poly.kernel_select import selects
 from ..poly.state import CompileState
 from ..poly.tree import leaf_band_paths, node_at
 from .base import Pass, register
@@ -34,6 +35,8 @@ class Unroll(Pass):
     name = "unroll"
     requires_schedule = True
     factor: int = 4
+    only: tuple[int, ...] = ()         # statements of the kernels it maps (poly.kernel_select)
+    skip: tuple[int, ...] = ()         # statements of the kernels it leaves alone
 
     def __post_init__(self):
         if self.factor < 1:
@@ -47,6 +50,8 @@ class Unroll(Pass):
         # Deepest first: transforming a band leaves the paths of bands outside it valid.
         for path in sorted(leaf_band_paths(schedule, ignore=_fully_unrolled), key=len,
                            reverse=True):
+            if not selects(node_at(schedule, path), self.only, self.skip):
+                continue
             schedule = unroll_band(node_at(schedule, path), self.factor).get_schedule()
         return dataclasses.replace(state, schedule=schedule)
 

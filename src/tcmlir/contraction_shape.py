@@ -2,7 +2,9 @@
 with their leading output indices untiled (one block per value), at which tiles.
 
 A *leading-index contraction* is one ``+=`` statement with one reduction index ``k`` whose
-right-hand side is a product of two reads (a constant factor allowed), an output of rank >= 3
+right-hand side is a product of two reads (constant factors and per-output scales — reads
+of output indices only, multiplied or divided: attention's ``e(b, i, j) * V(b, j, d) / s(b, i)``
+— allowed), an output of rank >= 3
 whose last two indices are one read by only one operand (``m``) and one read by only the
 other (``n``), and any number of leading output indices before them: a batch read by both
 operands (``P(b, i, j) +=! Q(b, i, d) * K(b, d, j)``), or more rows or columns of one operand
@@ -43,15 +45,16 @@ def _reads(e: tc.Expr) -> list[tc.Read]:
     return [x for x in tc.walk(e) if isinstance(x, tc.Read)]
 
 
-def _product_reads(e: tc.Expr) -> list[tc.Read] | None:
-    """The two reads of ``a * b`` (a constant factor anywhere in the product allowed)."""
+def _product_reads(e: tc.Expr, k: str) -> list[tc.Read] | None:
+    """The reads of a product of reads and constants, divisors of no ``k`` included
+    (``a * b / c``)."""
     if isinstance(e, tc.Read):
         return [e]
     if isinstance(e, tc.Const):
         return []
-    if isinstance(e, tc.Binary) and e.op == "*":
-        left, right = _product_reads(e.lhs), _product_reads(e.rhs)
-        if left is None or right is None:
+    if isinstance(e, tc.Binary) and e.op in ("*", "/"):
+        left, right = _product_reads(e.lhs, k), _product_reads(e.rhs, k)
+        if left is None or right is None or (e.op == "/" and any(k in _used(r) for r in right)):
             return None
         return left + right
     return None
@@ -76,10 +79,17 @@ def lead_contraction(fn: tc.Function, sizes: Mapping[str, int] | None) -> LeadCo
         return None
     if any(len(s.index_names) > len(st.lhs) for s in fn.statements if s is not st):
         return None
-    reads = _product_reads(st.rhs)
-    if reads is None or len(reads) != 2 or any(_reads(i) for r in reads for i in r.indices):
-        return None  # not a product of two reads, or a gather
     (k,) = st.reduction_indices
+    reads = _product_reads(st.rhs, k)
+    if reads is None or any(_reads(i) for r in reads for i in r.indices):
+        return None  # not a product of reads, or a gather
+    # per-output scales (attention's ``/ s(b, i)``) ride along; two reads carry k
+    scales = [r for r in reads if k not in _used(r)]
+    if any(not _used(r) <= set(st.lhs) or r.tensor == st.tensor for r in scales):
+        return None
+    reads = [r for r in reads if k in _used(r)]
+    if len(reads) != 2:
+        return None
     a, b = (_used(r) for r in reads)
     if k not in a or k not in b or any(r.tensor == st.tensor for r in reads):
         return None

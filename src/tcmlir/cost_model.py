@@ -38,7 +38,7 @@ from . import ir as tc
 from .gpu_device import SM_COUNT
 
 __all__ = ["GPU", "Access", "GenericMapping", "GpuModel", "KernelShape", "MemberInfo",
-           "generic_mapping", "kernel_time"]
+           "generic_mapping", "kernel_statement_groups", "kernel_time"]
 
 
 @dataclass(frozen=True)
@@ -250,20 +250,47 @@ FUSIONS = ("preserve3coincident", "min")
 
 
 def generic_mapping(fn: tc.Function, sizes: Mapping[str, int] | None,
-                    gpu: GpuModel = GPU) -> GenericMapping | None:
+                    gpu: GpuModel = GPU, fusions: tuple[str, ...] = FUSIONS
+                    ) -> GenericMapping | None:
     """The model's choice for ``fn`` at ``sizes`` (see the module docstring), or None when the
     sizes are not all known or no schedule has a band with a parallel member. A program of
     several statements is priced under each of `FUSIONS` (fusing a reduction with the
     statement that feeds it can make the fused band's inner members sequential: a fused
-    attention's scores and row maximum left one thread per row walking 256 x 64 products)."""
+    attention's scores and row maximum left one thread per row walking 256 x 64 products);
+    ``fusions`` narrows the choice (a per-kernel mapping's groups hold at one fusion)."""
     if sizes is None or any(p not in sizes for p in fn.sizes):
         return None
     best: GenericMapping | None = None
-    for fusion in FUSIONS if len(fn.statements) > 1 else FUSIONS[:1]:
+    for fusion in fusions if len(fn.statements) > 1 else fusions[:1]:
         cand = _generic_for(fn, sizes, fusion, gpu)
         if cand is not None and (best is None or _better(cand, best)):
             best = cand
     return best
+
+
+def kernel_statement_groups(fn: tc.Function, sizes: Mapping[str, int], fusion: str
+                            ) -> list[frozenset[int]] | None:
+    """The statement numbers of each kernel ``fn`` compiles to under ``fusion`` at ``sizes``
+    (the top-level groups of the schedule, `poly.gpu_mapping.kernel_groups`; a statement
+    and its initialisation in two groups, as under ``min``, count as one kernel: groups that
+    share a statement are merged), in schedule order; None when isl cannot schedule it."""
+    from .poly.gpu_mapping import kernel_groups
+    from .poly.kernel_select import statement_numbers
+    from .poly.tree import node_at
+
+    try:
+        schedule = _schedule(fn, sizes, fusion).schedule
+    except Exception:  # noqa: BLE001 - no schedule: the caller keeps its own default
+        return None
+    groups: list[frozenset[int]] = []
+    for path in kernel_groups(schedule):
+        numbers = statement_numbers(node_at(schedule, path))
+        for g in [g for g in groups if g & numbers]:
+            groups.remove(g)
+            numbers |= g
+        if numbers:
+            groups.append(frozenset(numbers))
+    return groups
 
 
 def _generic_for(fn: tc.Function, sizes: Mapping[str, int], fusion: str,

@@ -39,6 +39,7 @@ from .cuda_defaults import (  # noqa: F401  (CONTRACTION_TILES, contraction_acce
 )
 from .defaults import default_options
 from .errors import OptionsError
+from .kernel_mapping import KernelMapping, check_kernels, kernels_from_json
 from .poly.scheduler import FUSION_STRATEGIES
 
 __all__ = ["FUSION_STRATEGIES", "MappingOptions"]
@@ -117,6 +118,9 @@ class MappingOptions:
                                                  # may run on tensor cores in TF32 (10-bit
                                                  # mantissa products, float32 sums; a
                                                  # permission, as torch's); never by default
+    kernels: tuple[KernelMapping, ...] = ()      # cuda: kernels mapped their own way (their
+                                                 # statements and knobs, `kernel_mapping`); the
+                                                 # others take the fields above
 
     def __post_init__(self) -> None:
         if self.fusion not in FUSION_STRATEGIES:
@@ -152,6 +156,7 @@ class MappingOptions:
                 raise OptionsError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.vector_bytes not in (0, 1, 2, 4, 8, 16):
             raise OptionsError(f"vector_bytes must be 0 (off) or a power of two <= 16, got {self.vector_bytes}")
+        object.__setattr__(self, "kernels", check_kernels(self.kernels))
         for name in ("shared_depth", "private_depth", "max_shared_memory", "threads", "row_block"):
             if getattr(self, name) < 0:
                 raise OptionsError(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -210,7 +215,11 @@ class MappingOptions:
         indices, one reduction index: batched matmul) `cuda_batched_contraction`; a convolution
         `cuda_convolution`; a program that reads a tensor across its rows where it writes
         along them (a transpose) the naive options with `promote-shared`, whose tile copies
-        read rows; everything else on cuda the mapping `cost_model.generic_mapping` prices
+        read rows; a program of several kernels some of which are of these classes a mapping
+        per kernel (`defaults.per_kernel_options`, the ``kernels`` field: attention's batched
+        matmuls the contraction mapping, its row reductions a block per row; so does a program
+        of several matmuls whose tiles differ, as mlp2's); everything else
+        on cuda the mapping `cost_model.generic_mapping` prices
         best at ``sizes`` (tiles, threads, grid and fusion from an analytic model over the
         schedule), the naive options where it has none (sizes not known)."""
         return default_options(cls, fn, target, sizes)
@@ -404,6 +413,14 @@ class MappingOptions:
         return self._with(mma_tile=tuple(tile), mma_warps=tuple(warps), mma_stages=int(stages),
                           mma_wgmma=bool(wgmma), allow_tf32=precision == "tf32")
 
+    def per_kernel(self, *mappings: tuple[tuple[int, ...], MappingOptions]) -> MappingOptions:
+        """cuda: map the kernel of statements ``S{k}`` (``k`` in ``statements``: its group
+        under these options' fusion) with the mapping fields (tiles, threads, grid, register
+        tile, promotion, unrolling, vector and copy widths) of ``options``, for each
+        ``(statements, options)`` given; the other kernels keep these options' fields
+        (`kernel_mapping`). No argument: one mapping for every kernel."""
+        return self._with(kernels=tuple(KernelMapping.of(tuple(st), o) for st, o in mappings))
+
     def on_devices(self, *devices: int) -> MappingOptions:
         """Split each call across these CUDA devices (`tcmlir.multi`; ``on_devices(0, 0)``: two
         parts on device 0); no argument: one device. A part's kernel uses these options without
@@ -424,6 +441,10 @@ class MappingOptions:
                 # stay those of before
             if f.name == "split_k" and value == 1:
                 continue  # no split: kept out so cache keys stay those of before
+            if f.name == "kernels":
+                if value:  # (one mapping for every kernel: kept out, as above)
+                    out[f.name] = [km.to_dict() for km in value]
+                continue
             out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
 
@@ -451,7 +472,9 @@ class MappingOptions:
         kwargs: dict[str, Any] = {}
         for name, value in data.items():
             default = known[name].default
-            if isinstance(default, tuple):
+            if name == "kernels":
+                value = kernels_from_json(value, cls.from_dict)
+            elif isinstance(default, tuple):
                 if not isinstance(value, list | tuple) or not all(isinstance(v, int) for v in value):
                     raise OptionsError(f"option {name} must be a list of integers, got {value!r}")
                 value = tuple(value)

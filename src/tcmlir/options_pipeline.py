@@ -13,7 +13,7 @@ from typing import Any
 
 from .errors import OptionsError
 
-__all__ = ["pipeline", "thread_block"]
+__all__ = ["cuda_mapping_steps", "pipeline", "thread_block"]
 
 
 def pipeline(opts: Any, target: str = "cpu") -> str:
@@ -26,6 +26,9 @@ def pipeline(opts: Any, target: str = "cpu") -> str:
         f"schedule{{fusion={opts.fusion},skew={str(opts.allow_skewing).lower()},"
         f"positive-orthant={str(opts.positive_orthant).lower()}}}",
     ]
+    if target == "cuda" and opts.kernels and (opts.mma_tile or opts.split_k > 1 or opts.row_block):
+        raise OptionsError("per-kernel mappings (kernels) do not combine with tensor cores "
+                           "(mma_tile), split_k or row_block: drop `kernels` or those")
     if target == "cuda" and opts.mma_tile:
         if opts.parametric or opts.split_k > 1 or opts.row_block:
             raise OptionsError("tensor cores (mma_tile) need fixed sizes and do not combine "
@@ -62,53 +65,83 @@ def pipeline(opts: Any, target: str = "cpu") -> str:
         if opts.unroll_factor > 1:
             steps.append(f"unroll{{factor={opts.unroll_factor}}}")
         return ",".join(steps)
+    if target == "cuda":
+        # per-kernel mappings first, then the shared one for the other kernels; pass by pass
+        # (every kernel tiled, then mapped to blocks, ...: promotion comes last)
+        claimed = sorted({k for km in opts.kernels for k in km.statements})
+        mappings = [cuda_mapping_steps(km, "only=" + ints(km.statements)) for km in opts.kernels]
+        mappings.append(cuda_mapping_steps(opts, "skip=" + ints(tuple(claimed)) if claimed else ""))
+        for phase in range(len(mappings[-1])):
+            steps.extend(m[phase] for m in mappings if m[phase])
+        return ",".join(steps)
     tiles = opts.tile_sizes
-    if target == "cuda" and not any(tiles):
-        tiles = tuple(reversed(opts.block))  # threads need a point band to map onto
-    if target == "cpu" and opts.register_tile and not opts.parametric:
+    if opts.register_tile and not opts.parametric:
         # the packed kernel (passes/host_contraction: fixed sizes only; a parametric
         # kernel takes the tile sizes as isl tiles): MC, NC, KC and MR, NR, 0 = its default
         blocks, regs = (*tiles, 0, 0, 0)[:3], (*opts.register_tile, 0, 0)[:2]
         steps.append(f"host-contraction{{tile={ints(blocks)},register={ints(regs)}}}")
     elif any(tiles):
         steps.append(f"tile{{sizes={ints(tiles)}}}")
-        if target == "cuda" and opts.split_k > 1:
-            # the fold of split-k: one element per thread, a block per thread-block tile
-            steps.append(f"tile-folds{{sizes={ints(tuple(reversed(thread_block(opts))))}}}")
-    if target == "cpu":
-        steps.append("mark-parallel")
-        steps.append("vectorize")  # a unit-stride parallel member innermost, if legal
-    elif target == "cuda":
-        block = thread_block(opts)
-        grid = opts.grid
-        if opts.split_k > 1 and len(grid) < 3:
-            # the chunk index of split-k's partial sums, their outer band member: its own
-            # (outermost) grid dimension (passes/split_k)
-            grid = (*grid, opts.split_k)
-        steps.append(f"map-to-blocks{{grid={ints(grid)}}}")
-        if opts.register_tile:
-            lace = (f",interleave={ints(opts.register_interleave)}"
-                    if any(opts.register_interleave) else "")
-            steps.append(f"register-tile{{sizes={ints(opts.register_tile)}{lace}}}")
-        vec = f",vector-bytes={opts.vector_bytes}" if opts.vector_bytes else ""
-        steps.append(f"map-to-threads{{block={ints(block)}{vec}}}")
-        # a reduction member left sequential goes to threadIdx.x with a block combine
-        # (only where the kernel has at most one thread-mapped member; passes/map_reductions)
-        steps.append(f"map-reduction{{threads={block[0]}}}")
+    steps.append("mark-parallel")
+    steps.append("vectorize")  # a unit-stride parallel member innermost, if legal
     if opts.unroll_factor > 1:
         steps.append(f"unroll{{factor={opts.unroll_factor}}}")
-    if target == "cuda":
-        if opts.use_shared_memory:
-            limit = opts.max_shared_memory or 48 * 1024
-            steps.append(f"promote-shared{{max-bytes={min(limit, 48 * 1024)},"
-                         f"unroll-copies={str(opts.unroll_copy_shared).lower()},"
-                         f"double-buffer={str(opts.double_buffer).lower()}"
-                         + (f",copy-bytes={opts.copy_bytes}" if opts.copy_bytes else "")
-                         + (",copy-transposed=true" if opts.copy_transposed else "")
-                         + "}")
-        if opts.use_private_memory:
-            steps.append("promote-private")
     return ",".join(steps)
+
+
+def cuda_mapping_steps(m: Any, select: str = "") -> list[str]:
+    """The cuda mapping passes of the knobs of ``m`` (a `MappingOptions` or a
+    `kernel_mapping.KernelMapping`: the fields they share), one entry per phase (tile,
+    blocks, register tile, threads, reduction, unroll, shared, private; "" where a phase has
+    no pass); ``select`` (``only=...`` / ``skip=...``, `poly.kernel_select`) is added to each."""
+    def ints(values: tuple[int, ...]) -> str:
+        return ",".join(map(str, values))
+
+    def step(name: str, *options: str) -> str:
+        parts = [o for o in (*options, select) if o]
+        return name + ("{" + ",".join(parts) + "}" if parts else "")
+
+    split_k = getattr(m, "split_k", 1)
+    tiles = m.tile_sizes
+    if not any(tiles):
+        tiles = tuple(reversed(m.block))  # threads need a point band to map onto
+    tile = step("tile", f"sizes={ints(tiles)}") if any(tiles) else ""
+    if tile and split_k > 1:
+        # the fold of split-k: one element per thread, a block per thread-block tile
+        tile += "," + step("tile-folds", f"sizes={ints(tuple(reversed(thread_block(m))))}")
+    block = thread_block(m)
+    grid = m.grid
+    if split_k > 1 and len(grid) < 3:
+        # the chunk index of split-k's partial sums, their outer band member: its own
+        # (outermost) grid dimension (passes/split_k)
+        grid = (*grid, split_k)
+    register = ""
+    if m.register_tile:
+        lace = (f",interleave={ints(m.register_interleave)}"
+                if any(m.register_interleave) else "")
+        register = step("register-tile", f"sizes={ints(m.register_tile)}{lace}")
+    vec = f"vector-bytes={m.vector_bytes}" if m.vector_bytes else ""
+    shared = ""
+    if m.use_shared_memory:
+        limit = m.max_shared_memory or 48 * 1024
+        shared = step("promote-shared",
+                      f"max-bytes={min(limit, 48 * 1024)},"
+                      f"unroll-copies={str(m.unroll_copy_shared).lower()},"
+                      f"double-buffer={str(m.double_buffer).lower()}"
+                      + (f",copy-bytes={m.copy_bytes}" if m.copy_bytes else "")
+                      + (",copy-transposed=true" if m.copy_transposed else ""))
+    return [
+        tile,
+        step("map-to-blocks", f"grid={ints(grid)}"),
+        register,
+        step("map-to-threads", f"block={ints(block)}", vec),
+        # a reduction member left sequential goes to threadIdx.x with a block combine
+        # (only where the kernel has at most one thread-mapped member; passes/map_reductions)
+        step("map-reduction", f"threads={block[0]}"),
+        step("unroll", f"factor={m.unroll_factor}") if m.unroll_factor > 1 else "",
+        shared,
+        step("promote-private") if m.use_private_memory else "",
+    ]
 
 
 def thread_block(opts: Any) -> tuple[int, ...]:

@@ -122,16 +122,22 @@ class SearchSpace:
     def is_valid(self, opts: MappingOptions) -> bool:
         return self.why_invalid(opts) is None
 
+    def fields_of(self, opts: MappingOptions) -> tuple[str, ...]:
+        """The fields varied from ``opts``: `fields`, without ``fusion`` when ``opts`` maps
+        kernels their own way (``kernels``: made from the kernels of one fusion, which
+        another fusion groups otherwise; the tuner keeps them and searches the shared knobs)."""
+        return tuple(f for f in self.fields if f != "fusion") if opts.kernels else self.fields
+
     def sample(self, rng: random.Random, base: MappingOptions) -> MappingOptions:
         for _ in range(100):
-            cand = dataclasses.replace(base, **{f: self._draw(rng, f) for f in self.fields})
+            cand = dataclasses.replace(base, **{f: self._draw(rng, f) for f in self.fields_of(base)})
             if self.is_valid(cand):
                 return cand
         return base
 
     def mutate(self, rng: random.Random, opts: MappingOptions, rate: float) -> MappingOptions:
         for _ in range(100):
-            changes = {f: self._draw(rng, f) for f in self.fields if rng.random() < rate}
+            changes = {f: self._draw(rng, f) for f in self.fields_of(opts) if rng.random() < rate}
             cand = dataclasses.replace(opts, **changes)
             if self.is_valid(cand):
                 return cand
@@ -139,7 +145,7 @@ class SearchSpace:
 
     def crossover(self, rng: random.Random, a: MappingOptions, b: MappingOptions) -> MappingOptions:
         for _ in range(100):
-            changes = {f: getattr(b, f) for f in self.fields if rng.random() < 0.5}
+            changes = {f: getattr(b, f) for f in self.fields_of(a) if rng.random() < 0.5}
             cand = dataclasses.replace(a, **changes)
             if self.is_valid(cand):
                 return cand
