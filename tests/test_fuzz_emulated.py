@@ -58,3 +58,11 @@ def test_the_fuzz_reports_a_wrong_result(monkeypatch):
     counts = fe.fuzz([BY_LABEL["chain"]], 1, 0, limit=60, verbose=False, out=out)
     assert counts["chain"]["nan"] == 1
     assert _failures(out.getvalue())[0].startswith('FAIL chain nan {"')
+
+
+def test_a_launch_over_the_device_limits_counts_as_refused():
+    """The emulator runs any block; the runtime refuses 2048 threads per block at launch
+    (`runtime.launch_limits`): the fuzz says so instead of passing the candidate."""
+    src, inputs, tol = fe.inputs_of(BY_LABEL["chain"])
+    kind, detail = fe.check(src, inputs, '{"block":[2048]}', tol)
+    assert kind == "refused" and "2048 threads" in detail, (kind, detail)

@@ -22,7 +22,7 @@ bounds), ``input`` (an input was written), ``crash`` (the compiler or the emulat
 something other than a refusal, the kernel reported an error, or a barrier waited
 `BARRIER_TIMEOUT` seconds: a deadlock), ``died`` (the child crashed). Not failures, counted and
 listed with ``--verbose``: ``refused`` (a `TCError` at compile time: an `OptionsError` or
-`PipelineError` that says why), ``skipped`` (more OS threads than `MAX_COST`: too slow to
+`PipelineError` that says why; or a launch the runtime refuses with sm_90's limits), ``skipped`` (more OS threads than `MAX_COST`: too slow to
 emulate), ``slow`` (killed at the limit while still running). Exit status 1 when some
 candidate failed.
 """
@@ -47,6 +47,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
+SM90 = None  # the launch limits of an H100 (`launch_limits.LaunchLimits`), set by `check`
 MAX_COST = 8192  # `emulator_cost` above which a candidate is skipped (about 30 s)
 FAILURES = ("wrong", "nan", "oob", "input", "crash", "died")
 BARRIER_TIMEOUT = 20  # seconds a barrier waits for the rest of its block: then a deadlock
@@ -109,7 +110,8 @@ ODD_BLOCK = (1, 3, 5, 12, 24, 48, 96)
 
 def wild(rng: random.Random, opts: Any, depth: int) -> Any:
     """``opts`` with some of its sizes replaced by ones the tuner never proposes but a user
-    may pass (odd tiles and blocks, an unroll factor of 3, an odd register tile)."""
+    may pass (odd tiles and blocks, an unroll factor of 3, an odd register tile, small grids,
+    parametric kernels)."""
     changes: dict[str, Any] = {}
     if rng.random() < 0.6:
         changes["tile_sizes"] = tuple(rng.choice((0, *ODD_TILES)) for _ in range(depth))
@@ -121,6 +123,9 @@ def wild(rng: random.Random, opts: Any, depth: int) -> Any:
         changes["register_tile"] = tuple(rng.choice((1, 3, 5)) for _ in opts.register_tile)
     if rng.random() < 0.3:
         changes["grid"] = tuple(rng.choice((1, 2, 3, 5)) for _ in range(rng.choice((1, 2, 3))))
+    if rng.random() < 0.2:  # sizes as kernel arguments, on a grid the emulator can run
+        changes["parametric"] = True
+        changes["grid"] = tuple(rng.choice((1, 2, 3)) for _ in range(rng.choice((1, 2, 3))))
     return dataclasses.replace(opts, **changes)
 
 
@@ -164,7 +169,14 @@ def check(src: str, inputs: list[Any], opts_json: str, tol: float) -> tuple[str,
 
     import tcmlir as tc
     from tcmlir.binding import bind_sizes, needs_zero_fill
+    from tcmlir.runtime.launch_limits import validate_launch
 
+    global SM90
+    if SM90 is None:
+        from tcmlir.runtime.launch_limits import LaunchLimits
+
+        SM90 = LaunchLimits(1024, (1024, 1024, 64), (2**31 - 1, 65535, 65535), 48 * 1024,
+                            227 * 1024)
     fn = tc.define(src, target="cuda")
     opts = tc.MappingOptions.from_json(opts_json)
     try:
@@ -182,6 +194,12 @@ def check(src: str, inputs: list[Any], opts_json: str, tol: float) -> tuple[str,
             shape = tuple(s.evaluate(sizes) for s in t.shape)
             zero = needs_zero_fill(compiled, t, sizes)
             arrays[t.name] = np.full(shape, 0 if zero else np.nan, t.dtype.numpy)
+    try:  # what the runtime checks at launch (`runtime.launch_limits`), with sm_90's limits
+        for launch in kernel.runner.image.kernels:
+            validate_launch(SM90, launch.grid, launch.block, launch.shared_bytes,
+                            kernel=launch.name)
+    except tc.TCError as exc:
+        return "refused", f"at launch: {type(exc).__name__}: {first_line(exc)}"
     cost = emulator_cost(kernel)
     if cost > MAX_COST:
         return "skipped", f"{cost} OS threads on the emulator > {MAX_COST}"
