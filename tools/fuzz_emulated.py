@@ -77,6 +77,18 @@ PROGRAMS = [
     Program("chain", "chain_poly", {"N": 1003}),
     Program("attention", "attention_fused", {"B": 2, "S": 13, "D": 6}),
     Program("transpose", "transpose2d", {"N": 37, "M": 33}),
+    # more classes than the brief's: strided/depthwise convolutions, pooling, gathers, mixed
+    # rows and columns, lead contractions, chains of contractions
+    Program("conv_s2", "conv2d_stride2", {"N": 1, "C": 3, "H": 11, "W": 10, "F": 4, "KH": 3, "KW": 3}),
+    Program("depthwise", "depthwise_conv", {"N": 2, "C": 5, "H": 9, "W": 7, "KH": 3, "KW": 3}),
+    Program("maxpool", "maxpool3x3s2", {"N": 2, "C": 3, "H": 11, "W": 9}),
+    Program("perm4", "perm4_heads", {"B": 2, "H": 3, "S": 7, "D": 5}),
+    Program("embag", "embedding_bag_mean", {"V": 11, "D": 37, "B": 5, "L": 4}),
+    Program("groupnorm", "groupnorm", {"N": 2, "G": 3, "C": 5, "S": 7}),
+    Program("softmax_cols", "softmax_cols", {"N": 37, "D": 13}),
+    Program("causal", "causal_softmax", {"B": 2, "S": 13}),
+    Program("kron", "kron3_2", {"M": 3, "N0": 4, "N1": 7, "N2": 5, "D": 3}),
+    Program("mlp2", "mlp2", {"B": 5, "M": 37, "N": 9, "P": 6}),
 ]
 
 
