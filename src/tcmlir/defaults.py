@@ -17,7 +17,7 @@ from typing import Any
 from .cuda_defaults import (
     SPLIT_K_DEFAULT,
     contraction_access,
-    contraction_tiles,
+    contraction_choice,
     conv_extents,
     conv_register_tiles,
     is_batched_contraction,
@@ -25,8 +25,6 @@ from .cuda_defaults import (
     is_convolution,
     is_transpose_like,
     lead_contraction_options,
-    output_extents,
-    split_k_choice,
 )
 
 __all__ = ["default_options"]
@@ -58,12 +56,9 @@ def default_options(cls: Any, fn: Any, target: str, sizes: Mapping[str, int] | N
         if flat is not None:
             return flat
     if target == "cuda" and is_contraction(statements):
-        split = split_k_choice(ir_fn, sizes) if SPLIT_K_DEFAULT else None
-        if split is not None:
-            tile, reg, ways = split
-            return contraction_access(cls.cuda_contraction(tile, reg).split_reduction(ways))
-        return contraction_access(
-            cls.cuda_contraction(*contraction_tiles(output_extents(statements, sizes))))
+        tile, reg, ways = contraction_choice(ir_fn, sizes, split=SPLIT_K_DEFAULT)
+        opts = cls.cuda_contraction(tile, reg)
+        return contraction_access(opts.split_reduction(ways) if ways > 1 else opts)
     if target == "cuda" and (lead := lead_contraction_options(cls, ir_fn, sizes)) is not None:
         return lead
     if target == "cuda" and is_batched_contraction(statements):
