@@ -45,6 +45,7 @@ from .cost_model import GPU, GpuModel
 
 __all__ = [
     "HIDE",
+    "K_MAJOR_B_RATE",
     "REGISTERS",
     "ROUND_CYCLES",
     "TILINGS",
@@ -87,7 +88,8 @@ TRANSPOSED_COPY_RATE = 0.74
 # time (A always, in a matmul): with B too (fc, ``Wt(n, k)``), H200, fc 1024x2048->1024 ran
 # 0.226 ms with 128 x 128 tiles and 4 ways against 0.171 with 128 x 64 and 2 ways (before
 # the access changes of `contraction_access`, which took 26% off the first and 9% off the
-# second: about 0.167 against 0.155), where the rates above alone would make it 25% faster
+# second: about 0.167 against 0.155, 8% slower), where the rates above alone would make it
+# 25% faster: this factor on the cp.async kernel's rate reproduces the 8%
 K_MAJOR_B_RATE = 0.65
 ROUND_CYCLES = 1500          # a round's first copy (global latency) and epilogue stores
 SHARED_BYTES_PER_SM = 227 * 1024

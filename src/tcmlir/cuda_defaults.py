@@ -17,7 +17,7 @@ __all__ = ["CONTRACTION_TILES", "MODEL_GPU", "SPLIT_K_DEFAULT", "SPLIT_K_MAX_PAR
            "contraction_access", "contraction_choice", "contraction_problems", "contraction_tiles",
            "conv_extents", "conv_register_tiles", "convolution_options", "is_batched_contraction",
            "is_contraction", "is_convolution", "is_transpose_like", "lead_contraction_options",
-           "output_extents", "reduction_innermost", "split_k_choice", "split_ways"]
+           "reduction_innermost", "split_k_choice", "split_ways"]
 
 
 def is_convolution(statements: Any) -> Any:
@@ -221,18 +221,6 @@ def split_k_choice(fn: Any, sizes: Mapping[str, int] | None
     (`contraction_choice`) splits the reduction, else None."""
     tile, reg, ways = contraction_choice(fn, sizes)
     return (tile, reg, ways) if ways > 1 else None
-
-
-def output_extents(statements: Any, sizes: Mapping[str, int] | None) -> tuple[int, int] | None:
-    """The extents of a contraction's two lhs indices at ``sizes`` (None if unknown)."""
-    if sizes is None:
-        return None
-    st = next(s for s in statements if s.reduction is not None and s.reduction_indices)
-    try:
-        box = {r.name: r.hi.evaluate(sizes) - r.lo.evaluate(sizes) for r in st.ranges}
-        return box[st.lhs[0]], box[st.lhs[1]]
-    except (KeyError, TypeError, ValueError):
-        return None
 
 
 def is_transpose_like(statements: Any) -> bool:
