@@ -188,11 +188,13 @@ def test_a_column_reductions_temporary_on_the_host_machine(rng):
 
 def test_split_k_on_the_host_machine(monkeypatch, rng):
     """The default split-K choice (`cuda_defaults.split_k_choice`) with its thresholds scaled
-    down, so that it splits at sizes the host machine runs in a second: the partial sums
-    (a temporary of the compiled function) and their sum, two kernels."""
+    down and launches free in the contraction model, so that it splits at sizes the host
+    machine runs in a second: the partial sums (a temporary of the compiled function) and
+    their sum, two kernels."""
     monkeypatch.setattr(cuda_defaults, "SPLIT_K_MIN_EXTENT", 64)
     monkeypatch.setattr(cuda_defaults, "SPLIT_K_MIN_CHUNK", 16)
-    monkeypatch.setattr(cuda_defaults, "SPLIT_K_MIN_BLOCKS", 4)
+    monkeypatch.setattr(cuda_defaults, "MODEL_GPU", dataclasses.replace(cuda_defaults.MODEL_GPU,
+                                                                        launch_s=0.0))
     for m, n, k in ((32, 33, 64), (64, 40, 96)):
         src, _ = _zoo_inputs("mm_odd", {"M": m, "K": k, "N": n})
         assert cuda_defaults.split_k_choice(tc.define(src).ir, {"M": m, "N": n, "K": k})

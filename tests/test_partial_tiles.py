@@ -71,9 +71,12 @@ def test_the_default_matmul_at_ragged_sizes_has_few_statement_calls(sizes):
 def test_full_tiles_keep_the_straight_line_code_of_a_size_the_tiles_divide():
     """The inner loop of a full tile is the same straight-line block of multiply-adds on
     registers at 4095x4093x4097 as at 4096^3 (the partial tiles add guarded code beside it),
-    and no register spills to local memory."""
-    whole = _cuda(4096, 4096, 4096).ptx
-    ragged = _cuda(4095, 4093, 4097).ptx
+    and no register spills to local memory; both under 4096^3's default, 128 x 128 tiles of
+    8 x 8 (4095x4093x4097's own default has 128 x 64 tiles: the 8 x 8 kernel takes 157
+    registers there, one block per SM)."""
+    whole = _cuda(4096, 4096, 4096)
+    ragged = _cuda(4095, 4093, 4097, whole.options).ptx
+    whole = whole.ptx
     assert _widest_fma_block(whole) == _widest_fma_block(ragged) == 16 * 8 * 8
     assert "__local_depot" not in ragged and "ld.local" not in ragged
 

@@ -236,14 +236,13 @@ def test_default_matmul_kernel_resources(tmp_path):
 
 
 @pytest.mark.parametrize("shape, tile", [
-    ((4096, 4096), (128, 128, 16)),   # 1024 blocks
-    ((1536, 2048), (128, 64, 16)),    # 128 x 128 tiles: 192 blocks, too few for two per SM
-    ((1024, 1024), (64, 32, 16)),     # fc 1024 x 2048 -> 1024: 512 blocks
-    ((128, 1024), (32, 32, 16)),      # TMM: the smallest tiles still give only 128 blocks
-    ((1, 1), (32, 32, 16)),
+    ((4096, 4096), (128, 64, 16)),    # B(n, k) copied an element at a time by the 8x8 kernel
+    ((1536, 2048), (64, 64, 16)),     # 128 x 128 tiles: 192 blocks, 60 SMs with one block alone
+    ((1024, 1024), (64, 64, 16)),     # 256 blocks: two per SM
+    ((128, 1024), (64, 32, 16)),      # TMM: 64 blocks of 64 x 32 (k = 64: too short to split)
 ])
 def test_contraction_default_tiles_by_size(shape, tile):
-    """default_for picks the largest contraction tiles that give every SM two blocks."""
+    """default_for picks the contraction tiles the contraction model predicts fastest."""
     from tcmlir.options import CONTRACTION_TILES
 
     fn = tc.define("def tmm(float(M,K) A, float(N,K) B) -> (C) { C(m,n) +=! A(m,k) * B(n,k) }")

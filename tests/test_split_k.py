@@ -210,11 +210,11 @@ def test_the_partials_get_more_blocks_and_the_fold_a_block_per_thread_block_tile
     from tcmlir.options import contraction_access
 
     assert tmm.options == contraction_access(
-        MO.cuda_contraction((128, 64, 16), (8, 4)).split_reduction(16))
+        MO.cuda_contraction((64, 64, 16), (4, 4)).split_reduction(8))
     partial, fold = tmm.runner.image.kernels
-    assert partial.grid == (16, 16, 1)                    # unsplit: 16 x 1 = 16 blocks;
+    assert partial.grid == (16, 2, 8)                     # unsplit: 16 x 2 = 32 blocks;
     # the chunks on a grid dimension of their own (the partial sums' chunk member,
-    # passes/split_k); the row tile member has one value (128 rows) and takes none
+    # passes/split_k)
     assert fold.grid == (64, 8, 1) and fold.block == (16, 16, 1)   # one element per thread
     assert "C_split" in tmm.runner.image.arg_order and tmm.compiled_ir is not None
     partial, fold = fc.runner.image.kernels               # fc: the fold fuses bias and relu
@@ -288,19 +288,25 @@ def test_split_k_options_round_trip_and_validate():
 def test_default_for_splits_small_contractions_with_long_reductions(monkeypatch):
     tmm, fc = tc.define(TMM), tc.define(FC)
     mm = tc.define(MM.format(t="float"))
+    # the contraction model's choices (`cuda_defaults.contraction_choice`): tmm's 8 x 16 tiles
+    # of 128 x 64 would leave most SMs idle for its k = 1024
     d = MO.default_for(tmm, "cuda", {"M": 128, "K": 1024, "N": 1024})
-    assert (d.split_k, d.tile_sizes, d.register_tile) == (16, (128, 64, 16), (8, 4))
+    assert (d.split_k, d.tile_sizes, d.register_tile) == (8, (64, 64, 16), (4, 4))
     d = MO.default_for(fc, "cuda", {"B": 1024, "M": 2048, "N": 1024})
     assert (d.split_k, d.tile_sizes) == (2, (128, 64, 16))
-    for n in (4096, 2048):   # 128x128 / 128x64 tiles fill the GPU: no split
-        assert MO.default_for(mm, "cuda", {"M": n, "K": n, "N": n}).split_k == 1
+    for n in (4096, 2048):   # 128x128 tiles fill the GPU: no split
+        d = MO.default_for(mm, "cuda", {"M": n, "K": n, "N": n})
+        assert (d.split_k, d.tile_sizes) == (1, (128, 128, 16))
+    # a skinny product (16 rows): its few column tiles get several chunks each
+    d = MO.default_for(mm, "cuda", {"M": 16, "K": 4096, "N": 4096})
+    assert d.split_k > 1 and d.tile_sizes[0] > 16
     assert MO.default_for(tmm, "cuda", {"M": 128, "K": 256, "N": 1024}).split_k == 1  # short k
     assert MO.default_for(tmm, "cuda", {"M": 128, "K": 1031, "N": 1024}).split_k == 1  # prime
     assert MO.default_for(tmm, "cuda", None).split_k == 1                       # parametric
     assert MO.default_for(tmm, "cpu", {"M": 128, "K": 1024, "N": 1024}).split_k == 1
     monkeypatch.setattr(defaults_module, "SPLIT_K_DEFAULT", False)
     d = MO.default_for(tmm, "cuda", {"M": 128, "K": 1024, "N": 1024})
-    assert (d.split_k, d.tile_sizes) == (1, (32, 32, 16))
+    assert (d.split_k, d.tile_sizes) == (1, (64, 32, 16))
 
 
 def test_the_tuner_searches_split_k_for_contractions_only():
@@ -344,8 +350,8 @@ def test_split_k_on_the_gpu_matches_numpy(case, ways, rng):
     x = [v.astype(np.float64) for v in inputs]
     expected = x[0] @ x[1].T if source is TMM else np.maximum(x[0] @ x[1].T + x[2], 0)
     opts = MO.default_for(fn, "cuda", bind_sizes(fn.ir, [v.shape for v in inputs]))
-    if case != "tmm-remainder":  # (SPLIT_K_TILES / SPLIT_K_MIN_BLOCKS: measured on the H200)
-        assert opts.split_k == {"tmm": 16, "fc": 2}[case]
+    if case != "tmm-remainder":  # (the contraction model's choices)
+        assert opts.split_k == {"tmm": 8, "fc": 2}[case]
     if ways is not None:
         opts = opts.split_reduction(ways)
     got = run_program(fn, inputs, options=opts)

@@ -10,7 +10,14 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["CONTRACTION_MIN_BLOCKS", "CONTRACTION_TILES", "SPLIT_K_BELOW_TILE", "SPLIT_K_DEFAULT", "SPLIT_K_MIN_BLOCKS", "SPLIT_K_MIN_CHUNK", "SPLIT_K_MIN_EXTENT", "SPLIT_K_TILES", "SPLIT_K_WAYS", "contraction_access", "contraction_tiles", "conv_extents", "conv_register_tiles", "convolution_options", "is_batched_contraction", "is_contraction", "is_convolution", "is_transpose_like", "lead_contraction_options", "output_extents", "split_k_choice"]
+from .contraction_model import TILINGS, Problem, choose_tiling
+from .cost_model import GPU
+
+__all__ = ["CONTRACTION_TILES", "MODEL_GPU", "SPLIT_K_DEFAULT", "SPLIT_K_MAX_PARTIAL_BYTES", "SPLIT_K_MIN_CHUNK", "SPLIT_K_MIN_EXTENT", "SPLIT_K_WAYS",
+           "contraction_access", "contraction_choice", "contraction_problems", "contraction_tiles",
+           "conv_extents", "conv_register_tiles", "convolution_options", "is_batched_contraction",
+           "is_contraction", "is_convolution", "is_transpose_like", "lead_contraction_options",
+           "reduction_innermost", "split_k_choice", "split_ways"]
 
 
 def is_convolution(statements: Any) -> Any:
@@ -49,14 +56,9 @@ def conv_register_tiles(st: Any) -> bool:
     return False
 
 
-# (tile, register tile) for contractions, largest first; each gives 16 x 16 threads. Measured on
-# the H200 (fp32, docs/perf.md): matmul 4096^3 3.88 ms with 128x128x16 / 8x8 against 4.15 ms
-# with 128x64x16 / 8x4; fc 1024x2048x1024 0.30 ms with 64x32x16 / 4x2 against 0.61 ms with
-# 128x64 (128 blocks for 132 SMs); TMM 128x1024x1024 0.059 ms with 32x32x16 / 2x2 against
-# 0.11 ms with 128x64 (16 blocks).
-CONTRACTION_TILES = (((128, 128, 16), (8, 8)), ((128, 64, 16), (8, 4)), ((64, 32, 16), (4, 2)),
-                     ((32, 32, 16), (2, 2)))
-CONTRACTION_MIN_BLOCKS = 2 * 132  # two blocks per SM of an H200
+# (tile, register tile) for contractions, largest first; each gives 16 x 16 threads: the
+# candidates of the contraction model (`contraction_model.TILINGS`), which picks among them
+CONTRACTION_TILES = TILINGS
 
 
 def contraction_access(opts: Any) -> Any:
@@ -80,20 +82,26 @@ def contraction_access(opts: Any) -> Any:
     return opts.vector_copies(16, transposed=True).unroll(tile[2])
 
 
-def contraction_tiles(extents: tuple[int, int] | None, batch: int = 1
+def contraction_tiles(extents: tuple[int, int] | None, batch: int = 1, reduction: int | None = None,
+                      aligned: bool = True, b_k_major: bool = False
                       ) -> tuple[tuple[int, int, int], tuple[int, int]]:
-    """The (tile, register tile) of `CONTRACTION_TILES` for an output of ``extents`` (rows,
-    columns) repeated ``batch`` times: the largest whose tiles give at least
-    `CONTRACTION_MIN_BLOCKS` blocks and fit the extents (a tile no more than twice an extent),
-    else the smallest; the 128×64 default when the extents are unknown (a parametric call)."""
+    """The (tile, register tile) of `CONTRACTION_TILES` the contraction model
+    (`contraction_model.choose_tiling`, unsplit) predicts fastest for an output of ``extents``
+    (rows, columns) repeated ``batch`` times over a reduction of ``reduction`` values (a
+    square's when unknown); with ``batch`` > 1 only tiles less than twice each extent (a 26 x
+    26 product of a batch does not get a 128-wide tile); ``aligned``, ``b_k_major``: see
+    `contraction_model.Problem`. The 128 x 64 default when the
+    extents are unknown (a parametric call)."""
     if extents is None:
         return CONTRACTION_TILES[1]
-    for tile, reg in CONTRACTION_TILES:
-        if batch > 1 and (tile[0] >= 2 * extents[0] or tile[1] >= 2 * extents[1]):
-            continue
-        if batch * -(-extents[0] // tile[0]) * -(-extents[1] // tile[1]) >= CONTRACTION_MIN_BLOCKS:
-            return tile, reg
-    return CONTRACTION_TILES[-1]
+    tilings = CONTRACTION_TILES
+    if batch > 1:
+        tilings = tuple(c for c in tilings if c[0][0] < 2 * extents[0] and c[0][1] < 2 * extents[1])
+        tilings = tilings or CONTRACTION_TILES[-1:]
+    k = reduction if reduction is not None else max(extents)
+    best = choose_tiling([Problem(extents, k, aligned, b_k_major)], batch, tilings=tilings,
+                         gpu=MODEL_GPU)
+    return best.tile, best.register_tile
 
 
 def lead_contraction_options(cls: Any, fn: Any, sizes: Mapping[str, int] | None) -> Any:
@@ -106,7 +114,10 @@ def lead_contraction_options(cls: Any, fn: Any, sizes: Mapping[str, int] | None)
     shape = lead_contraction(fn, sizes)
     if shape is None:
         return None
-    tile, reg = contraction_tiles(shape.extents, shape.batch)
+    st = next(s for s in fn.statements if s.reduction is not None)
+    aligned = all(e % 4 == 0 for e in (*shape.extents, shape.reduction))
+    tile, reg = contraction_tiles(shape.extents, shape.batch, shape.reduction, aligned,
+                                  reduction_innermost(st, st.lhs[-1]))
     wide = sum(e > 1 for e in shape.lead_extents) + sum(
         -(-e // t) > 1 for e, t in zip(shape.extents, tile[:2], strict=True))
     if wide > 3:
@@ -116,78 +127,100 @@ def lead_contraction_options(cls: Any, fn: Any, sizes: Mapping[str, int] | None)
                                grid=(1024, 65535, 65535))
 
 
-# split-K defaults (`split_k_choice`): on when SPLIT_K_DEFAULT, for contractions whose unsplit
-# tiles (`contraction_tiles`) would be smaller than SPLIT_K_BELOW_TILE; a reduction of at least
-# SPLIT_K_MIN_EXTENT elements cut into the fewest of SPLIT_K_WAYS chunks that divide it, each
-# at least SPLIT_K_MIN_CHUNK long, giving SPLIT_K_MIN_BLOCKS blocks of the largest of
-# SPLIT_K_TILES whose rows divide the output's. Measured on the H200 (tools/variants.py):
-# fc 1024x2048->1024: 128x64 tiles 2 ways 0.171 ms, 4 ways 0.179, 8 ways 0.214; 128x128 4 ways
+# split-K (`split_k_choice`): on when SPLIT_K_DEFAULT, for a program of one splittable
+# contraction whose reduction has at least SPLIT_K_MIN_EXTENT elements, cut into one of
+# SPLIT_K_WAYS chunks that divide it, each at least SPLIT_K_MIN_CHUNK long; the contraction
+# model prices the split candidates beside the unsplit ones (blocks for the SMs against the
+# partial sums' traffic and the fold's launch). Measured on the H200 (tools/variants.py): fc
+# 1024x2048->1024: 128x64 tiles 2 ways 0.171 ms, 4 ways 0.179, 8 ways 0.214; 128x128 4 ways
 # 0.226, 8 ways 0.244; unsplit 64x32 0.313. tmm 128x1024x1024: 128x64 16 ways 0.044 ms, 64x32
-# 16 ways 0.044, 8 ways 0.075, 32x32 4 ways 0.045; unsplit 32x32 0.060. Fewer, larger tiles and
-# just enough blocks win: the partial sums cost DRAM traffic per way.
+# 16 ways 0.044, 8 ways 0.075, 32x32 4 ways 0.045; unsplit 32x32 0.060.
 SPLIT_K_DEFAULT = True
-SPLIT_K_BELOW_TILE = (128, 64, 16)
-SPLIT_K_TILES = (((128, 64, 16), (8, 4)), ((64, 32, 16), (4, 2)), ((32, 32, 16), (2, 2)))
 SPLIT_K_WAYS = (2, 4, 8, 16)
 SPLIT_K_MIN_EXTENT = 512
 SPLIT_K_MIN_CHUNK = 64
-SPLIT_K_MIN_BLOCKS = 256
+# the partial sums are a temporary of the call (ways x the output): a default never allocates
+# more than this for them
+SPLIT_K_MAX_PARTIAL_BYTES = 256 * 2**20
+MODEL_GPU = GPU  # the machine the contraction model prices (tests scale it down)
+
+
+def contraction_problems(statements: Any, sizes: Mapping[str, int] | None) -> list[Problem] | None:
+    """Per reduction statement of a contraction (`is_contraction`): its output extents, its
+    reduction's extent and whether all three are multiples of 4 (16-byte operand rows,
+    vector copies), at ``sizes``; None when unknown."""
+    if sizes is None:
+        return None
+    out: list[Problem] = []
+    for st in statements:
+        if st.reduction is None or not st.reduction_indices:
+            continue
+        try:
+            box = {r.name: r.hi.evaluate(sizes) - r.lo.evaluate(sizes) for r in st.ranges}
+            extents = (box[st.lhs[0]], box[st.lhs[1]])
+            k = box[st.reduction_indices[0]]
+        except (KeyError, TypeError, ValueError, IndexError):
+            return None
+        out.append(Problem(extents, k, all(e % 4 == 0 for e in (*extents, k)),
+                           reduction_innermost(st, st.lhs[1])))
+    return out or None
+
+
+def reduction_innermost(st: Any, index: str) -> bool:
+    """A tensor read by ``st`` with ``index`` in its indices has the statement's (first)
+    reduction index as its last index: stored with the reduction innermost (fc's ``Wt(n, m)``
+    for the columns ``n``)."""
+    from . import ir
+
+    k = st.reduction_indices[0]
+    for rd in (x for x in ir.walk(st.rhs) if isinstance(x, ir.Read)):
+        used = {x.name for i in rd.indices for x in ir.walk(i) if isinstance(x, ir.Index)}
+        last = rd.indices[-1] if rd.indices else None
+        if index in used and isinstance(last, ir.Index) and last.name == k:
+            return True
+    return False
+
+
+def split_ways(fn: Any, sizes: Mapping[str, int] | None) -> tuple[int, ...]:
+    """The chunk counts split-K may use on ``fn`` at ``sizes``: 1, and with one splittable
+    reduction statement (the program's only one) of at least `SPLIT_K_MIN_EXTENT` elements,
+    those of `SPLIT_K_WAYS` that divide it into chunks of at least `SPLIT_K_MIN_CHUNK` and
+    keep the partial sums within `SPLIT_K_MAX_PARTIAL_BYTES`."""
+    from .passes.split_k import splittable_statements
+
+    problems = contraction_problems(fn.statements, sizes)
+    reductions = tuple(k for k, s in enumerate(fn.statements) if s.reduction_indices)
+    if problems is None or len(reductions) != 1 or reductions != splittable_statements(fn):
+        return (1,)
+    (m, n), k = problems[0].extents, problems[0].reduction
+    if k < SPLIT_K_MIN_EXTENT:
+        return (1,)
+    item = fn.tensor(fn.statements[reductions[0]].tensor).dtype.itemsize
+    return (1, *(w for w in SPLIT_K_WAYS if k % w == 0 and k // w >= SPLIT_K_MIN_CHUNK
+                 and w * m * n * item <= SPLIT_K_MAX_PARTIAL_BYTES))
+
+
+def contraction_choice(fn: Any, sizes: Mapping[str, int] | None, split: bool = True
+                       ) -> tuple[tuple[int, int, int], tuple[int, int], int]:
+    """(tile, register tile, ways) of a contraction program (`is_contraction`) at ``sizes``:
+    the contraction model's fastest over every reduction statement (one set of options for
+    all), split-K among the candidates where `split_ways` allows and ``split``; the 128 x 64
+    tile unsplit when the sizes are unknown."""
+    problems = contraction_problems(fn.statements, sizes)
+    if problems is None:
+        tile, reg = CONTRACTION_TILES[1]
+        return tile, reg, 1
+    ways = split_ways(fn, sizes) if split else (1,)
+    best = choose_tiling(problems, ways=ways, gpu=MODEL_GPU)
+    return best.tile, best.register_tile, best.ways
 
 
 def split_k_choice(fn: Any, sizes: Mapping[str, int] | None
                    ) -> tuple[tuple[int, int, int], tuple[int, int], int] | None:
-    """(tile, register tile, ways) for split-K on a one-contraction program at ``sizes``, or
-    None to keep the unsplit `contraction_tiles`: split only when those would be smaller than
-    `SPLIT_K_BELOW_TILE` (fewer than `CONTRACTION_MIN_BLOCKS` blocks with it: tmm 128x1024x1024
-    and fc 1024x2048->1024, not matmul 2048^3) and the reduction has at least
-    `SPLIT_K_MIN_EXTENT` elements; then the largest of `SPLIT_K_TILES` (fewest ways for it)
-    whose rows divide the output's, with ways from `SPLIT_K_WAYS` dividing the reduction into
-    chunks of at least `SPLIT_K_MIN_CHUNK`, that reaches `SPLIT_K_MIN_BLOCKS` blocks (the
-    partial sums: ``ways`` times the blocks of ``rows`` rows, passes/split_k)."""
-    from .passes.split_k import splittable_statements
-
-    if sizes is None:
-        return None
-    statements = fn.statements
-    targets = splittable_statements(fn)
-    reductions = tuple(k for k, s in enumerate(statements) if s.reduction_indices)
-    if len(reductions) != 1 or reductions != targets:
-        return None
-    st = statements[targets[0]]
-    extents = output_extents(statements, sizes)
-    try:
-        rng = st.range_of(st.reduction_indices[0])
-        extent = rng.hi.evaluate(sizes) - rng.lo.evaluate(sizes)
-    except (KeyError, TypeError, ValueError):
-        return None
-    if extents is None or extent < SPLIT_K_MIN_EXTENT:
-        return None
-
-    def blocks(tile: tuple[int, int, int], rows: int) -> int:
-        return -(-rows // tile[0]) * -(-extents[1] // tile[1])
-
-    if blocks(SPLIT_K_BELOW_TILE, extents[0]) >= CONTRACTION_MIN_BLOCKS:
-        return None
-    for tile, reg in SPLIT_K_TILES:
-        if extents[0] % tile[0]:
-            continue
-        for ways in SPLIT_K_WAYS:
-            if (extent % ways == 0 and extent // ways >= SPLIT_K_MIN_CHUNK
-                    and blocks(tile, ways * extents[0]) >= SPLIT_K_MIN_BLOCKS):
-                return tile, reg, ways
-    return None
-
-
-def output_extents(statements: Any, sizes: Mapping[str, int] | None) -> tuple[int, int] | None:
-    """The extents of a contraction's two lhs indices at ``sizes`` (None if unknown)."""
-    if sizes is None:
-        return None
-    st = next(s for s in statements if s.reduction is not None and s.reduction_indices)
-    try:
-        box = {r.name: r.hi.evaluate(sizes) - r.lo.evaluate(sizes) for r in st.ranges}
-        return box[st.lhs[0]], box[st.lhs[1]]
-    except (KeyError, TypeError, ValueError):
-        return None
+    """(tile, register tile, ways) when the model's choice for ``fn`` at ``sizes``
+    (`contraction_choice`) splits the reduction, else None."""
+    tile, reg, ways = contraction_choice(fn, sizes)
+    return (tile, reg, ways) if ways > 1 else None
 
 
 def is_transpose_like(statements: Any) -> bool:

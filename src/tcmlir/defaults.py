@@ -19,7 +19,7 @@ from typing import Any
 from .cuda_defaults import (
     SPLIT_K_DEFAULT,
     contraction_access,
-    contraction_tiles,
+    contraction_choice,
     conv_extents,
     conv_register_tiles,
     is_batched_contraction,
@@ -27,8 +27,6 @@ from .cuda_defaults import (
     is_convolution,
     is_transpose_like,
     lead_contraction_options,
-    output_extents,
-    split_k_choice,
 )
 from .kernel_mapping import KernelMapping
 
@@ -63,12 +61,10 @@ def default_options(cls: Any, fn: Any, target: str, sizes: Mapping[str, int] | N
         if flat is not None:
             return flat
     if target == "cuda" and is_contraction(statements):
-        split = split_k_choice(ir_fn, sizes) if SPLIT_K_DEFAULT else None
-        if split is not None:
-            tile, reg, ways = split
+        tile, reg, ways = contraction_choice(ir_fn, sizes, split=SPLIT_K_DEFAULT)
+        if ways > 1:
             return contraction_access(cls.cuda_contraction(tile, reg).split_reduction(ways))
-        whole = contraction_access(
-            cls.cuda_contraction(*contraction_tiles(output_extents(statements, sizes))))
+        whole = contraction_access(cls.cuda_contraction(tile, reg))
         if per_kernel and sum(bool(st.reduction_indices) for st in statements) > 1:
             # several matmuls (mlp2): each its own tiles where they differ from the first's
             per = per_kernel_options(cls, ir_fn, sizes)
@@ -137,8 +133,8 @@ def _own_mapping(cls: Any, fn: Any, numbers: Any, sizes: Mapping[str, int]) -> A
     if not (own.use_shared_memory or own.register_tile):
         return None
     if own.split_k > 1:  # the tiles it would take unsplit
-        own = contraction_access(cls.cuda_contraction(
-            *contraction_tiles(output_extents(sub.statements, sizes))))
+        tile, reg, _ = contraction_choice(sub, sizes, split=False)
+        own = contraction_access(cls.cuda_contraction(tile, reg))
     return own
 
 

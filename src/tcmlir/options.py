@@ -209,9 +209,11 @@ class MappingOptions:
         reductions, else a row kernel and column kernels), 1-D elementwise
         programs `gpu_defaults.elementwise_defaults`; a contraction (one statement with two
         lhs indices and one reduction index: matmul, its transposed forms, fc) gets
-        `cuda_contraction` with the largest tiles that still give every SM two blocks at
-        ``sizes`` (`contraction_tiles`) or, when those would be small and the reduction is
-        long, larger tiles with split-K (`split_k_choice`); a batched contraction (three lhs
+        `cuda_contraction` with the tiles, register tiles and split-K (chunks of a long
+        reduction on blocks of their own) that the contraction model predicts fastest at
+        ``sizes`` (`cuda_defaults.contraction_choice`, `contraction_model`: waves over the
+        SMs, occupancy from registers and shared memory, partial tiles, shared-memory
+        bandwidth, the partial sums' traffic); a batched contraction (three lhs
         indices, one reduction index: batched matmul) `cuda_batched_contraction`; a convolution
         `cuda_convolution`; a program that reads a tensor across its rows where it writes
         along them (a transpose) the naive options with `promote-shared`, whose tile copies
@@ -241,7 +243,7 @@ class MappingOptions:
         ``tile`` (default 128×64×16) tiles, ``register_tile`` (8×4) outputs per thread (16×16
         threads for the default), both operand tiles in shared memory copied one tile ahead
         (cp.async), accumulators in registers. `default_for` picks the tiles by size
-        (`contraction_tiles`)."""
+        (`cuda_defaults.contraction_choice`)."""
         block = (tile[1] // register_tile[1], tile[0] // register_tile[0])
         return cls(fusion="preserve3coincident", tile_sizes=tuple(tile), register_tile=tuple(register_tile),
                    block=block, grid=(1024, 1024), use_shared_memory=True,
