@@ -14,8 +14,22 @@ becomes::
         mark "mma S<k> tile=BM,BN,BK warps=WM,WN stages=S grid=GX,GY,GZ"
           ... the tree as `schedule` made it
 
-The pass manager proves the tree legal (only filters and marks were added) and `check_coverage`
-that every instance belongs to exactly one block. Below the ``mma`` mark, `codegen/gpu_mma.py`
+A function whose contraction reads operand copies (`contraction.operand_copies`: the padded
+temporaries of `passes/pad_operands.py`) gets a kernel for those first::
+
+    sequence
+      filter  the copies                             one elementwise kernel: the innermost
+        mark "kernel grid=CX,CY,1 block=256,1,1"     index i on threads and x blocks
+          filter  i mod 256 = _tx,                   (consecutive threads, consecutive
+                  floor(i / 256) mod CX = _bx,       elements), the outer indices flattened
+                  outer mod CY = _by, _bz = 0        on y blocks
+            ... the copies as `schedule` made them
+      filter  the contraction's statements
+        mark "kernel ..." / filter / mark "mma ..."  as above
+
+The pass manager proves the tree legal (only a sequence, filters and marks were added) and
+`check_coverage` that every instance belongs to exactly one block (and every copy to one
+thread). Below the ``mma`` mark, `codegen/gpu_mma.py`
 emits the block's work: its tiles in the order of the filters, the warps' fragments and the
 ``cp.async`` ring of ``stages`` operand tiles (see there). A function that is not such a
 contraction is refused with the reason (a `PipelineError`): the tuner discards the candidate.
@@ -32,12 +46,14 @@ import islpy as isl
 from ..errors import PipelineError
 from ..poly.contraction import MmaMark, contraction_plan, wgmma_problem
 from ..poly.gpu_mapping import BLOCK_PARAMS, KernelMark, with_params
+from ..poly.scop import sets_of
 from ..poly.state import CompileState
 from .base import Pass, register
 
 __all__ = ["MapMma"]
 
 _MAX_GRID_YZ = 65535
+COPY_THREADS = 256  # per block of the operand copies' kernel
 
 
 @register
@@ -85,7 +101,8 @@ class MapMma(Pass):
         tiles_n = math.ceil(plan.extent(plan.n) / bn)
         grid = (min(tiles_n, 2**31 - 1), min(tiles_m, _MAX_GRID_YZ),
                 min(plan.batch_count, _MAX_GRID_YZ))
-        schedule = with_params(schedule, BLOCK_PARAMS)
+        copies = plan.statement  # operand copies run first, in a kernel of their own
+        schedule = with_params(schedule, BLOCK_PARAMS + (("_tx",) if copies else ()))
         domain = schedule.get_domain()
         params = [domain.get_space().get_dim_name(isl.dim_type.param, i)
                   for i in range(domain.get_space().dim(isl.dim_type.param))]
@@ -123,7 +140,44 @@ class MapMma(Pass):
                                 "(227 KB at most): fewer stages or a smaller tile")
         kernel = KernelMark(grid, (mark.threads, 1, 1))
         node = schedule.get_root().child(0)
+        if copies:
+            names = {f"S{j}" for j in range(copies)}
+            first = isl.UnionSet.empty(domain.get_space())
+            for s in sets_of(domain):
+                if s.get_tuple_name() in names:
+                    first = first.union(isl.UnionSet.from_set(s))
+            parts = isl.UnionSetList.alloc(state.ctx, 2).add(first).add(domain.subtract(first))
+            node = node.insert_sequence(parts).child(0).child(0)
+            cfilt, ckernel = _copy_mapping(state, params, copies)
+            node = node.insert_filter(cfilt.intersect(domain))
+            node = node.insert_mark(isl.Id(ckernel.name, context=state.ctx))
+            node = node.parent().parent().child(1).child(0)
         node = node.insert_mark(isl.Id(mark.name, context=state.ctx))
         node = node.insert_filter(filt)
         node = node.insert_mark(isl.Id(kernel.name, context=state.ctx))
         return dataclasses.replace(state, schedule=node.get_schedule())
+
+
+def _copy_mapping(state: CompileState, params: list[str], copies: int
+                  ) -> tuple[isl.UnionSet, KernelMark]:
+    """The thread and block filter of the first ``copies`` statements (see the module
+    docstring) and their kernel's mark."""
+    assert state.sizes is not None
+    pieces, gx, gy = [], 1, 1
+    for j in range(copies):
+        st = state.fn.statements[j]
+        extents = [st.range_of(i).hi.evaluate(state.sizes) for i in st.lhs]
+        *outer, last = st.lhs
+        tiles = min(math.ceil(extents[-1] / COPY_THREADS), 2**31 - 1)
+        rows = min(math.prod(extents[:-1]), _MAX_GRID_YZ)
+        gx, gy = max(gx, tiles), max(gy, rows)
+        flat, inner = "0", 1
+        for name, ext in zip(reversed(outer), reversed(extents[:-1]), strict=True):
+            flat, inner = f"{name} * {inner} + {flat}", inner * ext
+        pieces.append((st, last, flat))
+    text = "; ".join(
+        f"S{j}[{', '.join(st.lhs)}] : {last} mod {COPY_THREADS} = _tx and "
+        f"floor({last} / {COPY_THREADS}) mod {gx} = _bx and ({flat}) mod {gy} = _by and _bz = 0"
+        for j, (st, last, flat) in enumerate(pieces))
+    filt = isl.UnionSet.read_from_str(state.ctx, f"[{', '.join(params)}] -> {{ {text} }}")
+    return filt, KernelMark((gx, gy, 1), (COPY_THREADS, 1, 1))
