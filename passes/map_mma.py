@@ -19,16 +19,20 @@ temporaries of `passes/pad_operands.py`) gets a kernel for those first::
 
     sequence
       filter  the copies                             one elementwise kernel: the innermost
-        mark "kernel grid=CX,CY,1 block=256,1,1"     index i on threads and x blocks
-          filter  i mod 256 = _tx,                   (consecutive threads, consecutive
-                  floor(i / 256) mod CX = _bx,       elements), the outer indices flattened
-                  outer mod CY = _by, _bz = 0        on y blocks
-            ... the copies as `schedule` made them
+        mark "kernel grid=CX,CY,1 block=256,1,1"     index i in groups of 16 bytes (L
+          filter  floor(i / L) mod 256 = _tx,        elements) on threads and x blocks
+                  floor(i / 256L) mod CX = _bx,      (a thread's group adjacent to the next
+                  outer mod CY = _by, _bz = 0        thread's), the outer indices flattened
+                                                     on y blocks
+            sequence                                 the copies one after the other (what
+              filter  S0                             `schedule` made of them is replaced)
+                schedule  [outer, floor(i / L), i mod L]    the last unrolled: the loads of
+              ...                                           a group are in flight together
       filter  the contraction's statements
         mark "kernel ..." / filter / mark "mma ..."  as above
 
-The pass manager proves the tree legal (only a sequence, filters and marks were added) and
-`check_coverage` that every instance belongs to exactly one block (and every copy to one
+The pass manager proves the tree legal (a sequence, filters, marks and the copies' band, which
+no dependence constrains) and `check_coverage` that every instance belongs to exactly one block (and every copy to one
 thread). Below the ``mma`` mark, `codegen/gpu_mma.py`
 emits the block's work: its tiles in the order of the filters, the warps' fragments and the
 ``cp.async`` ring of ``stages`` operand tiles (see there). A function that is not such a
@@ -54,6 +58,7 @@ __all__ = ["MapMma"]
 
 _MAX_GRID_YZ = 65535
 COPY_THREADS = 256  # per block of the operand copies' kernel
+COPY_BYTES = 16     # per thread and row of that kernel: adjacent elements, loads in flight
 
 
 @register
@@ -148,7 +153,24 @@ class MapMma(Pass):
                     first = first.union(isl.UnionSet.from_set(s))
             parts = isl.UnionSetList.alloc(state.ctx, 2).add(first).add(domain.subtract(first))
             node = node.insert_sequence(parts).child(0).child(0)
-            cfilt, ckernel = _copy_mapping(state, params, copies)
+            band, cfilt, ckernel = _copy_mapping(state, params, copies)
+            each = sets_of(first)  # one loop nest per copy, one after the other
+            node = node.cut()
+            if len(each) > 1:
+                lst = isl.UnionSetList.alloc(state.ctx, len(each))
+                for s in each:
+                    lst = lst.add(isl.UnionSet.from_set(s))
+                node = node.insert_sequence(lst).child(0).child(0)
+            for i, s in enumerate(each):
+                node = node.insert_partial_schedule(band.intersect_domain(isl.UnionSet.from_set(s)))
+                node = node.band_set_permutable(1)
+                for m in range(3):
+                    node = node.band_member_set_coincident(m, 1)
+                node = node.band_member_set_ast_loop_type(2, isl.ast_loop_type.unroll)
+                if i + 1 < len(each):
+                    node = node.parent().parent().child(i + 1).child(0)
+            if len(each) > 1:
+                node = node.parent().parent()
             node = node.insert_filter(cfilt.intersect(domain))
             node = node.insert_mark(isl.Id(ckernel.name, context=state.ctx))
             node = node.parent().parent().child(1).child(0)
@@ -159,25 +181,35 @@ class MapMma(Pass):
 
 
 def _copy_mapping(state: CompileState, params: list[str], copies: int
-                  ) -> tuple[isl.UnionSet, KernelMark]:
-    """The thread and block filter of the first ``copies`` statements (see the module
-    docstring) and their kernel's mark."""
+                  ) -> tuple[isl.MultiUnionPwAff, isl.UnionSet, KernelMark]:
+    """The first ``copies`` statements' band (their outer indices flattened, the innermost
+    index ``i`` in groups of 16 bytes, ``i`` within its group: unrolled, so that a thread
+    has a group's loads in flight at once), their thread and block filter (a group per
+    thread: see the module docstring) and their kernel's mark."""
     assert state.sizes is not None
+    lanes = COPY_BYTES // state.fn.tensor(state.fn.statements[0].tensor).dtype.itemsize
+    span = lanes * COPY_THREADS  # elements of a row per block
+    members: list[list[str]] = [[], [], []]
     pieces, gx, gy = [], 1, 1
     for j in range(copies):
         st = state.fn.statements[j]
         extents = [st.range_of(i).hi.evaluate(state.sizes) for i in st.lhs]
         *outer, last = st.lhs
-        tiles = min(math.ceil(extents[-1] / COPY_THREADS), 2**31 - 1)
-        rows = min(math.prod(extents[:-1]), _MAX_GRID_YZ)
-        gx, gy = max(gx, tiles), max(gy, rows)
+        gx = max(gx, min(math.ceil(extents[-1] / span), 2**31 - 1))
+        gy = max(gy, min(math.prod(extents[:-1]), _MAX_GRID_YZ))
         flat, inner = "0", 1
         for name, ext in zip(reversed(outer), reversed(extents[:-1]), strict=True):
             flat, inner = f"{name} * {inner} + {flat}", inner * ext
-        pieces.append((st, last, flat))
+        point = f"S{j}[{', '.join(st.lhs)}]"
+        for k, expr in enumerate((flat, f"floor({last} / {lanes})", f"{last} mod {lanes}")):
+            members[k].append(f"{point} -> [({expr})]")
+        pieces.append((point, last, flat))
+    head = f"[{', '.join(params)}] -> "
+    band = isl.MultiUnionPwAff.read_from_str(
+        state.ctx, head + "[" + ", ".join("{ " + "; ".join(m) + " }" for m in members) + "]")
     text = "; ".join(
-        f"S{j}[{', '.join(st.lhs)}] : {last} mod {COPY_THREADS} = _tx and "
-        f"floor({last} / {COPY_THREADS}) mod {gx} = _bx and ({flat}) mod {gy} = _by and _bz = 0"
-        for j, (st, last, flat) in enumerate(pieces))
-    filt = isl.UnionSet.read_from_str(state.ctx, f"[{', '.join(params)}] -> {{ {text} }}")
-    return filt, KernelMark((gx, gy, 1), (COPY_THREADS, 1, 1))
+        f"{point} : floor({last} / {lanes}) mod {COPY_THREADS} = _tx and "
+        f"floor({last} / {span}) mod {gx} = _bx and ({flat}) mod {gy} = _by and _bz = 0"
+        for point, last, flat in pieces)
+    filt = isl.UnionSet.read_from_str(state.ctx, f"{head}{{ {text} }}")
+    return band, filt, KernelMark((gx, gy, 1), (COPY_THREADS, 1, 1))
