@@ -21,14 +21,16 @@ tensor-core contraction at its sizes is left alone (`map-mma` says why).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .. import ir
 from ..errors import OptionsError
 from ..poly.operand_pad import padded_function
 from ..poly.state import CompileState
 from .base import Pass, register
 
-__all__ = ["PadOperands"]
+__all__ = ["PadOperands", "pad_note"]
 
 
 @register
@@ -51,3 +53,21 @@ class PadOperands(Pass):
         if fn is state.fn:
             return state
         return CompileState.initial(fn, state.sizes, state.ctx)
+
+
+def pad_note(fn: ir.Function, pipeline: str, sizes: Mapping[str, int] | None) -> str | None:
+    """What the dump's ``ir`` stage adds for a ``pipeline`` with `pad-operands`: the function
+    the later passes compile (None without it, or when it pads nothing)."""
+    from .pipeline import parse_pipeline
+
+    passes = [p for p in parse_pipeline(pipeline) if isinstance(p, PadOperands)]
+    if not passes:
+        return None
+    missing = [s for s in fn.sizes if s not in (sizes or {})]
+    if missing:
+        return (f"pad-operands rewrites the program at fixed sizes: give {', '.join(missing)} "
+                "with --sizes to see it")
+    padded = padded_function(fn, sizes or {}, passes[0].tf32)
+    if padded is fn:
+        return "pad-operands: no operand to pad at these sizes"
+    return f"after {passes[0]}:\n{padded}".rstrip()

@@ -275,3 +275,18 @@ def test_the_default_pads_the_odd_matmul_on_gpu(rng):
     got = np.asarray(fn(*inputs), np.float64)
     want = inputs[0].astype(np.float64) @ inputs[1].astype(np.float64)
     np.testing.assert_allclose(got, want, rtol=1e-2, atol=1)
+
+
+def test_the_dump_shows_the_padded_program(tmp_path):
+    import contextlib
+
+    from tcmlir.dump import main
+
+    path = tmp_path / "mm.tc"
+    path.write_text(NN)
+    out = tmp_path / "out.txt"
+    with out.open("w") as f, contextlib.redirect_stdout(f):
+        main([str(path), "--sizes", "M=4095,N=4097,K=4093", "--target", "cuda", "--stage", "ir"])
+    text = out.read_text()
+    assert "after pad-operands:" in text and "temporary float16(M, 4096) A_pad" in text
+    assert "C_acc(m, n) +=! (A_pad(m, k) * B_pad(k, n))" in text

@@ -7,6 +7,9 @@ reason it is not one. A contraction here is
   operands of one type and a float32 ``T`` — optionally followed by the one rounding
   statement ``C(lhs) = T(lhs)`` that `lang/half_accumulate.py` adds for a half output (``T``
   then never leaves the chip);
+* possibly after operand copies (`operand_copies`: ``X_pad(i, j) = X(i, j)``, the padded
+  temporaries of `passes/pad_operands.py`, which a kernel of their own runs first; then
+  ``ContractionPlan.statement`` is not 0);
 * each operand read at affine index expressions (sums of the statement's indices times
   integers, plus a constant: ``h + kh``, ``2 * h + kh``, ``KH - 1 - kh``): its address is a
   constant (``Operand.base``) plus one stride per index, the sum over the dimensions whose
