@@ -169,6 +169,42 @@ def test_the_copies_are_one_kernel_before_the_tensor_core_kernel(rng):
     assert "C_acc" in kernel.runner.image.on_chip and "A_pad" not in kernel.runner.image.on_chip
 
 
+def test_the_coverage_proof_takes_the_tensor_core_kernel_per_block_and_the_copies_per_thread():
+    """The copies' kernel brings ``_tx`` into the tree; the contraction's statements, below
+    the ``mma`` mark, are its block's (the proof leaves ``_tx`` out for them only): without
+    the mark they would run once per thread."""
+    import islpy as isl
+
+    from tcmlir.compiler import lower
+    from tcmlir.poly.gpu_mapping import check_coverage
+    from tcmlir.poly.tree import mark_name
+
+    fn = _fn(NN)
+    sizes = {"M": 33, "N": 17, "K": 21}
+    state = lower(fn.ir, sizes, MMA_SYNC, "cuda")
+    check_coverage(state.proof_schedule, state.scop.domain, state.scop.context)
+
+    def renamed(schedule, old, new):
+        def visit(node):
+            name = mark_name(node)
+            if name is not None and name.startswith(old):
+                node = node.delete().insert_mark(isl.Id(new + name[len(old):], context=node.get_ctx()))
+                return node, True
+            for i in range(node.n_children()):
+                child, done = visit(node.child(i))
+                if done:
+                    return child, True
+            return node, False
+
+        node, done = visit(schedule.get_root())
+        assert done
+        return node.get_schedule()
+
+    no_mark = renamed(state.proof_schedule, "mma ", "not-mma ")
+    with pytest.raises(AssertionError, match="more than once"):
+        check_coverage(no_mark, state.scop.domain, state.scop.context)
+
+
 # ---------------------------------------------------------------- PTX
 
 
