@@ -35,6 +35,12 @@ PROGRAMS = {
     O(b, n) = fmax(O(b, n) + bias(n), 0)
 }""",
     "tf32-nn": NN.replace("float16", "float"),
+    # B has no contiguous dimension (its batch index is innermost): only A is padded
+    "one-gains": "def f(float16(M, K) A, float16(K, N, Bt) B) -> (C) "
+                 "{ C(b, m, n) +=! A(m, k) * B(k, n, b) }",
+    # A's two reduction indices: padding K would split them (runs of K: no gain); B's N gains
+    "two-k": "def f(float16(M, K0, K) A, float16(K0, K, N) B) -> (C) "
+             "{ C(m, n) +=! A(m, k0, k1) * B(k0, k1, n) }",
 }
 MMA_SYNC = tc.MappingOptions.naive().tensor_cores((64, 32, 16), (2, 1), 3, pad=True)
 WGMMA = tc.MappingOptions.naive().tensor_cores((64, 64, 64), (4, 1), 3, wgmma=True, pad=True)
@@ -45,7 +51,7 @@ def _fn(src, target="cuda"):
 
 
 def _sizes(fn, m, n, k, batch=2):
-    values = {"M": m, "N": n, "K": k, "Bt": batch}
+    values = {"M": m, "N": n, "K": k, "Bt": batch, "K0": 3}
     return {s: values[s] for s in fn.ir.sizes}
 
 
@@ -264,20 +270,24 @@ def _run_on_host(name, mnk, rng, options=MMA_SYNC, batch=2):
     return kernel
 
 
-@pytest.mark.parametrize("name, mnk", [
-    ("nn", (33, 17, 21)),     # K odd, N odd, M odd
-    ("nn", (7, 9, 5)),        # K < BK, one partial tile everywhere
-    ("nn", (70, 40, 37)),     # several tiles along m and n, three k steps
-    ("nt", (17, 13, 19)),
-    ("tn", (19, 23, 11)),     # A stored k-major: its rows are m
-    ("bf16-f32out", (33, 17, 21)),
-    ("batched", (9, 11, 13)),
-    ("gram", (9, 9, 13)),
-    ("linear", (13, 21, 19)),  # a fused epilogue reading an input of its own
-    ("tf32-nn", (17, 9, 7)),   # float32: rows padded to 16 bytes = 4 elements
+@pytest.mark.parametrize("name, mnk, pads", [
+    ("nn", (33, 17, 21), "A B"),    # K odd, N odd, M odd
+    ("nn", (7, 9, 5), "A B"),       # K < BK, one partial tile everywhere
+    ("nn", (70, 40, 37), "A"),      # several tiles along m and n, three k steps; B aligned
+    ("nt", (17, 13, 19), "A B"),
+    ("tn", (19, 23, 11), "A B"),    # A stored k-major: its rows are m
+    ("bf16-f32out", (33, 17, 21), "A B"),
+    ("batched", (9, 11, 13), "X Y"),
+    ("gram", (9, 9, 13), "A"),      # one tensor, both operands: one copy
+    ("linear", (13, 21, 19), "I W"),  # a fused epilogue reading an input of its own
+    ("tf32-nn", (17, 9, 7), "A B"),   # float32: rows padded to 16 bytes = 4 elements
+    ("one-gains", (9, 7, 11), "A"),
+    ("two-k", (9, 7, 11), "B"),
 ])
-def test_padded_kernels_on_the_host_machine(name, mnk, rng):
-    _run_on_host(name, mnk, rng)
+def test_padded_kernels_on_the_host_machine(name, mnk, pads, rng):
+    kernel = _run_on_host(name, mnk, rng)
+    padded = [t.name for t in kernel.compiled_ir.temporaries if t.name.endswith("_pad")]
+    assert padded == [f"{t}_pad" for t in pads.split()]
 
 
 # ---------------------------------------------------------------- on the GPU
