@@ -10,7 +10,9 @@ dimension rounded up to 16 bytes, and the contraction reads that::
       (A: 4095 x 4093 halves)               C(m, n) +=! A_pad(m, k) * B(k, n)
                                               (A_pad: 4095 x 4096 halves, i1 < 4093 copied)
 
-Operands that padding does not widen (read along a stride, a convolution's input) stay.
+An NHWC convolution's operands are both padded along their channels, the reduction then
+running over the (zero-filled) padding too. Operands that padding does not widen (read
+along a stride, an NCHW convolution's) stay.
 `map-mma` maps the copies to one elementwise kernel before the tensor-core kernel. Whether it
 pays is `MappingOptions.mma_pad_operands`, chosen by default with `operand_pad.pad_saving`.
 Requires no schedule and fixed sizes, like `split-k` (run it before `schedule`: the scop and

@@ -16,6 +16,7 @@ from conftest import ptxas_verbose
 from tcmlir.passes import parse_pipeline
 
 import tcmlir as tc
+from tcmlir.binding import needs_zero_fill
 from tcmlir.poly.contraction import contraction_plan, operand_copies
 from tcmlir.poly.operand_pad import pad_saving, padded_function
 
@@ -38,6 +39,10 @@ PROGRAMS = {
     # B has no contiguous dimension (its batch index is innermost): only A is padded
     "one-gains": "def f(float16(M, K) A, float16(K, N, Bt) B) -> (C) "
                  "{ C(b, m, n) +=! A(m, k) * B(k, n, b) }",
+    # an NHWC convolution: the reduction indices kh, kw, c are runs of c in I and Wt; both
+    # padded along c, the contraction summing over the padding's zeros too
+    "nhwc": "def conv(float16(N, H, W, C) I, float16(M, KH, KW, C) Wt) -> (O) "
+            "{ O(n, h, w, m) +=! I(n, h + kh, w + kw, c) * Wt(m, kh, kw, c) }",
     # A's two reduction indices: padding K would split them (runs of K: no gain); B's N gains
     "two-k": "def f(float16(M, K0, K) A, float16(K0, K, N) B) -> (C) "
              "{ C(m, n) +=! A(m, k0, k1) * B(k0, k1, n) }",
@@ -51,7 +56,8 @@ def _fn(src, target="cuda"):
 
 
 def _sizes(fn, m, n, k, batch=2):
-    values = {"M": m, "N": n, "K": k, "Bt": batch, "K0": 3}
+    values = {"M": m, "N": n, "K": k, "Bt": batch, "K0": 3, "H": 6, "W": 7, "C": k, "KH": 3,
+              "KW": 2}
     return {s: values[s] for s in fn.ir.sizes}
 
 
@@ -103,6 +109,26 @@ def test_only_operands_that_padding_widens_are_padded():
     assert [t.name for t in padded.temporaries if t.name.endswith("_pad")] == ["A_pad"]
     plan = contraction_plan(padded, {"M": 9, "K": 13})
     assert plan.a.tensor == plan.b.tensor == "A_pad" and plan.a.copy == 8
+
+
+def test_a_convolutions_channels_are_padded_in_both_operands_and_summed_over_zeros():
+    """NHWC: the steps (kh, kw, c) are runs of C channels in both operands, so padding the
+    rows cannot align them; padding c in both, the contraction runs over the zeros too (the
+    runtime zero-fills those temporaries: their padding is read)."""
+    fn = _fn(PROGRAMS["nhwc"])
+    sizes = {"N": 2, "H": 6, "W": 7, "C": 13, "M": 9, "KH": 3, "KW": 2}
+    assert contraction_plan(fn.ir, sizes).a.copy == 1
+    padded = padded_function(fn.ir, sizes)
+    plan = contraction_plan(padded, sizes)
+    assert (plan.a.tensor, plan.a.copy, plan.b.tensor, plan.b.copy) == ("I_pad", 8, "Wt_pad", 8)
+    assert plan.extent(plan.k) == 3 * 2 * 16
+    assert needs_zero_fill(padded, padded.tensor("I_pad"), sizes)
+    big = {"N": 64, "H": 58, "W": 58, "C": 129, "M": 255, "KH": 3, "KW": 3}
+    assert tc.MappingOptions.default_for(fn, "cuda", big).mma_pad_operands
+    # NCHW: no padding widens its copies
+    nchw = _fn("def conv(float16(N, C, H, W) I, float16(M, C, KH, KW) Wt) -> (O) "
+               "{ O(n, m, h, w) +=! I(n, c, h + kh, w + kw) * Wt(m, c, kh, kw) }")
+    assert padded_function(nchw.ir, sizes) is nchw.ir
 
 
 def test_the_cost_model_pads_where_the_copies_cost_less_than_the_element_loads():
@@ -244,6 +270,18 @@ def test_the_padded_kernel_copies_16_bytes_at_once(options, tmp_path, rng):
     assert " 0 bytes spill stores" in info
 
 
+@needs_ptxas
+@pytest.mark.parametrize("options", [MMA_SYNC, WGMMA], ids=["mma.sync", "wgmma"])
+def test_a_padded_convolution_assembles(options, tmp_path, rng):
+    fn = _fn(PROGRAMS["nhwc"])
+    sizes = {"N": 2, "H": 10, "W": 9, "C": 13, "M": 33, "KH": 3, "KW": 3}
+    kernel = fn.compile(*_inputs(fn, sizes, rng), target="cuda", arch="sm_90", options=options)
+    _, mma = _entries(kernel.ptx).values()
+    assert not re.search(r"ld\.global(\.nc)?\.b16", mma) and "cp.async.cg" in mma
+    info = ptxas_verbose(tmp_path, kernel.ptx, "conv", arch="sm_90a" if options.mma_wgmma else "sm_90")
+    assert " 0 bytes spill stores" in info
+
+
 # ---------------------------------------------------------------- on the host machine
 
 
@@ -259,9 +297,10 @@ def _run_on_host(name, mnk, rng, options=MMA_SYNC, batch=2):
     compiled = kernel.compiled_ir
     assert compiled is not None and operand_copies(compiled, sizes) >= 1, "padded"
     arrays = {t.name: x for t, x in zip(fn.ir.inputs, inputs, strict=True)}
-    for t in compiled.tensors:
+    for t in compiled.tensors:  # (the runtime zero-fills a temporary whose padding is summed)
         shape = tuple(s.evaluate(sizes) for s in t.shape)
-        arrays.setdefault(t.name, np.full(shape, np.nan, t.dtype.numpy))
+        fill = 0 if needs_zero_fill(compiled, t, sizes) else np.nan
+        arrays.setdefault(t.name, np.full(shape, fill, t.dtype.numpy))
     emu.run_kernel(kernel, arrays, sizes)
     want = tc.define(src, target="numpy")(*inputs)
     out = fn.ir.outputs[0].name
@@ -283,6 +322,8 @@ def _run_on_host(name, mnk, rng, options=MMA_SYNC, batch=2):
     ("tf32-nn", (17, 9, 7), "A B"),   # float32: rows padded to 16 bytes = 4 elements
     ("one-gains", (9, 7, 11), "A"),
     ("two-k", (9, 7, 11), "B"),
+    ("nhwc", (9, 2, 3), "I Wt"),
+    ("nhwc", (17, 3, 13), "I Wt"),
 ])
 def test_padded_kernels_on_the_host_machine(name, mnk, pads, rng):
     kernel = _run_on_host(name, mnk, rng)
@@ -294,7 +335,7 @@ def test_padded_kernels_on_the_host_machine(name, mnk, pads, rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["nn", "nt", "tn", "bf16-f32out", "batched", "linear"])
+@pytest.mark.parametrize("name", ["nn", "nt", "tn", "bf16-f32out", "batched", "linear", "nhwc"])
 @pytest.mark.parametrize("mnk", [(33, 17, 21), (7, 9, 5), (255, 257, 253)])
 @pytest.mark.parametrize("options", [MMA_SYNC, WGMMA], ids=["mma.sync", "wgmma"])
 def test_padded_kernels_on_gpu(name, mnk, options, rng):

@@ -16,12 +16,18 @@ this module, in the IR, as `passes/split_k.py` adds its partial sums:
 multiple of 16 bytes (`padded_function`): every other stride becomes a multiple of 16 bytes.
 Its padding is never written nor read: the kernel reads each row only up to the operand's
 extent (copies reaching past it have a shorter source size, zero-filled in shared memory),
-so the sums are those of the unpadded program. The copies are the statements
+so the sums are those of the unpadded program. Where the reduction indices are several runs
+of an operand (an NHWC convolution, ``I(n, h + kh, w + kw, c) * Wt(m, kh, kw, c)``: runs of
+``C`` channels), padding the rows cannot align them: both operands are padded along their
+common last index ``c`` instead and the contraction runs ``c`` over the padding as well,
+which the runtime zero-fills (``binding.needs_zero_fill``: it is read), so it adds nothing.
+The copies are the statements
 `contraction.operand_copies` recognises before the contraction; `passes/map_mma.py` makes
 them one elementwise kernel launched before the tensor-core kernel.
 
 `pad_saving` is the cost model that decides it by default: the time the narrow loads lose
-against the time the copies take (bytes at HBM speed, and a launch).
+against the time the copies take (bytes at HBM speed, zero fills included, and a launch) and
+the tensor-core work of a reduction run over padding.
 """
 
 from __future__ import annotations
@@ -31,9 +37,10 @@ import math
 from collections.abc import Mapping
 
 from .. import ir
+from ..binding import needs_zero_fill
 from .contraction import ContractionPlan, Operand, contraction_plan
 
-__all__ = ["ASYNC_COPY_S", "COPY_BYTES_PER_S", "COPY_LAUNCH_S", "ELEMENT_LOAD_S", "copy_loss",
+__all__ = ["ASYNC_COPY_S", "COPY_BYTES_PER_S", "COPY_LAUNCH_S", "ELEMENT_LOAD_S", "TENSOR_FLOPS", "copy_loss",
            "pad_saving", "padded_function", "padded_operands"]
 
 # Measured on an H100 (tools/bench_mma.py, 2026-12-06; wgmma 128x256x64 tiles, 4 stages, one
@@ -47,6 +54,7 @@ ASYNC_COPY_S = 0.84e-12       # per cp.async beyond those 16-byte copies would n
 COPY_BYTES_PER_S = 2.0e12     # read + written by the copy kernel (element by element: 2/3 of
 #                               the 3.0 TB/s copy ceiling, `cost_model.Gpu.dram_bytes_per_s`)
 COPY_LAUNCH_S = 5e-6          # one more launch, and the tail of a short kernel
+TENSOR_FLOPS = 6.0e14         # half-precision tensor-core work (675 TFLOP/s at 4096^3)
 
 
 def padded_operands(fn: ir.Function, plan: ContractionPlan) -> tuple[str, ...]:
@@ -62,10 +70,12 @@ def padded_operands(fn: ir.Function, plan: ContractionPlan) -> tuple[str, ...]:
 
 
 def _with_copies(fn: ir.Function, plan: ContractionPlan, tensors: tuple[str, ...],
-                 sizes: Mapping[str, int]) -> tuple[ir.Function, dict[str, str]]:
+                 sizes: Mapping[str, int], extend: str | None = None
+                 ) -> tuple[ir.Function, dict[str, str]]:
     """``fn`` with each of ``tensors`` copied first into a padded temporary that the
     contraction statement reads instead (see the module docstring), and the temporaries'
-    names by tensor."""
+    names by tensor. ``extend``: a reduction index that is the last index of both operands,
+    whose range the contraction then runs to the padded extent (over the padding's zeros)."""
     taken = {t.name for t in fn.tensors} | set(fn.sizes)
     copies: list[ir.Statement] = []
     temps: list[ir.Tensor] = []
@@ -86,6 +96,10 @@ def _with_copies(fn: ir.Function, plan: ContractionPlan, tensors: tuple[str, ...
         renamed[name] = pad
     st = fn.statements[plan.statement]
     st = dataclasses.replace(st, rhs=_rename_reads(st.rhs, renamed))
+    if extend is not None:
+        hi = ir.SizeExpr.constant(math.ceil(st.range_of(extend).hi.evaluate(sizes) / chunk) * chunk)
+        st = dataclasses.replace(st, ranges=tuple(
+            dataclasses.replace(r, hi=hi) if r.name == extend else r for r in st.ranges))
     statements = (*fn.statements[:plan.statement], *copies, st,
                   *fn.statements[plan.statement + 1:])
     return (dataclasses.replace(fn, statements=statements, temporaries=(*fn.temporaries, *temps)),
@@ -102,6 +116,15 @@ def padded_function(fn: ir.Function, sizes: Mapping[str, int], tf32: bool = Fals
     if isinstance(plan, str) or plan.statement:  # not a contraction, or already padded
         return fn
     tensors = padded_operands(fn, plan)
+    extend = _last_reduction_index(fn, plan, sizes)
+    if extend is not None and tensors:  # both operands padded along it, zeros summed
+        both = tuple(dict.fromkeys((plan.a.tensor, plan.b.tensor)))
+        new, renamed = _with_copies(fn, plan, both, sizes, extend)
+        after = contraction_plan(new, sizes, tf32=tf32)
+        assert not isinstance(after, str), after
+        if all(_width(plan, t) <= _width(after, renamed[t]) for t in both) and any(
+                _width(plan, t) < _width(after, renamed[t]) for t in both):
+            return new
     while tensors:
         new, renamed = _with_copies(fn, plan, tensors, sizes)
         after = contraction_plan(new, sizes, tf32=tf32)
@@ -111,6 +134,36 @@ def padded_function(fn: ir.Function, sizes: Mapping[str, int], tf32: bool = Fals
             return new
         tensors = tuple(t for t in tensors if t not in worse)
     return fn
+
+
+def _last_reduction_index(fn: ir.Function, plan: ContractionPlan, sizes: Mapping[str, int]
+                          ) -> str | None:
+    """A reduction index whose extent is no multiple of 16 bytes and that both operands
+    read, alone, as their last index over their whole last dimension, and nowhere else
+    (``c`` of an NHWC convolution, ``I(n, h + kh, w + kw, c) * Wt(m, kh, kw, c)``): padding
+    it rounds up the contiguous run of every copy (padding only the rows cannot, where the
+    reduction indices are several runs), or None."""
+    st = fn.statements[plan.statement]
+    reads = [x for x in ir.walk(st.rhs) if isinstance(x, ir.Read)]
+    chunk = 128 // plan.dtype.bits
+    if len(reads) != 2 or not plan.members(plan.k)[1:]:
+        return None  # (one reduction dimension of both: the rows' padding does it)
+    lasts = {getattr(r.indices[-1], "name", None) for r in reads}
+    if len(lasts) != 1 or None in lasts:
+        return None
+    (k,) = lasts
+    if k not in st.reduction_indices:
+        return None
+    rng = st.range_of(k)
+    extent = rng.hi.evaluate(sizes)
+    if rng.lo.evaluate(sizes) != 0 or extent % chunk == 0:
+        return None
+    for r in reads:
+        t = fn.tensor(r.tensor)
+        uses = sum(1 for i in r.indices for x in ir.walk(i) if isinstance(x, ir.Index) and x.name == k)
+        if uses != 1 or t.role is not ir.Role.INPUT or t.shape[-1].evaluate(sizes) != extent:
+            return None
+    return k
 
 
 def _width(plan: ContractionPlan, tensor: str) -> int:
@@ -154,7 +207,12 @@ def pad_saving(fn: ir.Function, sizes: Mapping[str, int], tile: tuple[int, int, 
         src, dst = (padded.tensor(t) for t in (st.rhs.tensor, st.tensor))  # type: ignore[union-attr]
         for t in (src, dst):
             nbytes += math.prod(d.evaluate(sizes) for d in t.shape) * t.dtype.itemsize
-    return loss - nbytes / COPY_BYTES_PER_S - COPY_LAUNCH_S
+        if needs_zero_fill(padded, dst, sizes):  # its padding is summed: zeros first
+            nbytes += math.prod(d.evaluate(sizes) for d in dst.shape) * dst.dtype.itemsize
+    # a reduction run over the padding too: that much more tensor-core work
+    extra = (after.extent(after.k) - plan.extent(plan.k)) * 2 * plan.extent(plan.m) \
+        * plan.extent(plan.n) * plan.batch_count / TENSOR_FLOPS
+    return loss - nbytes / COPY_BYTES_PER_S - COPY_LAUNCH_S - extra
 
 
 def _rename_reads(e: ir.Expr, renamed: Mapping[str, str]) -> ir.Expr:
