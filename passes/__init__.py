@@ -57,6 +57,7 @@ from . import (  # noqa: F401  (registration)
     map_to_threads,
     mark_parallel,
     merge_updates,
+    pad_operands,
     promote_private,
     promote_shared,
     register_tile,

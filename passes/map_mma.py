@@ -14,8 +14,26 @@ becomes::
         mark "mma S<k> tile=BM,BN,BK warps=WM,WN stages=S grid=GX,GY,GZ"
           ... the tree as `schedule` made it
 
-The pass manager proves the tree legal (only filters and marks were added) and `check_coverage`
-that every instance belongs to exactly one block. Below the ``mma`` mark, `codegen/gpu_mma.py`
+A function whose contraction reads operand copies (`contraction.operand_copies`: the padded
+temporaries of `passes/pad_operands.py`) gets a kernel for those first::
+
+    sequence
+      filter  the copies                             one elementwise kernel: the innermost
+        mark "kernel grid=CX,CY,1 block=256,1,1"     index i in groups of 16 bytes (L
+          filter  floor(i / L) mod 256 = _tx,        elements) on threads and x blocks
+                  floor(i / 256L) mod CX = _bx,      (a thread's group adjacent to the next
+                  outer mod CY = _by, _bz = 0        thread's), the outer indices flattened
+                                                     on y blocks
+            sequence                                 the copies one after the other (what
+              filter  S0                             `schedule` made of them is replaced)
+                schedule  [outer, floor(i / L), i mod L]    the last unrolled: the loads of
+              ...                                           a group are in flight together
+      filter  the contraction's statements
+        mark "kernel ..." / filter / mark "mma ..."  as above
+
+The pass manager proves the tree legal (a sequence, filters, marks and the copies' band, which
+no dependence constrains) and `check_coverage` that every instance belongs to exactly one block (and every copy to one
+thread). Below the ``mma`` mark, `codegen/gpu_mma.py`
 emits the block's work: its tiles in the order of the filters, the warps' fragments and the
 ``cp.async`` ring of ``stages`` operand tiles (see there). A function that is not such a
 contraction is refused with the reason (a `PipelineError`): the tuner discards the candidate.
@@ -32,12 +50,15 @@ import islpy as isl
 from ..errors import PipelineError
 from ..poly.contraction import MmaMark, contraction_plan, wgmma_problem
 from ..poly.gpu_mapping import BLOCK_PARAMS, KernelMark, with_params
+from ..poly.scop import sets_of
 from ..poly.state import CompileState
 from .base import Pass, register
 
 __all__ = ["MapMma"]
 
 _MAX_GRID_YZ = 65535
+COPY_THREADS = 256  # per block of the operand copies' kernel
+COPY_BYTES = 16     # per thread and row of that kernel: adjacent elements, loads in flight
 
 
 @register
@@ -85,7 +106,8 @@ class MapMma(Pass):
         tiles_n = math.ceil(plan.extent(plan.n) / bn)
         grid = (min(tiles_n, 2**31 - 1), min(tiles_m, _MAX_GRID_YZ),
                 min(plan.batch_count, _MAX_GRID_YZ))
-        schedule = with_params(schedule, BLOCK_PARAMS)
+        copies = plan.statement  # operand copies run first, in a kernel of their own
+        schedule = with_params(schedule, BLOCK_PARAMS + (("_tx",) if copies else ()))
         domain = schedule.get_domain()
         params = [domain.get_space().get_dim_name(isl.dim_type.param, i)
                   for i in range(domain.get_space().dim(isl.dim_type.param))]
@@ -123,7 +145,71 @@ class MapMma(Pass):
                                 "(227 KB at most): fewer stages or a smaller tile")
         kernel = KernelMark(grid, (mark.threads, 1, 1))
         node = schedule.get_root().child(0)
+        if copies:
+            names = {f"S{j}" for j in range(copies)}
+            first = isl.UnionSet.empty(domain.get_space())
+            for s in sets_of(domain):
+                if s.get_tuple_name() in names:
+                    first = first.union(isl.UnionSet.from_set(s))
+            parts = isl.UnionSetList.alloc(state.ctx, 2).add(first).add(domain.subtract(first))
+            node = node.insert_sequence(parts).child(0).child(0)
+            band, cfilt, ckernel = _copy_mapping(state, params, copies)
+            each = sets_of(first)  # one loop nest per copy, one after the other
+            node = node.cut()
+            if len(each) > 1:
+                lst = isl.UnionSetList.alloc(state.ctx, len(each))
+                for s in each:
+                    lst = lst.add(isl.UnionSet.from_set(s))
+                node = node.insert_sequence(lst).child(0).child(0)
+            for i, s in enumerate(each):
+                node = node.insert_partial_schedule(band.intersect_domain(isl.UnionSet.from_set(s)))
+                node = node.band_set_permutable(1)
+                for m in range(3):
+                    node = node.band_member_set_coincident(m, 1)
+                node = node.band_member_set_ast_loop_type(2, isl.ast_loop_type.unroll)
+                if i + 1 < len(each):
+                    node = node.parent().parent().child(i + 1).child(0)
+            if len(each) > 1:
+                node = node.parent().parent()
+            node = node.insert_filter(cfilt.intersect(domain))
+            node = node.insert_mark(isl.Id(ckernel.name, context=state.ctx))
+            node = node.parent().parent().child(1).child(0)
         node = node.insert_mark(isl.Id(mark.name, context=state.ctx))
         node = node.insert_filter(filt)
         node = node.insert_mark(isl.Id(kernel.name, context=state.ctx))
         return dataclasses.replace(state, schedule=node.get_schedule())
+
+
+def _copy_mapping(state: CompileState, params: list[str], copies: int
+                  ) -> tuple[isl.MultiUnionPwAff, isl.UnionSet, KernelMark]:
+    """The first ``copies`` statements' band (their outer indices flattened, the innermost
+    index ``i`` in groups of 16 bytes, ``i`` within its group: unrolled, so that a thread
+    has a group's loads in flight at once), their thread and block filter (a group per
+    thread: see the module docstring) and their kernel's mark."""
+    assert state.sizes is not None
+    lanes = COPY_BYTES // state.fn.tensor(state.fn.statements[0].tensor).dtype.itemsize
+    span = lanes * COPY_THREADS  # elements of a row per block
+    members: list[list[str]] = [[], [], []]
+    pieces, gx, gy = [], 1, 1
+    for j in range(copies):
+        st = state.fn.statements[j]
+        extents = [st.range_of(i).hi.evaluate(state.sizes) for i in st.lhs]
+        *outer, last = st.lhs
+        gx = max(gx, min(math.ceil(extents[-1] / span), 2**31 - 1))
+        gy = max(gy, min(math.prod(extents[:-1]), _MAX_GRID_YZ))
+        flat, inner = "0", 1
+        for name, ext in zip(reversed(outer), reversed(extents[:-1]), strict=True):
+            flat, inner = f"{name} * {inner} + {flat}", inner * ext
+        point = f"S{j}[{', '.join(st.lhs)}]"
+        for k, expr in enumerate((flat, f"floor({last} / {lanes})", f"{last} mod {lanes}")):
+            members[k].append(f"{point} -> [({expr})]")
+        pieces.append((point, last, flat))
+    head = f"[{', '.join(params)}] -> "
+    band = isl.MultiUnionPwAff.read_from_str(
+        state.ctx, head + "[" + ", ".join("{ " + "; ".join(m) + " }" for m in members) + "]")
+    text = "; ".join(
+        f"{point} : floor({last} / {lanes}) mod {COPY_THREADS} = _tx and "
+        f"floor({last} / {span}) mod {gx} = _bx and ({flat}) mod {gy} = _by and _bz = 0"
+        for point, last, flat in pieces)
+    filt = isl.UnionSet.read_from_str(state.ctx, f"{head}{{ {text} }}")
+    return band, filt, KernelMark((gx, gy, 1), (COPY_THREADS, 1, 1))

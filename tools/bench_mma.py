@@ -18,6 +18,15 @@ import tcmlir as tc
 
 torch = None  # imported in main (not for --check-only)
 
+_MM = "def mm(float16(M, K) A, float16(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }"
+
+
+def _padded(src: str, sizes: dict[str, int], pad: bool) -> tc.MappingOptions:
+    """The default options of ``src`` at ``sizes`` with operand padding ``pad``."""
+    o = tc.MappingOptions.default_for(tc.define(src, target="cuda"), "cuda", sizes)
+    return o.tensor_cores(o.mma_tile, o.mma_warps, o.mma_stages, o.mma_wgmma, pad=pad)
+
+
 CASES = [
     # name, source, inputs maker, torch reference
     ("matmul f16 4096^3", "def mm(float16(M, K) A, float16(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }",
@@ -54,6 +63,14 @@ CASES = [
     ("matmul f16 4096x4096x4092", "def mm(float16(M, K) A, float16(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }",
      lambda: (torch.randn(4096, 4092, dtype=torch.float16), torch.randn(4092, 4096, dtype=torch.float16)),
      lambda a, b: a @ b),
+    # the same with operand padding (pad-operands) the other way round from the default's
+    # cost model: padded at 4095x4097x4093, not at 4096x4096x4092
+    ("... 4095x4097x4093 unpadded", _MM,
+     lambda: (torch.randn(4095, 4093, dtype=torch.float16), torch.randn(4093, 4097, dtype=torch.float16)),
+     lambda a, b: a @ b, {"options": lambda: _padded(_MM, {"M": 4095, "N": 4097, "K": 4093}, False)}),
+    ("... 4096x4096x4092 padded", _MM,
+     lambda: (torch.randn(4096, 4092, dtype=torch.float16), torch.randn(4092, 4096, dtype=torch.float16)),
+     lambda a, b: a @ b, {"options": lambda: _padded(_MM, {"M": 4096, "N": 4096, "K": 4092}, True)}),
     # index groups: three row indices, two reduction indices, each one dimension
     ("grouped rows f16 16x16x16x1024->1024", "def xw(float16(M, N0, N1, R) X, float16(D, R) W) -> (XW) "
      "{ XW(m, n0, n1, d) +=! X(m, n0, n1, r) * W(d, r) }",
@@ -113,14 +130,17 @@ def _check_small() -> int:
                   lambda a, b: np.tensordot(a, b, 2), (33, 3, 17), (3, 17, 15), np.float16),
         "tf32": ("def f(float(M, K) A, float(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }",
                  lambda a, b: a @ b, (100, 33), (33, 17), np.float32),
+        # operands copied into padded temporaries first (pad-operands): two kernels
+        "odd-padded": (_MM, lambda a, b: a @ b, (130, 77), (77, 67), np.float16),
     })
     tf32 = tc.MappingOptions.naive().tensor_cores((64, 64, 32), (2, 2), 3, precision="tf32")
+    padded = tc.MappingOptions.naive().tensor_cores((64, 64, 32), (2, 2), 3, pad=True)
     rng = np.random.default_rng(0)
     bad = 0
     for name, (src, ref, sa, sb, dt) in forms.items():
         a = rng.standard_normal(sa).astype(dt)
         b = rng.standard_normal(sb).astype(dt)
-        opts = tf32 if name == "tf32" else None
+        opts = {"tf32": tf32, "odd-padded": padded}.get(name)
         got = np.asarray(tc.define(src, target="cuda")(a, b, options=opts), np.float64)
         want = ref(a.astype(np.float64), b.astype(np.float64))
         err = float(np.linalg.norm(got - want) / np.linalg.norm(want))

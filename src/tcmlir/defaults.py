@@ -48,11 +48,15 @@ def default_options(cls: Any, fn: Any, target: str, sizes: Mapping[str, int] | N
     if target == "cuda":
         from .gpu_defaults import elementwise_defaults, mixed_defaults, reduction_defaults
         from .poly.contraction import contraction_plan, mma_tile_choice
+        from .poly.operand_pad import pad_saving
 
         plan = contraction_plan(ir_fn, sizes)
         if not isinstance(plan, str):  # half-precision contraction: tensor cores
             tile, warps, stages, wgmma = mma_tile_choice(plan)
-            return cls(fusion="preserve3coincident").tensor_cores(tile, warps, stages, wgmma)
+            assert sizes is not None  # (a plan needs them)
+            pad = pad_saving(ir_fn, sizes, tile) > 0  # misaligned operands copied first
+            return cls(fusion="preserve3coincident").tensor_cores(tile, warps, stages, wgmma,
+                                                                  pad=pad)
 
         rows = reduction_defaults(cls, ir_fn, sizes) or mixed_defaults(cls, ir_fn)
         if rows is not None:

@@ -165,9 +165,11 @@ def dump(text: str, filename: str, entry: str | None, stage: str = "all",
     if "pipeline" in stages:
         out["pipeline"] = plan.describe()
     if "ir" in stages:
+        from .passes.pad_operands import pad_note
         from .passes.split_k import split_note
 
-        out["ir"] = "\n".join(filter(None, (str(fn).rstrip(), split_note(fn, plan.pipeline, sizes))))
+        out["ir"] = "\n".join(filter(None, (str(fn).rstrip(), split_note(fn, plan.pipeline, sizes),
+                                             pad_note(fn, plan.pipeline, sizes))))
     if set(stages) & _POLY_STAGES:
         import time
 

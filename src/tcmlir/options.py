@@ -114,6 +114,8 @@ class MappingOptions:
     mma_stages: int = 0                          # cuda, with mma_tile: operand tiles in flight
     mma_wgmma: bool = False                      # cuda, with mma_tile: warpgroup wgmma (sm_90)
                                                  # instead of mma.sync
+    mma_pad_operands: bool = False               # cuda, with mma_tile: operands with misaligned
+                                                 # rows copied first into padded ones (pad-operands)
     allow_tf32: bool = False                     # cuda, with mma_tile: a float32 contraction
                                                  # may run on tensor cores in TF32 (10-bit
                                                  # mantissa products, float32 sums; a
@@ -398,7 +400,7 @@ class MappingOptions:
 
     def tensor_cores(self, tile: tuple[int, int, int] = (128, 128, 32),
                      warps: tuple[int, int] = (2, 2), stages: int = 3,
-                     wgmma: bool = False, precision: str = "half") -> MappingOptions:
+                     wgmma: bool = False, precision: str = "half", pad: bool = False) -> MappingOptions:
         """A half-precision contraction as one tensor-core kernel (`passes/map_mma.py`):
         ``tile`` = output rows, columns and reduction steps per block, ``warps`` along rows and
         columns (32 threads each), ``stages`` operand tiles in flight (cp.async ring); the other
@@ -406,14 +408,17 @@ class MappingOptions:
         ``precision="tf32"`` also lets a float32 contraction run on them (``allow_tf32``:
         products of operands rounded to TF32's 10-bit mantissa, relative error about 1e-3 per
         product, sums in float32; ``mma.sync`` only); ``"half"`` (the default) takes only
-        float16/bfloat16 operands, as without tensor cores float32 stays float32."""
+        float16/bfloat16 operands, as without tensor cores float32 stays float32. ``pad``: an
+        operand whose rows are not 16 bytes apart is first copied into a padded temporary
+        (`passes/pad_operands.py`; `default_for` decides it with a cost model)."""
         if precision not in ("half", "tf32"):
             raise OptionsError(f"tensor cores: precision is 'half' or 'tf32', got {precision!r}")
         if not tile:
             return self._with(mma_tile=(), mma_warps=(), mma_stages=0, mma_wgmma=False,
-                              allow_tf32=False)
+                              allow_tf32=False, mma_pad_operands=False)
         return self._with(mma_tile=tuple(tile), mma_warps=tuple(warps), mma_stages=int(stages),
-                          mma_wgmma=bool(wgmma), allow_tf32=precision == "tf32")
+                          mma_wgmma=bool(wgmma), allow_tf32=precision == "tf32",
+                          mma_pad_operands=bool(pad))
 
     def per_kernel(self, *mappings: tuple[tuple[int, ...], MappingOptions]) -> MappingOptions:
         """cuda: map the kernel of statements ``S{k}`` (``k`` in ``statements``: its group
@@ -438,7 +443,7 @@ class MappingOptions:
             value = getattr(self, f.name)
             if f.name in ("devices", "vector_bytes", "mixed_rows", "register_interleave",
                           "copy_bytes", "copy_transposed", "mma_tile", "mma_warps",
-                          "mma_stages", "mma_wgmma", "allow_tf32") and not value:
+                          "mma_stages", "mma_wgmma", "allow_tf32", "mma_pad_operands") and not value:
                 continue  # one device, scalar access, no mixed mapping: kept out so cache keys
                 # stay those of before
             if f.name == "split_k" and value == 1:

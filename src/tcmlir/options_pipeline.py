@@ -33,6 +33,8 @@ def pipeline(opts: Any, target: str = "cpu") -> str:
         if opts.parametric or opts.split_k > 1 or opts.row_block:
             raise OptionsError("tensor cores (mma_tile) need fixed sizes and do not combine "
                                "with split_k or row_block")
+        if opts.mma_pad_operands:  # an IR rewrite: before schedule
+            steps.insert(0, "pad-operands" + ("{tf32=true}" if opts.allow_tf32 else ""))
         steps.append(f"map-mma{{tile={ints(opts.mma_tile)},warps={ints(opts.mma_warps)},"
                      f"stages={opts.mma_stages}" + (",wgmma=true" if opts.mma_wgmma else "")
                      + (",tf32=true}" if opts.allow_tf32 else "}"))

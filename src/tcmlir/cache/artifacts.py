@@ -203,7 +203,7 @@ def compile_cuda_cached(fn: Any, state: Any, signature: Any, options: Any, arch:
             COUNTERS.ptx_emits += 1
             _put(cache, key, ptx.encode("utf-8"), {"entry": fn.entry})
 
-    aligned = aligned_tensors(fn.ir, signature, options)
+    aligned = aligned_tensors(state.fn, signature, options)  # (with the temporaries passes add)
     image = compile_cuda(state, arch, ptx_cache=_Ptx(), aligned=aligned)
     return image, cubin_artifact_key(fn, signature, options, arch)
 

@@ -7,6 +7,9 @@ reason it is not one. A contraction here is
   operands of one type and a float32 ``T`` — optionally followed by the one rounding
   statement ``C(lhs) = T(lhs)`` that `lang/half_accumulate.py` adds for a half output (``T``
   then never leaves the chip);
+* possibly after operand copies (`operand_copies`: ``X_pad(i, j) = X(i, j)``, the padded
+  temporaries of `passes/pad_operands.py`, which a kernel of their own runs first; then
+  ``ContractionPlan.statement`` is not 0);
 * each operand read at affine index expressions (sums of the statement's indices times
   integers, plus a constant: ``h + kh``, ``2 * h + kh``, ``KH - 1 - kh``): its address is a
   constant (``Operand.base``) plus one stride per index, the sum over the dimensions whose
@@ -57,7 +60,7 @@ from ..dtypes import DType
 from .host_contraction import address_strides
 
 __all__ = ["ContractionPlan", "MmaMark", "Operand", "Segment", "contraction_plan", "mma_tile_choice",
-           "parse_mma_mark", "segments", "wgmma_problem"]
+           "operand_copies", "parse_mma_mark", "segments", "wgmma_problem"]
 
 _HALF = (DType.FLOAT16, DType.BFLOAT16)
 CHUNK = 8  # halves per 16-byte copy
@@ -190,12 +193,13 @@ def contraction_plan(fn: ir.Function, sizes: Mapping[str, int] | None, tf32: boo
     ``tf32``: float32 operands qualify too (their products in TF32: on request only)."""
     if sizes is None or any(s not in sizes for s in fn.sizes):
         return "tensor cores need fixed sizes (not a parametric kernel)"
+    first = operand_copies(fn, sizes)
     sts = fn.statements
-    if not sts:
+    if len(sts) <= first:
         return "not a single contraction statement"
-    st = sts[0]
+    st = sts[first]
     if st.reduction is not ir.Reduction.ADD or not st.init or not st.reduction_indices:
-        return "statement 0 is not a `+=!` reduction"
+        return f"statement {first} is not a `+=!` reduction"
     if fn.tensor(st.tensor).dtype is not DType.FLOAT32:
         return "the accumulator is not float32"
     rhs = st.rhs
@@ -211,11 +215,13 @@ def contraction_plan(fn: ir.Function, sizes: Mapping[str, int] | None, tf32: boo
     if len(dtypes) != 1 or next(iter(dtypes)) not in allowed:
         return ("operands are not both float16 or both bfloat16"
                 + (" or both float32" if tf32 else " (float32: precision='tf32' on request)"))
+    if first and not {x.tensor, y.tensor} >= {sts[j].tensor for j in range(first)}:
+        return "a copy before the contraction is not one of its operands"
     cast = None
     out = st.tensor
-    rest = list(range(1, len(sts)))
-    if rest and _is_rounding(fn, sts[1], st):
-        cast, out = 1, sts[1].tensor
+    rest = list(range(first + 1, len(sts)))
+    if rest and _is_rounding(fn, sts[first + 1], st):
+        cast, out = first + 1, sts[first + 1].tensor
         rest = rest[1:]
     if fn.tensor(out).role is not ir.Role.OUTPUT:
         return "the contraction's result is not an output"
@@ -279,9 +285,36 @@ def contraction_plan(fn: ir.Function, sizes: Mapping[str, int] | None, tf32: boo
                                 by_k if k_major else by_row, len(ksegs) > 1, len(rsegs) > 1,
                                 base))
     groups = tuple((g[-1], tuple(g)) for g in (mg, ng, ks) if len(g) > 1)
-    return ContractionPlan(0, cast, st.tensor, out, next(iter(dtypes)), operands[0],
+    return ContractionPlan(first, cast, st.tensor, out, next(iter(dtypes)), operands[0],
                            operands[1], mg[-1], ng[-1], k, tuple(extents.items()), batch,
                            tuple(outs.items()), st.lhs, tuple(rest), groups)
+
+
+def operand_copies(fn: ir.Function, sizes: Mapping[str, int]) -> int:
+    """How many statements at the start of ``fn`` are operand copies (`passes/pad_operands.py`):
+    ``T(i0, ..., ir) = X(i0, ..., ir)`` of a whole input ``X`` into a temporary ``T`` of its
+    type and rank, at least as large along every dimension, that nothing else writes (a copy
+    whose rows are further apart than the input's, aligned: the contraction reads ``T``)."""
+    count = 0
+    for st in fn.statements:
+        rd = st.rhs
+        if (st.reduction is not None or not isinstance(rd, ir.Read)
+                or fn.tensor(st.tensor).role is not ir.Role.TEMP
+                or fn.tensor(rd.tensor).role is not ir.Role.INPUT
+                or tuple(getattr(i, "name", None) for i in rd.indices) != st.lhs
+                or len(set(st.lhs)) != len(st.lhs) or set(st.index_names) != set(st.lhs)):
+            break
+        src, dst = fn.tensor(rd.tensor), fn.tensor(st.tensor)
+        if src.dtype is not dst.dtype or src.rank != dst.rank:
+            break
+        box = [(st.range_of(i).lo.evaluate(sizes), st.range_of(i).hi.evaluate(sizes)) for i in st.lhs]
+        dims = [(d.evaluate(sizes), e.evaluate(sizes)) for d, e in zip(src.shape, dst.shape, strict=True)]
+        if any(b != (0, d) or e < d for b, (d, e) in zip(box, dims, strict=True)):
+            break
+        if any(o.tensor == st.tensor for o in fn.statements if o is not st):
+            break
+        count += 1
+    return count
 
 
 def enumerate_strides(fn: ir.Function, tensor: str, indices: tuple[str, ...],

@@ -246,14 +246,17 @@ def check_coverage(schedule: isl.Schedule, domain: isl.UnionSet, context: isl.Se
     """Prove that every instance of ``domain`` runs exactly once under the mapping.
 
     For each statement, the executed instances as a relation instance → (mapping parameters)
-    must be total on the statement's domain (within ``context``) and single-valued. Raises an
-    AssertionError carrying the tree otherwise.
+    must be total on the statement's domain (within ``context``) and single-valued. The
+    statements below an ``mma`` mark (`passes/map_mma.py`) belong to a block, whose threads
+    share them: for those, the block indices alone. Raises an AssertionError carrying the
+    tree otherwise.
     """
     executed = schedule.get_map().domain()
     bounds = build_context(schedule, context)
     mapping = [n for n in (*BLOCK_PARAMS, *THREAD_PARAMS)
                if executed.get_space().find_dim_by_name(isl.dim_type.param, n) >= 0]
     expected = {s.get_tuple_name(): s for s in sets_of(domain)}
+    per_block = _mma_statements(schedule)
     seen: set[str] = set()
     for s in sets_of(executed):
         name = s.get_tuple_name()
@@ -261,6 +264,9 @@ def check_coverage(schedule: isl.Schedule, domain: isl.UnionSet, context: isl.Se
         rel = isl.Map.from_domain(s.intersect_params(bounds.align_params(s.get_space().params())))
         for param in mapping:
             pos = rel.find_dim_by_name(isl.dim_type.param, param)
+            if name in per_block and param in THREAD_PARAMS:
+                rel = rel.project_out(isl.dim_type.param, pos, 1)
+                continue
             rel = rel.move_dims(isl.dim_type.out, rel.dim(isl.dim_type.out), isl.dim_type.param, pos, 1)
         want = expected[name]
         want = want.intersect_params(context.align_params(want.get_space().params()))
@@ -274,3 +280,19 @@ def check_coverage(schedule: isl.Schedule, domain: isl.UnionSet, context: isl.Se
     missing = set(expected) - seen
     if missing:
         raise AssertionError(f"mapping never runs {', '.join(sorted(missing))}\n{schedule}")
+
+
+def _mma_statements(schedule: isl.Schedule) -> set[str]:
+    """The statements below an ``mma`` mark (one tensor-core kernel: its block's threads
+    run them together)."""
+    names: set[str] = set()
+
+    def visit(node: isl.ScheduleNode) -> None:
+        if (mark_name(node) or "").startswith("mma "):
+            names.update(s.get_tuple_name() for s in sets_of(node.get_domain()))
+            return
+        for i in range(node.n_children()):
+            visit(node.child(i))
+
+    visit(schedule.get_root())
+    return names

@@ -9,7 +9,7 @@ programs (softmax, layernorm, reductions: `gpu_defaults.reduction_defaults`) the
 `gpu_defaults.mixed_defaults`), and for contractions `split_k` (1, 2, 4, 8 or 16 chunks of the
 reduction: `passes/split_k.py`); for half-precision contractions the tensor-core mapping
 (`passes/map_mma.py`: ``mma_tile`` — off among the choices —, ``mma_warps``, ``mma_stages``,
-``mma_wgmma``; a combination the pass or the instruction refuses, or that needs more shared
+``mma_wgmma``, ``mma_pad_operands``; a combination the pass or the instruction refuses, or that needs more shared
 memory than the device has, is filtered with the reason). Candidates that
 break a device limit (threads per block, block and grid dimensions, shared memory), whose
 register tile does not divide their tiles or needs too many registers are filtered before
@@ -180,7 +180,7 @@ def _mma_problem(opts: MappingOptions, lim: DeviceLimits) -> str | None:
     return None
 
 
-MMA_FIELDS = ("mma_tile", "mma_warps", "mma_stages", "mma_wgmma")
+MMA_FIELDS = ("mma_tile", "mma_warps", "mma_stages", "mma_wgmma", "mma_pad_operands")
 _MMA_TILES = ((), (128, 256, 64), (128, 128, 64), (64, 256, 64), (64, 128, 64), (128, 64, 64),
               (128, 128, 32), (64, 128, 32), (128, 64, 32), (64, 64, 32))
 
@@ -213,6 +213,7 @@ _FIELDS: dict[str, Callable[[SearchSpace, random.Random], Any]] = {
     "mma_warps": lambda s, r: r.choice(((8, 1), (4, 1), (2, 2), (2, 4), (4, 2))),
     "mma_stages": lambda s, r: r.choice((2, 3, 4, 5)),
     "mma_wgmma": lambda s, r: r.random() < 0.6,
+    "mma_pad_operands": lambda s, r: r.random() < 0.5,  # (passes/pad_operands)
     # a row program's one-kernel mapping (map-rows): 0 leaves it off
     "row_block": lambda s, r: r.choice((0, 32, 64, 128, 256, 512, 1024)),
     # a mixed program's: column reductions inside the row kernel, or column kernels after it
