@@ -145,21 +145,18 @@ def definitions(text: str) -> list[tuple[str, str]]:
             continue
         close = _balanced(text, brace.end() - 1, "{", "}")
         if close is not None:
-            found.append((m.group(1), _dedent(text[m.start():close])))
+            line = text[text.rfind("\n", 0, m.start()) + 1:m.start()]
+            indent = len(line) if not line.strip() else 0
+            found.append((m.group(1), _dedent(text[m.start():close], indent)))
     return found
 
 
-def _dedent(text: str) -> str:
-    """The definition with the indentation its first line lost (it started mid-line) removed from
-    the others, trailing blanks dropped."""
+def _dedent(text: str, indent: int) -> str:
+    """The definition with the indentation of its ``def`` line (``indent`` columns) removed
+    from the lines after it, trailing blanks dropped."""
     lines = [line.rstrip() for line in text.split("\n")]
-    rest = [len(line) - len(line.lstrip()) for line in lines[1:] if line.strip()]
-    cut = min(rest[:-1] or rest or [0]) if len(lines) > 1 else 0
-    closing = lines[-1].strip() == "}"
-    lines = [lines[0]] + [line[min(cut, len(line) - len(line.lstrip())):] for line in lines[1:]]
-    if closing:
-        lines[-1] = "}"
-    return "\n".join(lines)
+    return "\n".join([lines[0]] + [line[min(indent, len(line) - len(line.lstrip())):]
+                                   for line in lines[1:]])
 
 
 def normalised(text: str) -> str:
@@ -174,6 +171,40 @@ def sources_of(path: str, text: str) -> list[str]:
     if path.endswith(".py"):  # doctest prompts (``>>>``, ``...``) dropped: TC in docstrings
         return [_DOCTEST.sub(r"\1", s) for s in python_strings(text)]
     return [text]
+
+
+_PLACEHOLDER = re.compile(r"<\w+>|\$\{\w+\}")
+# Template placeholders that TC's C++ and Python code substitutes before compiling (strides,
+# pool windows, constants): the values here, as TC's own callers would pass them.
+SCALARS = {"sH": "2", "sW": "2", "sh": "2", "sw": "2", "kH": "2", "kW": "2", "pos_dist": "2",
+           "neg_dist": "4", "scale": "0.250000"}
+# Structural templates of tc/library: the variants its make*Tc functions produce.
+STRUCTURES = {
+    "matmul": [dict(szA0="N", szA1="K", szB0="K", szB1="M", itA0="i", itA1="k", itB0="k",
+                    itB1="j"),
+               dict(szA0="K", szA1="N", szB0="M", szB1="K", itA0="k", itA1="i", itB0="j",
+                    itB1="k")],
+    "copy": [dict(dimParams="N0, N1, N2", dimIndices="i0, i1, i2")],
+}
+
+
+def instances(program: dict) -> list[dict]:
+    """The instantiations of a template definition (``<sh>``, ``${szA0}``), as TC's callers
+    substitute them; [] for a definition without placeholders (or one we cannot fill)."""
+    names = {m.strip("<>${}") for m in _PLACEHOLDER.findall(program["text"])}
+    if not names:
+        return []
+    variants = STRUCTURES.get(program["name"], [{}])
+    out = []
+    for k, variant in enumerate(variants):
+        values = {**SCALARS, **variant}
+        if not names <= set(values):
+            return []
+        text = _PLACEHOLDER.sub(lambda m, v=values: v[m.group(0).strip("<>${}")], program["text"])
+        suffix = "@instance" if len(variants) == 1 else f"@instance{k + 1}"
+        out.append({**program, "id": program["id"] + suffix, "also_in": [], "text": text,
+                    "instance_of": {n: values[n] for n in sorted(names)}})
+    return out
 
 
 def extract(files: dict[str, str]) -> list[dict]:
@@ -194,7 +225,9 @@ def extract(files: dict[str, str]) -> list[dict]:
         base = f"{Path(p['path']).stem}.{p['name']}"
         seen[base] = seen.get(base, 0) + 1
         p["id"] = base if seen[base] == 1 else f"{base}#{seen[base]}"
-    return [{"id": p["id"], **{k: v for k, v in p.items() if k != "id"}} for p in out]
+    out = [{"id": p["id"], **{k: v for k, v in p.items() if k != "id"}} for p in out]
+    made = [q for p in out for q in instances(p) if normalised(q["text"]) not in programs]
+    return out + made  # (an instance that repeats a program TC spells out is dropped)
 
 
 def read_git(git_dir: str) -> tuple[str, dict[str, str]]:

@@ -23,11 +23,14 @@ from tcmlir import ir
 from tcmlir.cli_inputs import gather_index_bounds
 
 PREFERRED = (3, 5, 7, 4, 6, 2, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 1, 18, 19, 20, 24, 32)
+TINY = (2, 3, 1, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 24, 32)
 POSITIVE = re.compile(r"\b(log\w*|sqrt|rsqrt|cbrt|pow\w*|lgamma|tgamma|acosh|asin|acos|atanh)\b")
 
 
-def choose_sizes(fn_ir: ir.Function) -> dict[str, int] | None:
-    """Small distinct sizes admitted by ``fn_ir.context``; None when none up to 32 are."""
+def choose_sizes(fn_ir: ir.Function, preferred: tuple[int, ...] = PREFERRED
+                 ) -> dict[str, int] | None:
+    """Small sizes admitted by ``fn_ir.context``, distinct where it allows, taken in the order of
+    ``preferred`` (``TINY``: the smallest, for the emulator); None when none up to 32 are."""
     ctx = isl.Context()
     space = isl.Set.read_from_str(ctx, fn_ir.context)
     names = [space.get_dim_name(isl.dim_type.param, i)
@@ -35,11 +38,11 @@ def choose_sizes(fn_ir: ir.Function) -> dict[str, int] | None:
     sizes: dict[str, int] = {}
     for name in fn_ir.sizes:
         if name not in names:
-            sizes[name] = next(v for v in PREFERRED if v not in sizes.values())
+            sizes[name] = next(v for v in preferred if v not in sizes.values())
             continue
         pos = names.index(name)
-        order = [v for v in PREFERRED if v not in sizes.values()] + [
-            v for v in PREFERRED if v in sizes.values()]
+        order = [v for v in preferred if v not in sizes.values()] + [
+            v for v in preferred if v in sizes.values()]
         for value in order:
             fixed = space.fix_val(isl.dim_type.param, pos, isl.Val.int_from_si(ctx, value))
             if not fixed.is_empty():
@@ -77,6 +80,17 @@ def widen_for_gather(fn_ir: ir.Function, sizes: dict[str, int], message: str
         return None
     wider = {**sizes, name: int(m.group(1)) + 1}
     return wider if admits(fn_ir, wider) else None
+
+
+def element_count(fn_ir: ir.Function, sizes: dict[str, int]) -> int:
+    """Elements of every input, output and temporary at ``sizes``."""
+    total = 0
+    for t in fn_ir.tensors:
+        n = 1
+        for e in t.shape:
+            n *= max(0, e.evaluate(sizes))
+        total += n
+    return total
 
 
 def make_inputs(fn_ir: ir.Function, text: str, sizes: dict[str, int], seed: int = 0,
