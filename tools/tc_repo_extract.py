@@ -33,6 +33,8 @@ LICENSE = ("TC programs extracted from https://github.com/facebookresearch/Tenso
 SUFFIXES = (".cc", ".h", ".cpp", ".cu", ".py", ".rst", ".md", ".tc", ".txt")
 _DEF = re.compile(r"\bdef\s+([A-Za-z_]\w*)\s*\(")
 _DOCTEST = re.compile(r"^([ \t]*)(?:>>>|\.\.\.)(?: |$)", re.M)
+_STRINGIZE = re.compile(r"#\s*([A-Za-z_]\w*)")
+_MACRO = re.compile(r"#define\s+(\w+)\((\w+)\)")
 _C_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "0": "\0",
               "a": "\a", "b": "\b", "f": "\f", "v": "\v", "?": "?"}
 
@@ -43,6 +45,7 @@ def cpp_strings(text: str) -> list[str]:
     out: list[str] = []
     cur: list[str] | None = None  # the literal being joined, None between runs
     i, n = 0, len(text)
+    macro = ""  # the one-parameter macro being defined
     while i < n:
         c = text[i]
         if text.startswith("//", i):
@@ -51,8 +54,14 @@ def cpp_strings(text: str) -> list[str]:
         elif text.startswith("/*", i):
             j = text.find("*/", i + 2)
             i = n if j < 0 else j + 2
-        elif c.isspace():
-            i += 1
+        elif c.isspace() or text.startswith("\\\n", i):  # (a macro's line continuation)
+            i += 2 if c == "\\" else 1
+        elif c == "#" and cur is not None and (m := _STRINGIZE.match(text, i)):
+            cur.append(f"<#{macro}>")  # the macro's ``#op``: instances() fills it with its uses
+            i = m.end()
+        elif c == "#" and (m := _MACRO.match(text, i)):
+            macro = m.group(1)
+            i = m.end()
         elif c == "R" and text.startswith('"', i + 1) and (i == 0 or not text[i - 1].isalnum()):
             m = re.compile(r'R"([^(\s]{0,16})\(').match(text, i)
             if m is None:
@@ -173,7 +182,7 @@ def sources_of(path: str, text: str) -> list[str]:
     return [text]
 
 
-_PLACEHOLDER = re.compile(r"<\w+>|\$\{\w+\}")
+_PLACEHOLDER = re.compile(r"<#?\w+>|\$\{\w+\}")
 # Template placeholders that TC's C++ and Python code substitutes before compiling (strides,
 # pool windows, constants): the values here, as TC's own callers would pass them.
 SCALARS = {"sH": "2", "sW": "2", "sh": "2", "sw": "2", "kH": "2", "kW": "2", "pos_dist": "2",
@@ -188,13 +197,27 @@ STRUCTURES = {
 }
 
 
-def instances(program: dict) -> list[dict]:
-    """The instantiations of a template definition (``<sh>``, ``${szA0}``), as TC's callers
-    substitute them; [] for a definition without placeholders (or one we cannot fill)."""
+def macro_arguments(text: str) -> dict[str, list[str]]:
+    """For each one-parameter macro of C++ ``text`` (``#define GEN(op) ...``), the arguments of
+    its uses (``GEN(<=) GEN(>=)``), in order."""
+    out: dict[str, list[str]] = {}
+    for m in _MACRO.finditer(text):
+        uses = re.findall(rf"\b{m.group(1)}\(([^()\n]*)\)", text[m.end():])
+        out[m.group(1)] = [u.strip() for u in uses if u.strip()]
+    return out
+
+
+def instances(program: dict, macros: dict[str, list[str]]) -> list[dict]:
+    """The instantiations of a template definition (``<sh>``, ``${szA0}``, a macro's ``#op``),
+    as TC's callers substitute them; [] for a definition without placeholders (or one we
+    cannot fill)."""
     names = {m.strip("<>${}") for m in _PLACEHOLDER.findall(program["text"])}
     if not names:
         return []
     variants = STRUCTURES.get(program["name"], [{}])
+    stringized = [n for n in names if n.startswith("#")]
+    if len(stringized) == 1:
+        variants = [{stringized[0]: arg} for arg in macros.get(stringized[0][1:], [])]
     out = []
     for k, variant in enumerate(variants):
         values = {**SCALARS, **variant}
@@ -226,7 +249,9 @@ def extract(files: dict[str, str]) -> list[dict]:
         seen[base] = seen.get(base, 0) + 1
         p["id"] = base if seen[base] == 1 else f"{base}#{seen[base]}"
     out = [{"id": p["id"], **{k: v for k, v in p.items() if k != "id"}} for p in out]
-    made = [q for p in out for q in instances(p) if normalised(q["text"]) not in programs]
+    macros = {path: macro_arguments(files[path]) for path in files if path.endswith((".cc", ".h"))}
+    made = [q for p in out for q in instances(p, macros.get(p["path"], {}))
+            if normalised(q["text"]) not in programs]
     return out + made  # (an instance that repeats a program TC spells out is dropped)
 
 

@@ -23,6 +23,13 @@ from tcmlir import ir
 from tcmlir.cli_inputs import gather_index_bounds
 
 PREFERRED = (3, 5, 7, 4, 6, 2, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 1, 18, 19, 20, 24, 32)
+SIZE_SETS = {
+    "small": PREFERRED,
+    # sizes of 1 wherever the context allows them (degenerate bands, one-element reductions)
+    "ones": (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 24, 32),
+    # sizes past one tile or warp (33, 65) and odd ones, where the programs allow them
+    "wide": (33, 17, 65, 9, 5, 3, 7, 2, 4, 6, 8, 10, 11, 12, 13, 1, 14, 15, 16, 18, 19, 20, 24, 32),
+}
 TINY = (2, 3, 1, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 24, 32)
 POSITIVE = re.compile(r"\b(log\w*|sqrt|rsqrt|cbrt|pow\w*|lgamma|tgamma|acosh|asin|acos|atanh)\b")
 

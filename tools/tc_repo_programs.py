@@ -163,7 +163,7 @@ def _device_call(src: str, inputs: list[np.ndarray]):
 
 def check(program: dict, *, emulate: bool = False, device: str | None = None,
           ptx: bool = True, cpu: bool = True, limit_s: int = 120,
-          max_elements: int | None = None) -> Result:
+          max_elements: int | None = None, size_set: str = "small") -> Result:
     """Every stage of one program (see the module docstring)."""
     from tcmlir.codegen.ptx_tools import find_ptxas, ptxas_check
 
@@ -182,7 +182,7 @@ def check(program: dict, *, emulate: bool = False, device: str | None = None,
                 result.stages["define"] = ("rejected" if located else "crash",
                                            note if located else f"not located: {note}")
             return result
-        sizes = inputs_lib.choose_sizes(fn.ir)
+        sizes = inputs_lib.choose_sizes(fn.ir, inputs_lib.SIZE_SETS[size_set])
         if sizes is None:
             result.stages["numpy"] = ("skip", "no sizes up to 32 satisfy the context")
             return result
@@ -313,12 +313,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", help="program ids")
     ap.add_argument("--limit", type=int, default=120, help="seconds per program")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--sizes", choices=sorted(inputs_lib.SIZE_SETS), default="small",
+                    help="the size values to prefer (small: 3, 5, 7, ...; ones: 1 first; wide: "
+                         "33, 17, 65, ...)")
+    ap.add_argument("--max-elements", type=int, help="skip programs larger than this")
     args = ap.parse_args(argv)
     os.environ.setdefault("TCMLIR_ALWAYS_COMPILE", "1")
     programs = [p for p in load_programs() if not args.only or p["id"] in args.only]
     on_gpu = args.device is not None  # the cuda call compiles; cpu and ptx ran in CI
     kwargs = {"emulate": args.emulate, "device": args.device, "ptx": not (args.no_ptx or on_gpu),
-              "cpu": not on_gpu, "limit_s": args.limit}
+              "cpu": not on_gpu, "limit_s": args.limit, "max_elements": args.max_elements,
+              "size_set": args.sizes}
     start = time.perf_counter()
     jobs = [(p, kwargs) for p in programs]
     results = []
