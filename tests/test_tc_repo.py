@@ -93,6 +93,19 @@ def test_duplicates_are_merged_by_normalised_text():
         ("d.f#2", "d.md", [])]
 
 
+def test_templates_and_macros_are_instantiated_as_tcs_callers_do():
+    cc = ('#define GEN(op) \\\n  Succeed("def m(float a, float b) -> (c) { c(i) = float(a " #op \\\n'
+          '    " b) where i in 0:1 }");\nGEN(<) GEN(==)\n'
+          'auto t = "def p(float(N) A) -> (B) { B(i) +=! A(<sh> * i + k) where k in 0:<kH> }";\n')
+    out = {p["id"]: p["text"] for p in extract.extract({"x.cc": cc})}
+    assert out == {
+        "x.m": "def m(float a, float b) -> (c) { c(i) = float(a <#GEN> b) where i in 0:1 }",
+        "x.p": "def p(float(N) A) -> (B) { B(i) +=! A(<sh> * i + k) where k in 0:<kH> }",
+        "x.m@instance1": "def m(float a, float b) -> (c) { c(i) = float(a < b) where i in 0:1 }",
+        "x.m@instance2": "def m(float a, float b) -> (c) { c(i) = float(a == b) where i in 0:1 }",
+        "x.p@instance": "def p(float(N) A) -> (B) { B(i) +=! A(2 * i + k) where k in 0:2 }"}
+
+
 def test_sizes_satisfy_range_inference():
     fn = tc.define("def c(float(N, H) I, float(KH) W) -> (O) { O(n, h) +=! I(n, h + k) * W(k) }",
                    target="numpy")
