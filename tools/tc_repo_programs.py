@@ -7,9 +7,10 @@ The programs are tests/corpus/tc_repo.json (`tools/tc_repo_extract.py` cuts them
 repository). For each: define it (a program TC itself rejects, or one using a feature tcmlir does
 not have, must give a located `tcmlir.TCError`: outcome ``rejected``), choose small distinct
 sizes and random inputs (`tc_repo_inputs`), run the reference interpreter (``target="numpy"``)
-and compare it with an independent numpy.einsum reference where the program is a product of
-reads, run the cpu target against it, compile for cuda under the default options for sm_90 and
-assemble the PTX with ptxas, and (``--emulate``) run the cuda kernels on the host with
+and compare it with an independent reference (numpy.einsum where the program is a product of
+reads, else `tc_repo_reference`'s float64 broadcasting evaluator, where it applies), run the
+cpu target against it, compile for cuda under the default options for sm_90 and assemble the
+PTX with ptxas, and (``--emulate``) run the cuda kernels on the host with
 tests/mma_emulator.py. ``--device cuda`` runs the cuda target on torch CUDA tensors instead of the
 emulator. Prints one line per failure (its first error line) and the counts per stage.
 
@@ -39,11 +40,12 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
 import tc_repo_inputs as inputs_lib  # noqa: E402
+import tc_repo_reference  # noqa: E402
 
 import tcmlir as tc  # noqa: E402
 
 CORPUS = HERE.parent / "tests" / "corpus" / "tc_repo.json"
-STAGES = ("define", "numpy", "einsum", "cpu", "ptx", "emulate", "cuda")
+STAGES = ("define", "numpy", "indep", "cpu", "ptx", "emulate", "cuda")
 LOCATED = re.compile(r"^\S+:\d+:\d+: error: ")
 RTOL = 1e-4
 EMULATE_ELEMENTS = 4096  # the emulator runs one host thread per GPU thread: keep it tiny
@@ -194,11 +196,13 @@ def check(program: dict, *, emulate: bool = False, device: str | None = None,
         sizes, args, want = _run_reference(result, fn, src, sizes)
         if want is None:
             return result
-        ref = _stage(result, "einsum", inputs_lib.einsum_reference, fn, args, sizes)
-        if ref is None and result.stages["einsum"][0] == "ok":
-            result.stages["einsum"] = ("skip", "not a product of plain reads")
-        elif ref is not None and (why := compare(want, ref)):
-            result.stages["einsum"] = ("mismatch", f"numpy vs einsum: {why}")
+        ref = _stage(result, "indep", _independent, fn, args, sizes)
+        if ref is None and result.stages["indep"][0] == "ok":
+            result.stages["indep"] = ("skip", "no independent reference for its operations")
+        elif ref is not None and (why := compare(want, ref[1])):
+            result.stages["indep"] = ("mismatch", f"numpy vs {ref[0]}: {why}")
+        elif ref is not None:
+            result.stages["indep"] = ("ok", ref[0])
         if cpu:
             got = _stage(result, "cpu", lambda: tc.define(src, target="cpu")(*args))
             if got is not None and (why := compare(got, want)):
@@ -222,6 +226,16 @@ def check(program: dict, *, emulate: bool = False, device: str | None = None,
         signal.setitimer(signal.ITIMER_PROF, 0)
         signal.signal(signal.SIGPROF, old)
     return result
+
+
+def _independent(fn, args, sizes: dict[str, int]):
+    """(which, outputs) of a reference that shares no code with tcmlir: numpy.einsum for
+    products of reads, else the broadcasting evaluator; None when neither applies."""
+    out = inputs_lib.einsum_reference(fn, args, sizes)
+    if out is not None:
+        return "einsum", out
+    out = tc_repo_reference.broadcast_reference(fn.ir, args, sizes)
+    return None if out is None else ("broadcast", out)
 
 
 def _emulate_stage(result: Result, fn, src: str, args, want, sizes: dict[str, int]) -> None:
@@ -292,7 +306,7 @@ def summarize(results: list[Result], out=sys.stdout) -> int:
         if outcome == "rejected":
             print(f"rejected {r.id} ({r.path}): {note}", file=out)
         for stage, (outcome, note) in r.stages.items():
-            if outcome in ("error", "skip") and stage != "einsum":
+            if outcome in ("error", "skip") and stage != "indep":
                 print(f"{outcome} {r.id} {stage}: {note}", file=out)
     print(f"{len(results)} programs", file=out)
     for stage in STAGES:
