@@ -14,12 +14,14 @@ from __future__ import annotations
 import os
 import sys
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
 import tc_repo_extract as extract
 import tc_repo_inputs
 import tc_repo_programs as repo
+import tc_repo_reference
 
 import tcmlir as tc
 
@@ -111,6 +113,26 @@ def test_sizes_satisfy_range_inference():
                    target="numpy")
     sizes = tc_repo_inputs.choose_sizes(fn.ir)
     assert sizes["H"] >= sizes["KH"] and len(set(sizes.values())) == len(sizes)
+
+
+def test_the_independent_references_compute_tc_semantics():
+    fn = tc.define("""def f(float(N, K) A, int32(N) I, float(K) W) -> (O, P, C) {
+        O(n) +=! (k > 0) ? A(I(n), k) * W(k) : 0.0
+        P(n) max=! exp(A(n, k)) / (1 + K)
+        C(n, k) +=! A(n, k) * W(k) * 2.0
+    }""", target="numpy")
+    rng = np.random.default_rng(1)
+    a, w = rng.uniform(-1, 1, (5, 7)), rng.uniform(-1, 1, 7)
+    idx = np.array([4, 0, 2, 2, 1])
+    o, p, c = tc_repo_reference.broadcast_reference(fn.ir, [a, idx, w], {"N": 5, "K": 7})
+    np.testing.assert_allclose(o, (a[idx, 1:] * w[1:]).sum(axis=1))
+    np.testing.assert_allclose(p, np.exp(a).max(axis=1) / 8)
+    np.testing.assert_allclose(c, a * w * 2)
+    mm = tc.define("def m(float(M, K) A, float(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }",
+                   target="numpy")
+    b = rng.uniform(-1, 1, (7, 3))
+    (got,) = tc_repo_inputs.einsum_reference(mm, [a, b], {"M": 5, "K": 7, "N": 3})
+    np.testing.assert_allclose(got, a @ b)
 
 
 # ---------------------------------------------------------------- the programs

@@ -43,6 +43,7 @@ import tc_repo_inputs as inputs_lib  # noqa: E402
 import tc_repo_reference  # noqa: E402
 
 import tcmlir as tc  # noqa: E402
+from tcmlir import ir  # noqa: E402
 
 CORPUS = HERE.parent / "tests" / "corpus" / "tc_repo.json"
 STAGES = ("define", "numpy", "indep", "cpu", "ptx", "emulate", "cuda")
@@ -190,8 +191,9 @@ def check(program: dict, *, emulate: bool = False, device: str | None = None,
             result.stages["numpy"] = ("skip", "no sizes up to 32 satisfy the context")
             return result
         result.sizes = sizes
-        if max_elements is not None and (n := inputs_lib.element_count(fn.ir, sizes)) > max_elements:
-            result.stages["numpy"] = ("skip", f"{n} elements at its constant sizes")
+        if max_elements is not None and (n := max(inputs_lib.element_count(fn.ir, sizes),
+                                                  ir.instance_count(fn.ir, sizes))) > max_elements:
+            result.stages["numpy"] = ("skip", f"{n} elements or statement instances at {sizes}")
             return result
         sizes, args, want = _run_reference(result, fn, src, sizes)
         if want is None:
@@ -332,7 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", choices=sorted(inputs_lib.SIZE_SETS), default="small",
                     help="the size values to prefer (small: 3, 5, 7, ...; ones: 1 first; wide: "
                          "33, 17, 65, ...)")
-    ap.add_argument("--max-elements", type=int, help="skip programs larger than this")
+    ap.add_argument("--max-elements", type=int,
+                    help="skip programs with more elements or statement instances")
     args = ap.parse_args(argv)
     os.environ.setdefault("TCMLIR_ALWAYS_COMPILE", "1")
     programs = [p for p in load_programs() if not args.only or p["id"] in args.only]
