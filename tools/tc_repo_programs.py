@@ -164,16 +164,22 @@ def _device_call(src: str, inputs: list[np.ndarray]):
     return tuple(g.cpu().numpy() for g in _as_tuple(got))
 
 
-def check(program: dict, *, emulate: bool = False, device: str | None = None,
-          ptx: bool = True, cpu: bool = True, limit_s: int = 120,
-          max_elements: int | None = None, size_set: str = "small") -> Result:
-    """Every stage of one program (see the module docstring)."""
+def check(program: dict, **kwargs) -> Result:
+    """Every stage of one program (see the module docstring); warnings (preconditions, fp32
+    advice) are not outcomes and are silenced."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return _check(program, **kwargs)
+
+
+def _check(program: dict, *, emulate: bool = False, device: str | None = None,
+           ptx: bool = True, cpu: bool = True, limit_s: int = 120,
+           max_elements: int | None = None, size_set: str = "small") -> Result:
     from tcmlir.codegen.ptx_tools import find_ptxas, ptxas_check
 
     src = program["text"]
     result = Result(program["id"], program["path"])
     start = time.perf_counter()
-    warnings.simplefilter("ignore", UserWarning)  # preconditions, fp32 advice: not outcomes
     # CPU seconds of this process (a busy machine does not make a slow program), SIGPROF
     old = signal.signal(signal.SIGPROF, _alarm)
     signal.setitimer(signal.ITIMER_PROF, limit_s)
