@@ -2,11 +2,11 @@
 cut out by tools/tc_repo_extract.py), checked by tools/tc_repo_programs.py (issue 36).
 
 Without a GPU: every program defines or is rejected with a located `TCError`; the reference
-interpreter runs it at small distinct sizes (and equals numpy.einsum where the program is a
-product of reads); a fixed sample (every program of the named regressions, and every
-``SAMPLE_STRIDE``-th of the rest) runs on the cpu target equal to the reference and compiles for
-cuda under the default options (ptxas accepts it); a small fixed subset runs its cuda kernels on
-the host emulator. The GPU run is ``tools/gpu-session.sh tcrepo``.
+interpreter runs it at small distinct sizes and equals an independent reference (numpy.einsum,
+else tools/tc_repo_reference.py's broadcasting evaluator, where one applies); a fixed sample
+(the named regressions and every ``SAMPLE_STRIDE``-th program) runs on the cpu target equal to
+the reference and compiles for cuda under the default options (ptxas accepts it); a small fixed
+subset runs its cuda kernels on the host emulator. The GPU run is ``tools/gpu-session.sh tcrepo``.
 """
 
 from __future__ import annotations
