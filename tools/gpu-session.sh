@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One full GPU check in one call of the lent machine (it has many cores, one or two GPUs):
-#   bash tools/gpu-session.sh [tests|sanitize|bench|smoke|mma|zoo|tune|check|sweep]...   (default: tests sanitize bench)
+#   bash tools/gpu-session.sh [tests|sanitize|bench|smoke|mma|zoo|tune|check|sweep|tcrepo]...   (default: tests sanitize bench)
 # Installs the carried wheels (.whl/) and tcmlir without downloads, then runs, with time limits:
 #   tests     the GPU tests, split over 16 pytest processes that share the GPU
 #   sanitize  compute-sanitizer memcheck on the corpus and racecheck/synccheck on reductions
@@ -15,6 +15,8 @@
 #             a separate process beside the default; tune_check.json)
 #   sweep     tools/tune_sweep.py --target cuda (tune at one size, serve six others beside the
 #             default and a tuning at each; time-to-within-5% of a long search; sweep.json)
+#   tcrepo    tools/tc_repo_programs.py --device cuda (every program of TC's repository on the GPU
+#             against the reference interpreter; tcrepo.log, tcrepo.json)
 # Logs go to $OUT (./gpu-out when unset); a summary line per step is printed at the end.
 # TCMLIR_REQUIRE_GPU=1 is set: GPU tests fail rather than skip when the GPU is unusable, and a
 # test group whose summary reports any skip counts as failed. Exit status: 1 when a test group
@@ -111,8 +113,13 @@ if has sweep; then
     --json "$OUT/sweep.json" >"$OUT/sweep.jsonl" 2>"$OUT/sweep.log"
   echo "sweep: exit $?" >"$OUT/.sum-sweep"
 fi
+if has tcrepo; then  # TC's repository programs: cuda == numpy (issue 36)
+  timeout "${TCREPO_LIMIT:-540}" python3 tools/tc_repo_programs.py --device cuda --jobs "${TCREPO_JOBS:-8}" \
+    --json "$OUT/tcrepo.json" >"$OUT/tcrepo.log" 2>&1
+  echo "tcrepo: exit $? $(grep -E '^  cuda ' "$OUT/tcrepo.log")" >"$OUT/.sum-tcrepo"
+fi
 cat "$OUT"/.sum-* 2>/dev/null; rm -f "$OUT"/.sum-*
 grep -h -E "^(FAILED|ERROR) " "$OUT"/gpu-tests-*.log 2>/dev/null | head -40
-tail -n 40 "$OUT"/mma-bench.log "$OUT"/zoo.log "$OUT"/bench.log "$OUT"/smoke.log "$OUT"/launch.log "$OUT"/host_costs.log "$OUT"/tune.log "$OUT"/tune_check.log "$OUT"/sweep.log 2>/dev/null
+tail -n 40 "$OUT"/mma-bench.log "$OUT"/zoo.log "$OUT"/bench.log "$OUT"/smoke.log "$OUT"/launch.log "$OUT"/host_costs.log "$OUT"/tune.log "$OUT"/tune_check.log "$OUT"/sweep.log "$OUT"/tcrepo.log 2>/dev/null
 if [ -e "$OUT/.tests-failed" ]; then rm -f "$OUT/.tests-failed"; exit 1; fi
 exit 0
