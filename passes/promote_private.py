@@ -146,6 +146,8 @@ class PromotePrivate(Pass):
                 if box is None or box.volume > self.max_elements:
                     continue
                 rank = len(box.extent)
+                if rank == 0:  # a scalar output (a full reduction's): no coordinates to index
+                    continue   # registers by (poly.promotion.local_index); it stays global
                 live_in, fill = _live_in(state, mine, name, prefix, reads, fp)
                 bufs.append(Buffer(f"{name}_reg{k}", name, "private", k, box, tuple(range(rank)),
                                    box.extent, mine, prefix, n_par, live_in, True, fill))

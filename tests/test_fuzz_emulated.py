@@ -66,3 +66,14 @@ def test_a_launch_over_the_device_limits_counts_as_refused():
     src, inputs, tol = fe.inputs_of(BY_LABEL["chain"])
     kind, detail = fe.check(src, inputs, '{"block":[2048]}', tol)
     assert kind == "refused" and "2048 threads" in detail, (kind, detail)
+
+
+# ---------------------------------------------------------------- what the fuzz found
+
+def test_a_scalar_output_is_not_promoted_to_registers():
+    """Found by the fuzz (--odd, seed 11): a full sum with one thread per block, an unroll
+    factor and private memory made `promote-private` give the scalar output a register buffer
+    of rank 0, and `poly.promotion.local_index` failed on it (IndexError at compile time)."""
+    src, inputs, tol = fe.inputs_of(BY_LABEL["full_sum"])
+    opts = '{"block":[1],"grid":[1024],"tile_sizes":[256,8],"unroll_factor":4,"use_private_memory":true}'
+    assert fe.check(src, inputs, opts, tol) == ("ok", "")
