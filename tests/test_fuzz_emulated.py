@@ -77,3 +77,16 @@ def test_a_scalar_output_is_not_promoted_to_registers():
     src, inputs, tol = fe.inputs_of(BY_LABEL["full_sum"])
     opts = '{"block":[1],"grid":[1024],"tile_sizes":[256,8],"unroll_factor":4,"use_private_memory":true}'
     assert fe.check(src, inputs, opts, tol) == ("ok", "")
+
+
+def test_importing_the_fuzz_leaves_the_environment_alone():
+    # the module once set TCMLIR_ALWAYS_COMPILE at import: every later test of the session
+    # then compiled each call and no warm call took its plan
+    import subprocess
+
+    code = ("import os, sys; sys.path.insert(0, 'tools'); import fuzz_emulated; "
+            "print(os.environ.get('TCMLIR_ALWAYS_COMPILE'))")
+    env = {k: v for k, v in os.environ.items() if k != "TCMLIR_ALWAYS_COMPILE"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         cwd=os.path.join(os.path.dirname(__file__), ".."), check=True)
+    assert out.stdout.strip() == "None"

@@ -41,8 +41,6 @@ from dataclasses import dataclass
 from math import prod
 from typing import Any
 
-os.environ["TCMLIR_ALWAYS_COMPILE"] = "1"  # compile every candidate, no artifact cache
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
@@ -264,6 +262,9 @@ def first_line(exc: BaseException) -> str:
 def _child(src: str, inputs: list[Any], opts_json: str, tol: float, q: Any) -> None:
     import mma_emulator as emu
 
+    # compile every candidate, no artifact cache (set in the forked child only: importing
+    # this module, as the tests do, must not change the importer's environment)
+    os.environ["TCMLIR_ALWAYS_COMPILE"] = "1"
     emu.TIMEOUT = BARRIER_TIMEOUT  # (a slow candidate meets its barriers sooner than that)
     try:
         q.put(check(src, inputs, opts_json, tol))

@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-elements", type=int,
                     help="skip programs with more elements or statement instances")
     args = ap.parse_args(argv)
-    os.environ.setdefault("TCMLIR_ALWAYS_COMPILE", "1")
+    os.environ.setdefault("TCMLIR_ALWAYS_COMPILE", "1")  # (a command-line run: its own process)
     programs = [p for p in load_programs() if not args.only or p["id"] in args.only]
     on_gpu = args.device is not None  # the cuda call compiles; cpu and ptx ran in CI
     kwargs = {"emulate": args.emulate, "device": args.device, "ptx": not (args.no_ptx or on_gpu),
