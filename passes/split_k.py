@@ -197,10 +197,10 @@ def _split(fn: tc.Function, st: tc.Statement, ways: int, sizes: Mapping[str, int
     kc, full, last = chunking(extent, ways, align)
     chunks = full + (last > 0)
     names = taken | set(st.index_names) | _RESERVED
-    chunk = _fresh(f"{red}_s", names)
-    red2 = _fresh(f"{red}_c", names | {chunk})
+    chunk = tc.fresh_name(f"{red}_s", names)
+    red2 = tc.fresh_name(f"{red}_c", names | {chunk})
     out = fn.tensor(st.tensor)
-    partial = tc.Tensor(_fresh(f"{st.tensor}_split", taken), out.dtype.compute,
+    partial = tc.Tensor(tc.fresh_name(f"{st.tensor}_split", taken), out.dtype.compute,
                         (tc.SizeExpr.constant(chunks), *(st.range_of(i).hi for i in st.lhs)),
                         tc.Role.TEMP, out.span)
 
@@ -368,14 +368,6 @@ def _is_zero(e: tc.SizeExpr) -> bool:
         return e.evaluate({}) == 0
     except (KeyError, ValueError):  # depends on a size (or is undefined somewhere)
         return False
-
-
-def _fresh(base: str, taken: set[str]) -> str:
-    name, n = base, 1
-    while name in taken:
-        n += 1
-        name = f"{base}{n}"
-    return name
 
 
 def _value_nodes(e: tc.Expr):

@@ -28,13 +28,9 @@ import tempfile
 import time
 from typing import Any
 
-MATMUL = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
-SOFTMAX = """def softmax(float(N, D) X) -> (O) {
-    mx(n) max=! X(n, d)
-    e(n, d) = exp(X(n, d) - mx(n))
-    s(n) +=! e(n, d)
-    O(n, d) = e(n, d) / s(n)
-}"""
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tune_sweep import MATMUL, SOFTMAX  # (the programs the sweep tunes)
+
 PROBLEMS = {  # name -> (source, input shapes, small input shapes)
     "matmul 2048^3": (MATMUL, [(2048, 2048), (2048, 2048)], [(64, 48), (48, 80)]),
     "skinny 16x4096x4096": (MATMUL, [(16, 4096), (4096, 4096)], [(4, 256), (256, 256)]),

@@ -30,8 +30,8 @@ from .errors import Source, Span
 __all__ = [
     "BINARY_OPS", "UNARY_OPS", "Binary", "Call", "Cast", "Const", "Expr", "Function", "Index",
     "IndexRange", "Read", "Reduction", "Role", "Select", "Size", "SizeExpr", "Statement",
-    "Tensor", "Unary", "format_expr", "format_function", "format_statement", "instance_count",
-    "replace_indices", "walk",
+    "Tensor", "Unary", "format_expr", "format_function", "format_statement", "fresh_name",
+    "instance_count", "replace_indices", "walk",
 ]
 
 # '/' and '%' truncate (C); 'floordiv'/'floormod' floor (index expressions only);
@@ -378,6 +378,16 @@ class Function:
 
     def __str__(self) -> str:
         return format_function(self)
+
+
+def fresh_name(base: str, taken: set[str]) -> str:
+    """``base``, or ``base2``, ``base3``, ... : the first not in ``taken`` (names a pass adds:
+    temporaries, indices)."""
+    name, n = base, 1
+    while name in taken:
+        n += 1
+        name = f"{base}{n}"
+    return name
 
 
 def instance_count(fn: Function, sizes: Mapping[str, int]) -> int:

@@ -83,12 +83,12 @@ def _with_copies(fn: ir.Function, plan: ContractionPlan, tensors: tuple[str, ...
     chunk = 128 // plan.dtype.bits
     for name in tensors:
         src = fn.tensor(name)
-        pad = _fresh(f"{name}_pad", taken)
+        pad = ir.fresh_name(f"{name}_pad", taken)
         taken.add(pad)
         last = src.shape[-1].evaluate(sizes)
         shape = (*src.shape[:-1], ir.SizeExpr.constant(math.ceil(last / chunk) * chunk))
         temps.append(ir.Tensor(pad, src.dtype, shape, ir.Role.TEMP, src.span))
-        indices = tuple(_fresh(f"{pad}_i{d}", taken) for d in range(src.rank))
+        indices = tuple(ir.fresh_name(f"{pad}_i{d}", taken) for d in range(src.rank))
         ranges = tuple(ir.IndexRange(i, ir.SizeExpr.constant(0), s)
                        for i, s in zip(indices, src.shape, strict=True))
         read = ir.Read(name, tuple(ir.Index(i) for i in indices), src.dtype.compute, src.span)
@@ -234,9 +234,3 @@ def _rename_reads(e: ir.Expr, renamed: Mapping[str, str]) -> ir.Expr:
     return e
 
 
-def _fresh(base: str, taken: set[str]) -> str:
-    name, n = base, 1
-    while name in taken:
-        n += 1
-        name = f"{base}{n}"
-    return name
