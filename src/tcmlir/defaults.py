@@ -37,8 +37,34 @@ def default_options(cls: Any, fn: Any, target: str, sizes: Mapping[str, int] | N
                     *, per_kernel: bool = True) -> Any:
     """The `MappingOptions` (of class ``cls``) a call of ``fn`` (a `TCFunction` or its
     `ir.Function`) on ``target`` without options uses at ``sizes`` (the call's size values,
-    when known): see `MappingOptions.default_for`. ``per_kernel=False`` leaves out the
-    per-kernel mappings (`per_kernel_options` asks so of each kernel's statements)."""
+    when known; `MappingOptions.default_for`). ``per_kernel=False`` leaves out the per-kernel
+    mappings (`per_kernel_options` asks so of each kernel's statements).
+
+    On the CPU, `host_defaults.cpu_defaults`: a contraction gets the packed kernel
+    (``register_tile`` with ``tile`` sizes: `passes/host_contraction.py`), other nests of
+    three or more loops the naive 32³ tiling, shallower programs maximal fusion. On the GPU, row programs (softmax,
+    layernorm, row, column and full reductions: bandwidth-bound) get
+    `gpu_defaults.reduction_defaults` (one kernel, a block per row), programs that mix
+    row statements and column reductions (a layernorm's gradient with scale and shift)
+    `gpu_defaults.mixed_defaults` (one row kernel that also accumulates the column
+    reductions, else a row kernel and column kernels), 1-D elementwise
+    programs `gpu_defaults.elementwise_defaults`; a contraction (one statement with two
+    lhs indices and one reduction index: matmul, its transposed forms, fc) gets
+    `cuda_contraction` with the tiles, register tiles and split-K (chunks of a long
+    reduction on blocks of their own) that the contraction model predicts fastest at
+    ``sizes`` (`cuda_defaults.contraction_choice`, `contraction_model`: waves over the
+    SMs, occupancy from registers and shared memory, partial tiles, shared-memory
+    bandwidth, the partial sums' traffic); a batched contraction (three lhs
+    indices, one reduction index: batched matmul) `cuda_batched_contraction`; a convolution
+    `cuda_convolution`; a program that reads a tensor across its rows where it writes
+    along them (a transpose) the naive options with `promote-shared`, whose tile copies
+    read rows; a program of several kernels some of which are of these classes a mapping
+    per kernel (`defaults.per_kernel_options`, the ``kernels`` field: attention's batched
+    matmuls the contraction mapping, its row reductions a block per row; so does a program
+    of several matmuls whose tiles differ, as mlp2's); everything else
+    on cuda the mapping `cost_model.generic_mapping` prices
+    best at ``sizes`` (tiles, threads, grid and fusion from an analytic model over the
+    schedule), the naive options where it has none (sizes not known)."""
     ir_fn = getattr(fn, "ir", fn)
     statements = ir_fn.statements
     if target == "cpu":  # host_defaults: the packed contraction kernel, tiles, fusion

@@ -11,10 +11,9 @@ unrolling, `parametric`, `register_tile`, `use_shared_memory` (with `max_shared_
 the 48 KiB of static shared memory, and `unroll_copy_shared`) and `use_private_memory`. Both use
 `split_k` (`passes/split_k.py`: a long reduction cut into chunks computed by different blocks,
 then folded; needs fixed sizes, so it does not combine with `parametric`).
-`shared_depth` and `private_depth` are kept for TC's JSON: the promotion passes pick the depth
-(below the tile band for shared memory, above the sequential tile loop for registers).
-`fix_parameters_before_scheduling`, `tile_imperfectly_nested` and `use_readonly_cache` (inputs are
-always read through the read-only path on the GPU) are kept for TC's JSON and ignored.
+`shared_depth`, `private_depth` (the promotion passes pick the depth),
+`fix_parameters_before_scheduling`, `tile_imperfectly_nested` and `use_readonly_cache` (inputs
+are read through the read-only path anyway) are kept for TC's JSON and ignored.
 
 This module holds the fields and their checks, the presets, the setters and the JSON; the
 pipeline string is `options_pipeline`'s, `default_for`'s dispatcher is `defaults`'s and the
@@ -114,15 +113,13 @@ class MappingOptions:
     mma_stages: int = 0                          # cuda, with mma_tile: operand tiles in flight
     mma_wgmma: bool = False                      # cuda, with mma_tile: warpgroup wgmma (sm_90)
                                                  # instead of mma.sync
-    mma_pad_operands: bool = False               # cuda, with mma_tile: operands with misaligned
-                                                 # rows copied first into padded ones (pad-operands)
+    mma_pad_operands: bool = False               # cuda, mma_tile: misaligned operands padded first
     allow_tf32: bool = False                     # cuda, with mma_tile: a float32 contraction
                                                  # may run on tensor cores in TF32 (10-bit
                                                  # mantissa products, float32 sums; a
                                                  # permission, as torch's); never by default
-    kernels: tuple[KernelMapping, ...] = ()      # cuda: kernels mapped their own way (their
-                                                 # statements and knobs, `kernel_mapping`); the
-                                                 # others take the fields above
+    kernels: tuple[KernelMapping, ...] = ()      # cuda: kernels mapped their own way
+                                                 # (`kernel_mapping`); the rest: fields above
 
     def __post_init__(self) -> None:
         if self.fusion not in FUSION_STRATEGIES:
@@ -199,33 +196,13 @@ class MappingOptions:
     def default_for(cls, fn: Any, target: str,
                     sizes: Mapping[str, int] | None = None) -> MappingOptions:
         """What a call without options uses (``fn``: a `TCFunction` or its `ir.Function`;
-        ``sizes``: the call's size values, when known).
-
-        On the CPU, `host_defaults.cpu_defaults`: a contraction gets the packed kernel
-        (``register_tile`` with ``tile`` sizes: `passes/host_contraction.py`), other nests of
-        three or more loops the naive 32³ tiling, shallower programs maximal fusion. On the GPU, row programs (softmax,
-        layernorm, row, column and full reductions: bandwidth-bound) get
-        `gpu_defaults.reduction_defaults` (one kernel, a block per row), programs that mix
-        row statements and column reductions (a layernorm's gradient with scale and shift)
-        `gpu_defaults.mixed_defaults` (one row kernel that also accumulates the column
-        reductions, else a row kernel and column kernels), 1-D elementwise
-        programs `gpu_defaults.elementwise_defaults`; a contraction (one statement with two
-        lhs indices and one reduction index: matmul, its transposed forms, fc) gets
-        `cuda_contraction` with the tiles, register tiles and split-K (chunks of a long
-        reduction on blocks of their own) that the contraction model predicts fastest at
-        ``sizes`` (`cuda_defaults.contraction_choice`, `contraction_model`: waves over the
-        SMs, occupancy from registers and shared memory, partial tiles, shared-memory
-        bandwidth, the partial sums' traffic); a batched contraction (three lhs
-        indices, one reduction index: batched matmul) `cuda_batched_contraction`; a convolution
-        `cuda_convolution`; a program that reads a tensor across its rows where it writes
-        along them (a transpose) the naive options with `promote-shared`, whose tile copies
-        read rows; a program of several kernels some of which are of these classes a mapping
-        per kernel (`defaults.per_kernel_options`, the ``kernels`` field: attention's batched
-        matmuls the contraction mapping, its row reductions a block per row; so does a program
-        of several matmuls whose tiles differ, as mlp2's); everything else
-        on cuda the mapping `cost_model.generic_mapping` prices
-        best at ``sizes`` (tiles, threads, grid and fusion from an analytic model over the
-        schedule), the naive options where it has none (sizes not known)."""
+        ``sizes``: the call's size values, when known): on the CPU the packed contraction
+        kernel or tiling and fusion (`host_defaults.cpu_defaults`); on the GPU a mapping by
+        program class — row programs, contractions with the contraction model's tiles and
+        split-K, batched contractions, convolutions, transposes, tensor cores for half
+        precision, a mapping per kernel for programs that mix classes — else the mapping the
+        analytic cost model prices best (`defaults.default_options` says which class gets
+        what)."""
         return default_options(cls, fn, target, sizes)
 
     @classmethod
@@ -233,8 +210,7 @@ class MappingOptions:
         """Options for batched matmul-like kernels on the GPU (``Z(b, n, m) +=! X(b, n, k) *
         Y(b, m, k)``): one batch entry and a 32×32 output tile per block, one output per
         thread (32×32 threads), operand tiles of 32 along k in shared memory, accumulators in
-        registers. On the TBMM of the benchmark (500 × 26×26×72, H200): 0.033 ms with k-tiles
-        of 8, 0.029 ms with 24 or 72 (fewer barriers); the naive options took 1.9 ms."""
+        registers (docs/perf.md: TBMM 500 × 26×26×72)."""
         return cls(fusion="preserve3coincident", tile_sizes=(1, 32, 32, 32), block=(32, 32, 1),
                    grid=(64, 64, 1024), use_shared_memory=True, use_private_memory=True)
 
