@@ -424,6 +424,31 @@ class Staged:
                 f"{hit[0]}..{hit[-1]} ({hit.size} bytes)")
 
 
+def stage_arrays(fn_ir: Any, kernel: Any, inputs: Any, sizes: Mapping[str, int]
+                 ) -> dict[str, np.ndarray]:
+    """The arrays `run_kernel` takes for a call of ``kernel`` (compiled from ``fn_ir``) on
+    ``inputs``: copies of the inputs, and every output and temporary the kernel keeps in
+    global memory (those of ``kernel.compiled_ir``: split-K's partial sums, padded operands)
+    zeroed where the runtime zeroes it (`binding.needs_zero_fill`), else poisoned (NaN in a
+    float type, 0x5A bytes in an integer one), so an element nothing writes shows."""
+    from tcmlir.binding import needs_zero_fill
+
+    arrays = {t.name: np.array(x, copy=True) for t, x in zip(fn_ir.inputs, inputs, strict=True)}
+    on_chip = set(kernel.runner.image.on_chip)
+    compiled = kernel.compiled_ir or fn_ir
+    for t in compiled.tensors:
+        if t.name in arrays or t.name in on_chip:
+            continue
+        shape = tuple(s.evaluate(sizes) for s in t.shape)
+        if needs_zero_fill(compiled, t, sizes):
+            arrays[t.name] = np.zeros(shape, t.dtype.numpy)
+        elif np.issubdtype(t.dtype.numpy, np.floating):
+            arrays[t.name] = np.full(shape, np.nan, t.dtype.numpy)
+        else:
+            arrays[t.name] = np.full(shape, 0x5A5A5A5A, np.int64).astype(t.dtype.numpy)
+    return arrays
+
+
 def run_kernel(kernel: Any, arrays: Mapping[str, np.ndarray], sizes: Mapping[str, int],
                threaded: bool | None = None) -> None:
     """Every launch of a compiled CUDA ``kernel`` (`tcmlir.Kernel`), in order, block after

@@ -21,19 +21,28 @@ def _counting(inner):
     return factory, calls
 
 
+def _array(kind, n):
+    x = np.arange(n, dtype=np.float32)
+    if kind == "torch":
+        torch = pytest.importorskip("torch")
+        return torch.from_numpy(x)
+    return x
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
 @pytest.mark.parametrize("make", [tc.make_naive_options_factory,
                                   lambda: tc.make_load_from_cache_options_factory(False)])
-def test_a_factory_is_asked_once_per_signature_and_calls_take_the_plan(make, tmp_path):
+def test_a_factory_is_asked_once_per_signature_and_calls_take_the_plan(make, kind):
     factory, calls = _counting(make())
     fn = tc.define(ADD, target="cpu", options_factory=factory)
-    x = np.arange(8, dtype=np.float32)
+    x = _array(kind, 8)
     for _ in range(5):
-        np.testing.assert_array_equal(fn(x, x), 2 * x)
+        np.testing.assert_array_equal(np.asarray(fn(x, x)), 2 * np.asarray(x))
     assert calls == [((8,), (8,))]
     assert len(fn._plans) == 1  # the warm path, not the binding path
-    y = np.arange(12, dtype=np.float32)  # another signature: asked again
-    np.testing.assert_array_equal(fn(y, y), 2 * y)
-    np.testing.assert_array_equal(fn(x, x), 2 * x)
+    y = _array(kind, 12)  # another signature: asked again
+    np.testing.assert_array_equal(np.asarray(fn(y, y)), 2 * np.asarray(y))
+    np.testing.assert_array_equal(np.asarray(fn(x, x)), 2 * np.asarray(x))
     assert calls == [((8,), (8,)), ((12,), (12,))]
 
 

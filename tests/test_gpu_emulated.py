@@ -28,7 +28,7 @@ import torch
 
 import tcmlir as tc
 from tcmlir import cuda_defaults
-from tcmlir.binding import bind_sizes, needs_zero_fill
+from tcmlir.binding import bind_sizes
 from tcmlir.codegen.nvptx import KernelLaunch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
@@ -42,14 +42,6 @@ def _fresh(monkeypatch):
     monkeypatch.setenv("TCMLIR_ALWAYS_COMPILE", "1")  # this compile, not a cached kernel
 
 
-def _fill(t, shape, sizes, fn):
-    if needs_zero_fill(fn, t, sizes):
-        return np.zeros(shape, t.dtype.numpy)
-    if np.issubdtype(t.dtype.numpy, np.floating):
-        return np.full(shape, np.nan, t.dtype.numpy)
-    return np.full(shape, 0x5A5A5A5A, np.int64).astype(t.dtype.numpy)
-
-
 def emulate(src: str, inputs: list[np.ndarray], *, rtol: float = 1e-5, threaded=None):
     """The default cuda mapping of ``src`` at the inputs' sizes, run on the host, against the
     reference; returns the compiled kernel. ``rtol``: of the largest reference magnitude
@@ -57,13 +49,7 @@ def emulate(src: str, inputs: list[np.ndarray], *, rtol: float = 1e-5, threaded=
     fn = tc.define(src, target="cuda")
     kernel = fn.compile(*inputs, target="cuda", arch="sm_90")
     sizes = bind_sizes(fn.ir, [x.shape for x in inputs])
-    arrays = {t.name: np.array(x, copy=True) for t, x in zip(fn.ir.inputs, inputs, strict=True)}
-    on_chip = set(kernel.runner.image.on_chip)
-    compiled = kernel.compiled_ir or fn.ir  # (split-K adds temporaries)
-    for t in compiled.tensors:
-        if t.name not in arrays and t.name not in on_chip:
-            shape = tuple(s.evaluate(sizes) for s in t.shape)
-            arrays[t.name] = _fill(t, shape, sizes, compiled)
+    arrays = emu.stage_arrays(fn.ir, kernel, inputs, sizes)
     emu.run_kernel(kernel, arrays, sizes, threaded=threaded)
     for t, x in zip(fn.ir.inputs, inputs, strict=True):
         np.testing.assert_array_equal(arrays[t.name], x, err_msg=f"input {t.name} was written")

@@ -163,16 +163,11 @@ def test_attention_with_hand_written_kernels_on_the_host_machine(rng):
 
 def _run(fn, kernel, inputs):
     import mma_emulator as emu
-    from test_gpu_emulated import _fill
 
     from tcmlir.binding import bind_sizes
 
     sizes = bind_sizes(fn.ir, [x.shape for x in inputs])
-    arrays = {t.name: np.array(x, copy=True) for t, x in zip(fn.ir.inputs, inputs, strict=True)}
-    on_chip = set(kernel.runner.image.on_chip)
-    for t in fn.ir.tensors:
-        if t.name not in arrays and t.name not in on_chip:
-            arrays[t.name] = _fill(t, tuple(s.evaluate(sizes) for s in t.shape), sizes, fn.ir)
+    arrays = emu.stage_arrays(fn.ir, kernel, inputs, sizes)
     emu.run_kernel(kernel, arrays, sizes)
     return arrays["O"]
 

@@ -178,7 +178,7 @@ def check(src: str, inputs: list[Any], opts_json: str, tol: float) -> tuple[str,
     import numpy as np
 
     import tcmlir as tc
-    from tcmlir.binding import bind_sizes, needs_zero_fill
+    from tcmlir.binding import bind_sizes
     from tcmlir.runtime.launch_limits import validate_launch
 
     global SM90
@@ -196,14 +196,7 @@ def check(src: str, inputs: list[Any], opts_json: str, tol: float) -> tuple[str,
     except Exception as exc:  # noqa: BLE001 - every other compile error is a finding
         return "crash", f"compile: {type(exc).__name__}: {first_line(exc)}"
     sizes = bind_sizes(fn.ir, [x.shape for x in inputs])
-    arrays = {t.name: np.array(x, copy=True) for t, x in zip(fn.ir.inputs, inputs, strict=True)}
-    on_chip = set(kernel.runner.image.on_chip)
-    compiled = kernel.compiled_ir or fn.ir
-    for t in compiled.tensors:
-        if t.name not in arrays and t.name not in on_chip:
-            shape = tuple(s.evaluate(sizes) for s in t.shape)
-            zero = needs_zero_fill(compiled, t, sizes)
-            arrays[t.name] = np.full(shape, 0 if zero else np.nan, t.dtype.numpy)
+    arrays = emu.stage_arrays(fn.ir, kernel, inputs, sizes)
     try:  # what the runtime checks at launch (`runtime.launch_limits`), with sm_90's limits
         for launch in kernel.runner.image.kernels:
             validate_launch(SM90, launch.grid, launch.block, launch.shared_bytes,

@@ -135,22 +135,9 @@ def _emulate(src: str, inputs: list[np.ndarray], sizes: dict[str, int]):
     """The default cuda kernels of ``src`` run on the host (tests/mma_emulator.py)."""
     import mma_emulator as emu
 
-    from tcmlir.binding import needs_zero_fill
-
     fn = tc.define(src, target="cuda")
     kernel = fn.compile(*inputs, target="cuda", arch="sm_90")
-    arrays = {t.name: np.array(x, copy=True) for t, x in zip(fn.ir.inputs, inputs, strict=True)}
-    on_chip = set(kernel.runner.image.on_chip)
-    compiled = kernel.compiled_ir or fn.ir
-    for t in compiled.tensors:
-        if t.name not in arrays and t.name not in on_chip:
-            shape = tuple(s.evaluate(sizes) for s in t.shape)
-            if needs_zero_fill(compiled, t, sizes):
-                arrays[t.name] = np.zeros(shape, t.dtype.numpy)
-            elif t.dtype.is_float:
-                arrays[t.name] = np.full(shape, np.nan, t.dtype.numpy)
-            else:
-                arrays[t.name] = np.full(shape, 0x5A, t.dtype.numpy)
+    arrays = emu.stage_arrays(fn.ir, kernel, inputs, sizes)
     emu.run_kernel(kernel, arrays, sizes)
     return tuple(arrays[t.name] for t in fn.ir.outputs)
 
