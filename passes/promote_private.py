@@ -155,13 +155,6 @@ class PromotePrivate(Pass):
             if not bufs:
                 continue
             node = node_at(schedule, path_of(seq))
-            hoisted = [b.fill for b in bufs if b.fill is not None]
-            if hoisted:  # the initialisations run on the registers, before the loop
-                keep = seq.get_domain()
-                for j in hoisted:
-                    init = isl.UnionSet.from_set(scop.domains[f"S{j}_init"])
-                    keep = keep.subtract(init.align_params(keep.get_space()))
-                node = node.insert_filter(keep).child(0)
             for buf in bufs:
                 fp_all, fp_w = fps[buf.name]
                 if buf.copy_in or buf.fill is not None:
@@ -173,6 +166,17 @@ class PromotePrivate(Pass):
                 node = graft(node, isl.UnionMap.from_map(e), [
                     (isl.UnionSet.from_set(e.range()), None,
                      band_of_copy(e.range(), buf.n_prefix, len(buf.box.extent)), True)], before=False)
+            hoisted = [b.fill for b in bufs if b.fill is not None]
+            if hoisted:
+                # the initialisations run on the registers, before the loop: filtered out of it
+                # only now, below the copies' extension, so that a tile where the update never
+                # runs (a guarded reduction's empty range: TC's triangular product) still fills
+                # and writes back its registers
+                keep = seq.get_domain()
+                for j in hoisted:
+                    init = isl.UnionSet.from_set(scop.domains[f"S{j}_init"])
+                    keep = keep.subtract(init.align_params(keep.get_space()))
+                node = node.insert_filter(keep)
             schedule = node.get_schedule()
             for buf in bufs:
                 prove_in_box(buf, state.fn)

@@ -169,6 +169,20 @@ def test_a_column_reductions_temporary_on_the_host_machine(rng):
     emulate(COLUMN_TEMPORARY, [x, y])
 
 
+TRIANGULAR = """def matmul(float(M, K) L, float(K, M) U) -> (LU) {
+    LU(m1, m2) +=! (r_k >= m1 && r_k <= m2) ? L(m1, r_k) * U(r_k, m2) : 0
+}"""
+
+
+@pytest.mark.parametrize("m, k", [(70, 20), (130, 3)], ids=str)
+def test_a_guarded_reduction_fills_the_tiles_it_never_updates(m, k, rng):
+    """TC's triangular product where a block of rows lies past K: the reduction is empty there,
+    yet its registers start at zero and are written back (the H100 found the rows past 64 left
+    as garbage when the initialisation was filtered out above the copies' extension)."""
+    emulate(TRIANGULAR, [rng.uniform(-1, 1, (m, k)).astype(np.float32),
+                         rng.uniform(-1, 1, (k, m)).astype(np.float32)], rtol=1e-4)
+
+
 # ---------------------------------------------------------------- split-K
 
 
