@@ -83,6 +83,9 @@ class TCFunction:
         # call_key -> (hot knobs, plan.call, the plan's call without a stream argument or None,
         # its call into given outputs or None)
         self._plans: dict[tuple, tuple[tuple, Any, Any, Any]] = {}
+        # (call_key, options key) -> (the options, hot knobs, plan.call, plain call) for calls
+        # with explicit options (a tuned result passed on every call): the latest few
+        self._option_plans: dict[tuple, tuple[Any, tuple, Any, Any]] = {}
         # the latest torch plan's guarded call (`runtime.torch_fast`, a host plan's
         # `runtime.host_calls`), tried before the key
         self._fast: Callable[[Sequence[Any]], Any] | None = None
@@ -148,6 +151,24 @@ class TCFunction:
             # (MISS also: a host plan's torch inputs off the CPU; the full path says why)
             if done is not MISS:
                 return done
+        okey = None
+        if options is not None and devices is None and outputs is None:
+            # explicit options: their remembered plan (keyed by the text, or by the very
+            # MappingOptions object, held in the entry so its id stays its own)
+            okey = options if isinstance(options, str) else (
+                id(options) if isinstance(options, MappingOptions) else None)
+            if okey is not None:
+                key = call_key(inputs)
+                hit = self._option_plans.get((key, okey)) if key is not None else None
+                if hit is not None and (hit[0] is options or hit[0] == options) \
+                        and hit[1] == hot_path_token():
+                    if stream is None and hit[3] is not None:
+                        done = hit[3](inputs)
+                        if done is not MISS:
+                            return done
+                    else:
+                        return hit[2](inputs, stream)
+        given = options
         options = as_mapping_options(options)
         devices = as_devices(devices)
         if devices is not None or (options is not None and options.devices):
@@ -180,6 +201,9 @@ class TCFunction:
                                       compile_missing=not _capturing_torch(inputs, stream))
         # (an options factory answers for the first call of each signature, factories.py: its
         # choice is remembered with the plan like the defaults')
+        if okey is not None:
+            return self._launch(kernel, inputs, outputs, bound, stream=stream,
+                                remember=(given, okey))
         return self._launch(kernel, inputs, outputs, bound, stream=stream,
                             remember=options is None)
 
@@ -290,12 +314,16 @@ class TCFunction:
     # ------------------------------------------------------------ launching
 
     def _launch(self, kernel: Kernel, inputs: Sequence[Any], outputs: Sequence[Any] | None,
-                bound: Any = None, *, stream: Any = None, remember: bool = False) -> Any:
+                bound: Any = None, *, stream: Any = None,
+                remember: bool | tuple[Any, Any] = False) -> Any:
         if kernel.target == "cuda":
             from .runtime.cuda_launch import launch_cuda
 
             result, plan = launch_cuda(kernel, inputs, outputs, stream=stream, bound=bound)
-            if remember and plan is not None:  # (a plan does not depend on given outputs)
+            if isinstance(remember, tuple) and plan is not None:
+                self._remember_with(remember, inputs, plan.call,
+                                    getattr(plan, "_torch_call", None))
+            elif remember and plan is not None:  # (a plan does not depend on given outputs)
                 self._remember(inputs, plan.call, getattr(plan, "_torch_call", None),
                                getattr(plan, "_torch_into", None),
                                getattr(plan, "fast_entry", None))
@@ -312,7 +340,10 @@ class TCFunction:
             from .runtime.host_plan import host_plan
 
             plan = host_plan(kernel.runner, kernel.compiled_ir or self.ir, bound.sizes)
-            if remember and all(host_ready(x) for x in inputs):
+            if isinstance(remember, tuple):
+                if all(host_ready(x) for x in inputs):
+                    self._remember_with(remember, inputs, *host_calls(plan, self.ir, inputs)[:2])
+            elif remember and all(host_ready(x) for x in inputs):
                 self._remember(inputs, *host_calls(plan, self.ir, inputs))
             return in_input_kind(self.ir, inputs, plan.call(list(bound.arrays.values())))
         outs = check_outputs(self.ir, bound.sizes, outputs, inputs)
@@ -348,6 +379,22 @@ class TCFunction:
                 self._plans[key] = (token, call, plain, into)
                 if entry is not None:
                     self._fast = entry(key, token)
+
+    def _remember_with(self, given: tuple[Any, Any], inputs: Sequence[Any],
+                       call: Callable[..., Any], plain: Callable[..., Any] | None) -> None:
+        """File a plan for a call with explicit options (``given``: the options as passed and
+        their key), as `_remember` does for the defaults; the latest 32 are kept."""
+        if get_config().always_compile:
+            return
+        key = call_key(inputs)
+        if key is not None:
+            options, okey = given
+            with self._lock:
+                plans = self._option_plans
+                plans.pop((key, okey), None)
+                plans[(key, okey)] = (options, hot_path_token(), call, plain)
+                while len(plans) > 32:
+                    del plans[next(iter(plans))]
 
     def _benchmark(self, kernel: Kernel, inputs: Sequence[Any], runs: int
                    ) -> tuple[list[float], str]:
