@@ -145,10 +145,15 @@ def _emulate(src: str, inputs: list[np.ndarray], sizes: dict[str, int]):
 def _device_call(src: str, inputs: list[np.ndarray]):
     import torch
 
-    got = tc.define(src, target="cuda")(*[torch.from_numpy(np.ascontiguousarray(x)).cuda()
-                                          for x in inputs])
+    # a scalar parameter as users pass it, a Python number (np.ascontiguousarray would make a
+    # 0-d array 1-d); tensors as torch CUDA tensors. A program without tensor inputs returns
+    # numpy (outputs come back in the inputs' kind, and there is none).
+    args = [x.item() if x.ndim == 0 else torch.from_numpy(np.ascontiguousarray(x)).cuda()
+            for x in inputs]
+    got = tc.define(src, target="cuda")(*args)
     torch.cuda.synchronize()
-    return tuple(g.cpu().numpy() for g in _as_tuple(got))
+    return tuple(g.cpu().numpy() if isinstance(g, torch.Tensor) else np.asarray(g)
+                 for g in _as_tuple(got))
 
 
 def check(program: dict, **kwargs) -> Result:
