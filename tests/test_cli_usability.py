@@ -136,7 +136,10 @@ def test_ctrl_c_exits_130_in_a_real_process(mm_file):
     proc = subprocess.Popen(
         [sys.executable, "-m", "tcmlir", "run", str(mm_file), "--sizes", "M=96,K=96,N=96",
          "--target", "numpy", "--repeat", "100000", "--check"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # a runner started with SIGINT ignored (nohup, some CI shells) passes that on, and
+        # Python then installs no KeyboardInterrupt handler: the test ran to its timeout
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert proc.stderr is not None
         proc.stderr.readline()  # "note: --check ... nothing to check": the command is under way
