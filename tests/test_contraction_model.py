@@ -118,6 +118,27 @@ def test_the_operand_layout_counts_for_the_8x8_kernel():
                                                   {"M": 4, "K": 4, "N": 4})[0].b_k_major
 
 
+BAG = "def bag(float(V,D) E, int32(B,L) idx) -> (O) { O(b,d) +=! E(idx(b,l),d) }"
+
+
+def test_a_streamed_operand_asks_for_loads_in_flight():
+    """An embedding bag reads its gathered rows at every (b, d, l): no tile reuses them. The
+    model moves all of them and at a rate its resident warps allow: the 1024 x 256 x 32 bag
+    gets 32 x 32 tiles (256 blocks, two per SM; 0.029 ms on the H100) rather than 64 x 32
+    (128 blocks of 8 warps: 0.042 ms), and a matmul has no streamed operand."""
+    fn = tc.define(BAG)
+    sizes = {"V": 100_000, "D": 256, "B": 1024, "L": 32}
+    (problem,) = cuda_defaults.contraction_problems(fn.ir.statements, sizes)
+    assert problem.streamed == 1
+    assert MO.default_for(fn, "cuda", sizes).tile_sizes == (32, 32, 16)
+    assert cuda_defaults.contraction_problems(tc.define(MM).ir.statements,
+                                              {"M": 4, "K": 4, "N": 4})[0].streamed == 0
+    few = tiling_time((64, 32, 16), (4, 2), (1024, 256), 32, streamed=1)
+    more = tiling_time((32, 32, 16), (2, 2), (1024, 256), 32, streamed=1)
+    assert more.predicted_s < few.predicted_s
+    assert more.predicted_s > tiling_time((32, 32, 16), (2, 2), (1024, 256), 32).predicted_s
+
+
 def test_every_contraction_of_a_program_is_priced():
     """mlp2 (zoo, medium): 1024 x 1024 -> 4096 then 4096 -> 1024, one set of options for both;
     the second's 64 blocks of 128 x 128 would leave half the SMs idle for k = 4096."""

@@ -26,7 +26,12 @@ the reduction cut into ``ways`` chunks on blocks of their own (`passes/split_k.p
    Each round also pays ``ROUND_CYCLES`` (the first tile's copy, the epilogue's stores).
 4. **Memory**: every block streams its operand panels from L2, and DRAM moves the operands,
    the output and, split, the partial sums twice (written, then read by the fold: a second
-   kernel and launch).
+   kernel and launch). A *streamed* operand — one read at every (row, column, reduction)
+   point, as an embedding bag's gathered rows ``E(idx(b, l), d)``: no tile reuses it — moves
+   all its ``rows x columns x reduction`` elements, and at a rate that needs loads in flight:
+   ``STREAM_WARPS`` resident warps per SM reach the DRAM ceiling, fewer a proportional part
+   (a 64 x 32 tile gave the 1024 x 256 x 32 bag 128 blocks of 8 warps, one per SM: 0.042 ms
+   on the H100 against 0.029 with 32 x 32 tiles, two blocks per SM).
 
 Calibrated on the H100 (fp32, no TF32, 2026-12-06): matmul 4096³ with 128 x 128 / 8 x 8 at
 2.916 ms (two blocks per SM: ``HIDE[2]``), 3000 x 1000 x 2000 with the same tiles at 0.568 ms
@@ -48,6 +53,7 @@ __all__ = [
     "K_MAJOR_B_RATE",
     "REGISTERS",
     "ROUND_CYCLES",
+    "STREAM_WARPS",
     "TILINGS",
     "TRANSPOSED_COPY_RATE",
     "TRANSPOSED_COPY_RESIDENT",
@@ -92,6 +98,7 @@ TRANSPOSED_COPY_RATE = 0.74
 # 25% faster: this factor on the cp.async kernel's rate reproduces the 8%
 K_MAJOR_B_RATE = 0.65
 ROUND_CYCLES = 1500          # a round's first copy (global latency) and epilogue stores
+STREAM_WARPS = 32            # resident warps per SM a streamed operand needs for the ceiling
 SHARED_BYTES_PER_SM = 227 * 1024
 REGISTERS_PER_SM = 65536
 FMA_PER_CYCLE = 128          # fp32 lanes per SM
@@ -161,11 +168,13 @@ def interleaved(tile: tuple[int, int, int], reg: tuple[int, int]) -> bool:
 
 def tiling_time(tile: tuple[int, int, int], reg: tuple[int, int], extents: tuple[int, int],
                 reduction: int, batch: int = 1, ways: int = 1, aligned: bool = True,
-                itemsize: int = 4, b_k_major: bool = False, gpu: GpuModel = GPU) -> ContractionTiling:
+                itemsize: int = 4, b_k_major: bool = False, streamed: int = 0,
+                gpu: GpuModel = GPU) -> ContractionTiling:
     """The model's time of one candidate for an ``extents`` = (rows, columns) output over a
     reduction of ``reduction`` values, ``batch`` times, split ``ways`` ways (see the module
     docstring); ``aligned``: every operand row is a multiple of 16 bytes; ``b_k_major``: the
-    columns' operand is stored with the reduction innermost (``Wt(n, k)``)."""
+    columns' operand is stored with the reduction innermost (``Wt(n, k)``); ``streamed``:
+    operands read at every point of the product, no tile reusing them (`Problem`)."""
     m, n = extents
     tm, tn, tk = tile
     chunk = -(-reduction // max(1, min(ways, reduction)))
@@ -195,6 +204,10 @@ def tiling_time(tile: tuple[int, int, int], reg: tuple[int, int], extents: tuple
     dram = operands + (out if chunks == 1 else 2 * chunks * out)
     l2 = blocks * (tm + tn) * steps * itemsize
     memory = max(dram / gpu.dram_bytes_per_s, l2 / gpu.l2_bytes_per_s)
+    if streamed:
+        warps = min(resident, -(-blocks // gpu.sms)) * THREADS // 32
+        rate = gpu.dram_bytes_per_s * min(1.0, warps / STREAM_WARPS) * min(1.0, blocks / gpu.sms)
+        memory += streamed * batch * m * n * reduction * itemsize / rate
     seconds = max(compute, memory) + gpu.launch_s
     if chunks > 1:  # the fold: partial sums read, the output written, a second launch
         seconds += gpu.launch_s + (chunks + 1) * out / gpu.dram_bytes_per_s
@@ -208,6 +221,7 @@ class Problem(NamedTuple):
     reduction: int              # the reduction's extent
     aligned: bool = True        # every operand row a multiple of 16 bytes (vector copies)
     b_k_major: bool = False     # the columns' operand stored with the reduction innermost
+    streamed: int = 0           # operands read at every (row, column, reduction) point
 
 
 def choose_tiling(problems: list[Problem], batch: int = 1, ways: tuple[int, ...] = (1,),
@@ -220,7 +234,8 @@ def choose_tiling(problems: list[Problem], batch: int = 1, ways: tuple[int, ...]
     for tile, reg in tilings:
         for w in sorted(set(ways)):
             parts = [tiling_time(tile, reg, p.extents, p.reduction, batch, w, p.aligned,
-                                 b_k_major=p.b_k_major, gpu=gpu) for p in problems]
+                                 b_k_major=p.b_k_major, streamed=p.streamed, gpu=gpu)
+                     for p in problems]
             if w > 1 and any(p.chunks < 2 for p in parts):
                 continue
             cand = replace(parts[0], predicted_s=sum(p.predicted_s for p in parts))

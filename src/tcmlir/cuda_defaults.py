@@ -162,8 +162,22 @@ def contraction_problems(statements: Any, sizes: Mapping[str, int] | None) -> li
         except (KeyError, TypeError, ValueError, IndexError):
             return None
         out.append(Problem(extents, k, all(e % 4 == 0 for e in (*extents, k)),
-                           reduction_innermost(st, st.lhs[1])))
+                           reduction_innermost(st, st.lhs[1]), streamed_operands(st)))
     return out or None
+
+
+def streamed_operands(st: Any) -> int:
+    """Reads of ``st`` that use both its output indices and its reduction index (directly or
+    through a gather's index tensor: an embedding bag's ``E(idx(b, l), d)``): every point of
+    the product reads its own element, no tile reuses it."""
+    from . import ir
+
+    need = {st.lhs[0], st.lhs[1], st.reduction_indices[0]}
+    count = 0
+    for rd in (x for x in ir.walk(st.rhs) if isinstance(x, ir.Read)):
+        used = {x.name for i in rd.indices for x in ir.walk(i) if isinstance(x, ir.Index)}
+        count += need <= used
+    return count
 
 
 def reduction_innermost(st: Any, index: str) -> bool:
