@@ -32,6 +32,7 @@ from ..options import MappingOptions
 from .config import TunerConfig
 from .evaluate import Evaluation, HostEvaluator, WorkerPoolEvaluator
 from .genetic import GeneticSearch, TuningResult
+from .model_prune import ModelPruner
 from .space import space_for
 from .verify import (
     REFERENCE_MAX_OPS,
@@ -205,9 +206,15 @@ def tune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
         evaluator = HostEvaluator(fn, inputs, target, config)
         reference_kind = evaluator.reference.source
     wrong: list[Evaluation] = []
+    # hopeless candidates by the cost model's account are not compiled (target cuda: the
+    # model prices the GPU's kernels)
+    pruner = ModelPruner(fn.ir, sizes if target == "cuda" else None, default)
 
     def evaluate(candidates: list[MappingOptions], best: float) -> list[Evaluation]:
-        evaluations = evaluator.evaluate(candidates, best)
+        keep, answers = pruner.split(candidates)
+        measured = iter(evaluator.evaluate(keep, best) if keep else [])
+        evaluations = [answers[i] if i in answers else next(measured)
+                       for i in range(len(candidates))]
         for ev in evaluations:
             if ev.wrong:
                 wrong.append(ev)
@@ -220,10 +227,10 @@ def tune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
     try:
         with stop_on_interrupt() as flag:
             def on_generation(gen: int, result: TuningResult) -> None:
-                log.info("autotune %s: generation %d/%d: %d candidate(s) evaluated, %d wrong, "
-                         "best %s", fn.entry, gen + 1, config.generations, len(result.evaluated),
-                         len(wrong), f"{result.best.time_s * 1e3:.4f} ms" if result.best
-                         else "none yet")
+                log.info("autotune %s: generation %d/%d: %d candidate(s) evaluated (%d pruned "
+                         "by the cost model, not compiled), %d wrong, best %s", fn.entry, gen + 1,
+                         config.generations, len(result.evaluated), pruner.pruned, len(wrong),
+                         f"{result.best.time_s * 1e3:.4f} ms" if result.best else "none yet")
                 if bar is not None:
                     bar.update(len(result.evaluated) - bar.n)
                     best = result.best.time_s if result.best else math.inf
@@ -242,7 +249,7 @@ def tune(fn: Any, inputs: Sequence[Any], *, generations: int | None = None,
                     "workers": len(getattr(evaluator, "workers", {})),
                     "compile_workers": len(getattr(evaluator, "compilers", ())),
                     "compile_restarts": getattr(evaluator, "compile_restarts", 0),
-                    "wrong": len(wrong)}
+                    "wrong": len(wrong), "pruned": pruner.pruned}
     result.reference = reference_kind
     if result.best is None:
         errors = {e.error for e in result.evaluated.values() if e.error}

@@ -106,7 +106,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                  f"samples each, best's spread {(best.spread_s or 0) * 1e3:.4f} ms)")
     line += (f"; {len(result.evaluated)} candidates in {result.generations_run} generation(s)"
              f"{' (interrupted)' if result.interrupted else ''}, checked against the "
-             f"{result.reference}, {result.stats.get('wrong', 0)} rejected as wrong; "
+             f"{result.reference}, {result.stats.get('wrong', 0)} rejected as wrong, "
+             f"{result.stats.get('pruned', 0)} pruned by the cost model without compiling; "
              f"stored in {store.path}")
     print(line, file=sys.stderr)
     return 0
