@@ -86,6 +86,8 @@ _SHUFFLED = (DType.FLOAT32, DType.FLOAT64, DType.INT32, DType.INT64, DType.UINT3
 
 # stride loops of at most this many trips are unrolled by isl (`_split_over_threads`)
 UNROLL_STRIDES = 16
+# row members linearised over the blocks (`_row_filter`)
+LINEAR_ROW_MEMBERS = 4
 
 def rows_mark_name(threads: int, local: tuple[str, ...]) -> str:
     return f"rows threads={threads} local={','.join(local)}"
@@ -237,7 +239,7 @@ class MapRows(Pass):
         extents = row_extents(state.fn, state.sizes)
         rows = None
         if extents is not None:  # every row on its own block up to the grid cap
-            rows = extents[-1] if r == 1 else math.prod(extents)
+            rows = extents[-1] if r == 1 else math.prod(extents[-LINEAR_ROW_MEMBERS:])
         b = 1
         while b * 2 <= min(self.threads, 1024):
             b *= 2
@@ -446,15 +448,19 @@ def _row_filter(band: isl.ScheduleNode, state: CompileState, r: int, grid: int) 
     ``== _bx``. With one row member, or sizes not fixed,
     the last row member alone (the others walked by every block)."""
     extents = [member_extent(band, m) for m in range(r)]
+    # at most the last LINEAR_ROW_MEMBERS members share the blocks, the outer ones are walked
+    # by every block: isl builds each member's value from the block index, and over more
+    # members that took tens of seconds (a rank-15 reduction of extents 2: 45 s)
+    first = max(0, r - LINEAR_ROW_MEMBERS)
     if r == 1 or state.sizes is None or any(e is None for e in extents) \
-            or math.prod(extents) > grid:  # type: ignore[arg-type]
+            or math.prod(extents[first:]) > grid:  # type: ignore[arg-type]
         # (more rows than blocks: a block looping over linearised rows made isl merge the
         # phases of a row whose statements have no inner dimensions)
         return member_filter(band, r - 1, 1, grid, "_bx")
     ctx = band.get_ctx()
     mupa = band.band_get_partial_schedule()
     upa, stride = None, 1
-    for m in reversed(range(r)):
+    for m in reversed(range(first, r)):
         term = mupa.get_at(m).scale_val(isl.Val.int_from_si(ctx, stride))
         upa = term if upa is None else upa.add(term)
         stride *= max(1, extents[m])

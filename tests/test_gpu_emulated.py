@@ -183,6 +183,18 @@ def test_a_guarded_reduction_fills_the_tiles_it_never_updates(m, k, rng):
                          rng.uniform(-1, 1, (k, m)).astype(np.float32)], rtol=1e-4)
 
 
+RANK6_ROWS = """def r6(float(A, B, C, D, E, F) X) -> (S) {
+    S(a, b, c, d, e) +=! X(a, b, c, d, e, f)
+}"""
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 1, 2, 3, 5), (3, 2, 2, 2, 2, 40)], ids=str)
+def test_rows_of_many_indices_on_the_host_machine(shape, rng):
+    """Six row indices: the last four share the blocks, the outer ones are walked by each
+    block (over all of them isl took 45 s to build a rank-15 reduction's AST, fuzz)."""
+    emulate(RANK6_ROWS, [rng.standard_normal(shape).astype(np.float32)], rtol=1e-5)
+
+
 # ---------------------------------------------------------------- split-K
 
 
