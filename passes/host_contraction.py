@@ -71,7 +71,11 @@ class HostContractionPass(Pass):
         assert schedule is not None
         reasons: list[str] = []
         done = 0
-        for path, k in _single_statement_paths(schedule):
+        for path, k, looped in _single_statement_paths(schedule):
+            if looped:
+                reasons.append(f"statement {k}: scheduled inside a loop of other statements "
+                               "(the fusion option fused them; fusion=min keeps it apart)")
+                continue
             node = node_at(schedule, path)
             plan = host_contraction(state.fn, k, state.sizes)
             if isinstance(plan, str):
@@ -109,22 +113,31 @@ _INNER = (isl.schedule_node_type.band, isl.schedule_node_type.sequence,
           isl.schedule_node_type.set, isl.schedule_node_type.leaf)
 
 
-def _single_statement_paths(schedule: isl.Schedule) -> list[tuple[tuple[int, ...], int]]:
-    """(path, k) of each outermost band, sequence, set or leaf whose instances all belong to
-    statement ``k`` (``S<k>`` and ``S<k>_init``): where the outer band goes (a band when
-    `schedule` made one; a sequence of the two when every loop had one iteration)."""
-    found: list[tuple[tuple[int, ...], int]] = []
+def _single_statement_paths(schedule: isl.Schedule) -> list[tuple[tuple[int, ...], int, bool]]:
+    """(path, k, looped) of each outermost band, sequence, set or leaf whose instances all
+    belong to statement ``k`` (``S<k>``, with or without ``S<k>_init``): where the outer band
+    goes (a band when `schedule` made one; a sequence of the two when every loop had one
+    iteration); ``looped``: below a band, a loop of other statements too (no kernel there)."""
+    found: list[tuple[tuple[int, ...], int, bool]] = []
 
-    def walk(node: isl.ScheduleNode, path: tuple[int, ...]) -> None:
+    def walk(node: isl.ScheduleNode, path: tuple[int, ...], looped: bool) -> None:
         if node.get_type() in _INNER:
-            ks = {n.removesuffix("_init") for n in _names(node)}
+            names = _names(node)
+            ks = {n.removesuffix("_init") for n in names}
             if len(ks) == 1:
-                found.append((path, int(next(iter(ks))[1:])))
+                k = next(iter(ks))
+                # the kernel runs the whole product: not below a loop of other statements
+                # (fusion=max put matmul's k loop inside the m, n loops of a row sum: a kernel
+                # there ran the product once per (m, n)); an initialisation alone (fusion=min)
+                # stays a plain loop (made a kernel, it ran the product too)
+                if k in names:
+                    found.append((path, int(k[1:]), looped))
                 return
+        looped = looped or node.get_type() == isl.schedule_node_type.band
         for i in range(node.n_children()):
-            walk(node.child(i), (*path, i))
+            walk(node.child(i), (*path, i), looped)
 
-    walk(schedule.get_root(), ())
+    walk(schedule.get_root(), (), False)
     return found
 
 

@@ -197,3 +197,32 @@ def test_narrower_vector_widths(vector, dtype):
     assert f"vector={vector}" in kernel.llvm_ir or f"v{vector}f" in kernel.llvm_ir
     np.testing.assert_allclose(c, a.T.astype(np.float64) @ b.T.astype(np.float64),
                                rtol=1e-5, atol=1e-5)
+
+
+MM_THEN_ROWS = """def f(float(M, K) A, float(K, N) B) -> (C, rs) {
+    C(m, n) +=! A(m, k) * B(k, n)
+    rs(m) +=! C(m, n)
+}"""
+
+
+@pytest.mark.parametrize("fusion", ["min", "max", "preserve3coincident"])
+def test_a_contraction_kernel_owns_the_whole_product(fusion, rng):
+    """With fusion=min the matmul's initialisation gets a loop nest of its own: it stays a
+    zero fill (made a packed kernel too, it computed the product, and the update's kernel
+    added it again: C came out as 2 A B). Fused with the row sum (max, preserve3coincident),
+    the matmul sits inside their loops: no kernel there (one per (m, n) had added the whole
+    product 21 times), a PipelineError that says why. Found by fuzzing options of the
+    tuner's space on the cpu target."""
+    a = rng.standard_normal((7, 13)).astype(np.float32)
+    b = rng.standard_normal((13, 3)).astype(np.float32)
+    opts = tc.MappingOptions.from_json(
+        f'{{"fusion":"{fusion}","register_tile":[2,2],"tile_sizes":[128,32,8]}}')
+    fn = tc.define(MM_THEN_ROWS, target="cpu")
+    if fusion != "min":
+        with pytest.raises(PipelineError, match="inside a loop of other statements"):
+            fn(a, b, options=opts)
+        return
+    c, rs = fn(a, b, options=opts)
+    want = a.astype(np.float64) @ b
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(rs, want.sum(1), rtol=1e-5, atol=1e-5)
