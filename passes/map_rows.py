@@ -39,11 +39,11 @@ reduction's right-hand side does not read its own lhs tensor. ``B`` is the large
 <= ``threads`` for which isl proves that every ``_tx`` has instances below the ``rows`` mark and
 below each ``reduction`` mark at every row (so every thread reaches every barrier); with
 B = 1 the row runs on one thread. A reduction whose values the combine cannot shuffle (bool,
-8/16-bit integers) runs on thread 0 of the block. ``G`` is ``grid`` capped by the number of rows when sizes are
-fixed and by the blocks of B threads the SMs hold at once (`gpu_defaults.SM_COUNT` ×
-min(32, 2048 / B)). A program with no statement instance (an empty range such as
-``i in N:N``) becomes one kernel of one thread that runs nothing. Requires a schedule (it is replaced); run it instead of tile/map-to-blocks/
-map-to-threads/map-reduction.
+8/16-bit integers) runs on thread 0 of the block. ``G`` is ``grid`` capped by the rows (sizes
+fixed) and by the blocks of B threads the SMs hold at once (`gpu_defaults.SM_COUNT` x
+min(32, 2048 / B)). No statement instance (``i in N:N``): one kernel of one thread that runs
+nothing. Requires a schedule (replaced); run it instead of tile/map-to-blocks/map-to-threads/
+map-reduction.
 """
 
 from __future__ import annotations
@@ -84,9 +84,8 @@ _FILTER = isl.schedule_node_type.filter
 _SHUFFLED = (DType.FLOAT32, DType.FLOAT64, DType.INT32, DType.INT64, DType.UINT32, DType.UINT64)
 
 
-# stride loops of at most this many trips are unrolled by isl (`_split_over_threads`)
-UNROLL_STRIDES = 16
-# row members linearised over the blocks (`_row_filter`)
+UNROLL_STRIDES = 16  # stride loops of at most this many trips: unrolled by isl
+# row members linearised over the blocks (`_row_filter`; isl took 45 s deriving fifteen)
 LINEAR_ROW_MEMBERS = 4
 
 def rows_mark_name(threads: int, local: tuple[str, ...]) -> str:
@@ -111,12 +110,10 @@ def row_rank(fn: tc.Function) -> int:
 
 
 def rows_first(fn: tc.Function) -> tc.Function:
-    """``fn`` with every statement's loops reordered so that the lhs indices every statement
-    shares (same name, same range; in the first statement's lhs order) come first: a batch
-    norm's ``d(n, c, h, w) = X(n, c, h, w) - mean(c)`` iterates ``(c, n, h, w)``, so its
-    statements are a row program with rows ``c``. The lhs and the values are unchanged; only
-    the loop order (an lhs index carries no dependence of its statement). ``fn`` itself when
-    nothing moves."""
+    """``fn`` with each statement's loops reordered, the lhs indices all statements share
+    (same name and range, in the first's lhs order) first: a batch norm's ``d(n, c, h, w) =
+    X(n, c, h, w) - mean(c)`` iterates ``(c, n, h, w)``, rows ``c``. Only the loop order
+    changes (an lhs index carries no dependence); ``fn`` itself when nothing moves."""
     if not fn.statements or any(not st.lhs for st in fn.statements):
         return fn
     first = fn.statements[0]
@@ -360,11 +357,9 @@ def _split_over_threads(band: isl.ScheduleNode, b: int, vector: int = 1) -> isl.
     ``floor(v / vector) mod b = _tx`` and the member becomes two, ``floor(v / (vector * b))``
     and ``v mod vector`` (`split_lanes`), so a thread's accesses along the row are adjacent and
     LLVM's load/store vectoriser makes 128-bit accesses of them where the alignment is known
-    (`codegen.nvptx`). A last stride that only some threads take (``vector * b`` not dividing
-    the extent: a softmax over 1000 columns, 32 threads of 4 lanes) is unrolled too, under
-    its guard: the whole strides stay in registers from phase to phase and only the last one
-    is loaded again (before, such a row was a scalar loop, loaded in every phase: 3x the
-    bytes of a softmax)."""
+    (`codegen.nvptx`). A partial last stride (softmax over 1000 columns, 32 threads of 4
+    lanes) is unrolled under its guard: the whole strides stay in registers across phases
+    (a scalar loop before, loaded in every phase)."""
     band = _collapse_inner(band, b)
     m = band.band_n_member() - 1
     span = member_extent(band, m)
@@ -448,9 +443,7 @@ def _row_filter(band: isl.ScheduleNode, state: CompileState, r: int, grid: int) 
     ``== _bx``. With one row member, or sizes not fixed,
     the last row member alone (the others walked by every block)."""
     extents = [member_extent(band, m) for m in range(r)]
-    # at most the last LINEAR_ROW_MEMBERS members share the blocks, the outer ones are walked
-    # by every block: isl builds each member's value from the block index, and over more
-    # members that took tens of seconds (a rank-15 reduction of extents 2: 45 s)
+    # the last LINEAR_ROW_MEMBERS members share the blocks, outer ones are walked by each
     first = max(0, r - LINEAR_ROW_MEMBERS)
     if r == 1 or state.sizes is None or any(e is None for e in extents) \
             or math.prod(extents[first:]) > grid:  # type: ignore[arg-type]
