@@ -17,13 +17,17 @@
 #             default and a tuning at each; time-to-within-5% of a long search; sweep.json)
 #   tcrepo    tools/tc_repo_programs.py --device cuda (every program of TC's repository on the GPU
 #             against the reference interpreter; tcrepo.log, tcrepo.json)
-# Logs go to $OUT (./gpu-out when unset); a summary line per step is printed at the end.
+# Logs are packed into $OUT/gpu-logs.tgz (./gpu-out when unset), the summary lines into
+# $OUT/summary.txt; a summary line per step is printed at the end.
 # TCMLIR_REQUIRE_GPU=1 is set: GPU tests fail rather than skip when the GPU is unusable, and a
 # test group whose summary reports any skip counts as failed. Exit status: 1 when a test group
 # failed or skipped, else 0.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
-OUT="${OUT:-./gpu-out}"; mkdir -p "$OUT"
+# the logs are written to $LOGS (a fresh folder) and packed into $OUT/gpu-logs.tgz at the end,
+# with the summary in $OUT/summary.txt: the device's $OUT returns only a few files
+DEST="${OUT:-./gpu-out}"; mkdir -p "$DEST"
+OUT="$(mktemp -d)"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TCMLIR_REQUIRE_GPU=1
 export TCMLIR_CACHE_DIR="$(mktemp -d)"
 steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=(tests sanitize bench)
@@ -118,8 +122,9 @@ if has tcrepo; then  # TC's repository programs: cuda == numpy (issue 36)
     --json "$OUT/tcrepo.json" >"$OUT/tcrepo.log" 2>&1
   echo "tcrepo: exit $? $(grep -E '^  cuda ' "$OUT/tcrepo.log")" >"$OUT/.sum-tcrepo"
 fi
-cat "$OUT"/.sum-* 2>/dev/null; rm -f "$OUT"/.sum-*
+cat "$OUT"/.sum-* 2>/dev/null | tee "$DEST/summary.txt"; rm -f "$OUT"/.sum-*
 grep -h -E "^(FAILED|ERROR) " "$OUT"/gpu-tests-*.log 2>/dev/null | head -40
 tail -n 40 "$OUT"/mma-bench.log "$OUT"/zoo.log "$OUT"/bench.log "$OUT"/smoke.log "$OUT"/launch.log "$OUT"/host_costs.log "$OUT"/tune.log "$OUT"/tune_check.log "$OUT"/sweep.log "$OUT"/tcrepo.log 2>/dev/null
-if [ -e "$OUT/.tests-failed" ]; then rm -f "$OUT/.tests-failed"; exit 1; fi
-exit 0
+failed=0; [ -e "$OUT/.tests-failed" ] && failed=1; rm -f "$OUT/.tests-failed"
+tar czf "$DEST/gpu-logs.tgz" -C "$OUT" . && echo "logs: $DEST/gpu-logs.tgz"
+exit $failed
