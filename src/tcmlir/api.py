@@ -83,9 +83,9 @@ class TCFunction:
         # call_key -> (hot knobs, plan.call, the plan's call without a stream argument or None,
         # its call into given outputs or None)
         self._plans: dict[tuple, tuple[tuple, Any, Any, Any]] = {}
-        # (call_key, options key) -> (the options, hot knobs, plan.call, plain call) for calls
-        # with explicit options (a tuned result passed on every call): the latest few
-        self._option_plans: dict[tuple, tuple[Any, tuple, Any, Any]] = {}
+        # (call_key, options key) -> (hot knobs, plan.call, plain call, the options) for calls
+        # with explicit options (a tuned result passed on every call): the latest 32
+        self._option_plans: dict[tuple, tuple[tuple, Any, Any, Any]] = {}
         # the latest torch plan's guarded call (`runtime.torch_fast`, a host plan's
         # `runtime.host_calls`), tried before the key
         self._fast: Callable[[Sequence[Any]], Any] | None = None
@@ -160,14 +160,10 @@ class TCFunction:
             if okey is not None:
                 key = call_key(inputs)
                 hit = self._option_plans.get((key, okey)) if key is not None else None
-                if hit is not None and (hit[0] is options or hit[0] == options) \
-                        and hit[1] == hot_path_token():
-                    if stream is None and hit[3] is not None:
-                        done = hit[3](inputs)
-                        if done is not MISS:
-                            return done
-                    else:
-                        return hit[2](inputs, stream)
+                if hit is not None and hit[0] == hot_path_token():
+                    done = _replay(hit, inputs, stream)
+                    if done is not MISS:
+                        return done
         given = options
         options = as_mapping_options(options)
         devices = as_devices(devices)
@@ -183,12 +179,9 @@ class TCFunction:
                 hit = self._plans.get(key)
                 if hit is not None and hit[0] == hot_path_token():
                     if outputs is None:
-                        if stream is None and hit[2] is not None:
-                            done = hit[2](inputs)  # no stream given: one call frame less
-                            if done is not MISS:  # (MISS: torch tensors off the CPU)
-                                return done
-                        else:
-                            return hit[1](inputs, stream)
+                        done = _replay(hit, inputs, stream)
+                        if done is not MISS:  # (MISS: torch tensors off the CPU)
+                            return done
                     if stream is None and hit[3] is not None:
                         done = hit[3](inputs, outputs)  # None: not the plan's case, see below
                         if done is not None:
@@ -201,11 +194,9 @@ class TCFunction:
                                       compile_missing=not _capturing_torch(inputs, stream))
         # (an options factory answers for the first call of each signature, factories.py: its
         # choice is remembered with the plan like the defaults')
-        if okey is not None:
-            return self._launch(kernel, inputs, outputs, bound, stream=stream,
-                                remember=(given, okey))
         return self._launch(kernel, inputs, outputs, bound, stream=stream,
-                            remember=options is None)
+                            remember=options is None or okey is not None,
+                            given=None if okey is None else (given, okey))
 
     def check_errors(self) -> None:
         """Wait for this function's CUDA work and raise the `CallError` of any gather bounds
@@ -314,19 +305,16 @@ class TCFunction:
     # ------------------------------------------------------------ launching
 
     def _launch(self, kernel: Kernel, inputs: Sequence[Any], outputs: Sequence[Any] | None,
-                bound: Any = None, *, stream: Any = None,
-                remember: bool | tuple[Any, Any] = False) -> Any:
+                bound: Any = None, *, stream: Any = None, remember: bool = False,
+                given: tuple[Any, Any] | None = None) -> Any:
         if kernel.target == "cuda":
             from .runtime.cuda_launch import launch_cuda
 
             result, plan = launch_cuda(kernel, inputs, outputs, stream=stream, bound=bound)
-            if isinstance(remember, tuple) and plan is not None:
-                self._remember_with(remember, inputs, plan.call,
-                                    getattr(plan, "_torch_call", None))
-            elif remember and plan is not None:  # (a plan does not depend on given outputs)
+            if remember and plan is not None:  # (a plan does not depend on given outputs)
                 self._remember(inputs, plan.call, getattr(plan, "_torch_call", None),
                                getattr(plan, "_torch_into", None),
-                               getattr(plan, "fast_entry", None))
+                               getattr(plan, "fast_entry", None), given=given)
             return result
         if stream is not None:
             raise CallError(f"{self.entry}: stream= is for target='cuda'; this kernel runs on "
@@ -340,11 +328,8 @@ class TCFunction:
             from .runtime.host_plan import host_plan
 
             plan = host_plan(kernel.runner, kernel.compiled_ir or self.ir, bound.sizes)
-            if isinstance(remember, tuple):
-                if all(host_ready(x) for x in inputs):
-                    self._remember_with(remember, inputs, *host_calls(plan, self.ir, inputs)[:2])
-            elif remember and all(host_ready(x) for x in inputs):
-                self._remember(inputs, *host_calls(plan, self.ir, inputs))
+            if remember and all(host_ready(x) for x in inputs):
+                self._remember(inputs, *host_calls(plan, self.ir, inputs), given=given)
             return in_input_kind(self.ir, inputs, plan.call(list(bound.arrays.values())))
         outs = check_outputs(self.ir, bound.sizes, outputs, inputs)
         if outs is None:
@@ -363,38 +348,33 @@ class TCFunction:
     def _remember(self, inputs: Sequence[Any], call: Callable[..., Any],
                   plain: Callable[..., Any] | None = None,
                   into: Callable[..., Any] | None = None,
-                  entry: Callable[[tuple, tuple], Callable[..., Any]] | None = None) -> None:
+                  entry: Callable[[tuple, tuple], Callable[..., Any]] | None = None,
+                  *, given: tuple[Any, Any] | None = None) -> None:
         """File a plan under the inputs' call key (after a call with them passed every check);
         ``plain``: what ``call(inputs, None)`` does, taking only the inputs; ``into(inputs,
         outputs)``: a call writing given outputs on the current stream, or None when they are
         not of the case it takes (the full path then checks them); ``entry(key, token)``: the
         plan's call guarded by ``key`` and the knobs, tried first by the next call (`MISS`
-        when the inputs are not that plan's)."""
+        when the inputs are not that plan's). ``given``: the explicit options as passed and
+        their key (their text, or the object's id: the entry holds the object, so the id
+        stays its own); such plans go apart, the latest 32 kept, with no ``into`` or ``entry``."""
         if get_config().always_compile:
             return
         key = call_key(inputs)
-        if key is not None:
-            token = hot_path_token()
-            with self._lock:
-                self._plans[key] = (token, call, plain, into)
-                if entry is not None:
-                    self._fast = entry(key, token)
-
-    def _remember_with(self, given: tuple[Any, Any], inputs: Sequence[Any],
-                       call: Callable[..., Any], plain: Callable[..., Any] | None) -> None:
-        """File a plan for a call with explicit options (``given``: the options as passed and
-        their key), as `_remember` does for the defaults; the latest 32 are kept."""
-        if get_config().always_compile:
+        if key is None:
             return
-        key = call_key(inputs)
-        if key is not None:
-            options, okey = given
-            with self._lock:
+        token = hot_path_token()
+        with self._lock:
+            if given is not None:
                 plans = self._option_plans
-                plans.pop((key, okey), None)
-                plans[(key, okey)] = (options, hot_path_token(), call, plain)
+                plans.pop((key, given[1]), None)
+                plans[(key, given[1])] = (token, call, plain, given[0])
                 while len(plans) > 32:
                     del plans[next(iter(plans))]
+                return
+            self._plans[key] = (token, call, plain, into)
+            if entry is not None:
+                self._fast = entry(key, token)
 
     def _benchmark(self, kernel: Kernel, inputs: Sequence[Any], runs: int
                    ) -> tuple[list[float], str]:
@@ -476,3 +456,12 @@ def _capturing_torch(inputs: Sequence[Any], stream: Any) -> bool:
         return False
     capturing = getattr(getattr(torch, "cuda", None), "is_current_stream_capturing", None)
     return bool(capturing()) if capturing is not None else False
+
+
+def _replay(hit: tuple, inputs: Sequence[Any], stream: Any) -> Any:
+    """Run a remembered plan ``(knobs, call, plain, ...)`` on ``inputs``: ``plain`` when no
+    stream is given (one call frame less; `MISS` for torch tensors off the plan's device),
+    else ``call(inputs, stream)``."""
+    if stream is None and hit[2] is not None:
+        return hit[2](inputs)
+    return hit[1](inputs, stream)
